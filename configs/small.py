@@ -1,0 +1,46 @@
+"""Zaremba et al. (2014) small LSTM LM on PTB, untied — Press & Wolf (2017) Table 6, row "small".
+
+    python -m experiments.ptb --config=configs/small.py --workdir=runs/small
+
+Paper (Press & Wolf Table 6, no dropout): 4.65M parameters, train 38.0 / valid 120.7 / test 114.5.
+Every other small config starts from this one and changes only what its row changes.
+"""
+import ml_collections
+
+
+def get_config():
+  c = ml_collections.ConfigDict()
+  c.name = "small"
+  # Model.
+  c.model = "lstm_lm"
+  c.vocab_size = 10000        # PTB, Mikolov et al. (2011): 9,999 words + <eos>
+  c.hidden_size = 200         # Zaremba small: 200 units; embedding size = hidden size
+  c.num_layers = 2            # Zaremba: 2 LSTM layers
+  c.dropout = 0.0             # Zaremba small: keep_prob 1.0 (no dropout)
+  c.init_scale = 0.1          # Zaremba small: U(-0.1, 0.1)
+  c.tying = "untied"          # untied | tied | projection | tied_projection (Press & Wolf 2017)
+  c.pr_lambda = 1.0 / 6.5     # Press & Wolf code: l2_loss(P) / (batch * 6.5); the paper rounds to 0.15
+  c.proj_bias = True          # Press & Wolf code: proj_b (a bias after P)
+  c.logit_scale = False       # optional D^-1/2 logit scale; not used by the papers
+  # Optimisation.
+  c.optimizer = "sgd"         # Zaremba: plain SGD
+  c.learning_rate = 1.0       # Zaremba: lr 1
+  c.lr_decay = 0.5            # Zaremba small: x0.5 per epoch once decay starts
+  c.decay_after_epoch = 4     # Zaremba small: max_epoch 4 (epochs 1-5 at lr 1; see wt_jax/train/optim.py)
+  c.num_epochs = 13           # Zaremba small: max_max_epoch 13
+  c.clip_norm = 5.0           # Zaremba small: global-norm clip 5
+  c.batch_size = 20           # Zaremba: batch 20
+  c.bptt = 20                 # Zaremba small: num_steps 20
+  c.seed = 0
+  c.max_steps = 0             # >0: stop after this many train steps, then evaluate (smoke runs)
+  # Data and evaluation.
+  c.dataset = "ptb"
+  c.data_dir = ""             # "" -> $WT_JAX_DATA -> ~/.cache/wt_jax (downloaded if missing)
+  c.download = True
+  c.eval_batch_size = 20      # validation as the reference: 20 streams, bptt windows
+  c.test_window = 200         # batch-1 test: window length (state carried, so it only affects speed)
+  # Bookkeeping.
+  c.log_every = 200           # steps between progress lines
+  c.checkpoint_every_steps = 500  # mid-epoch checkpoints (0: only at epoch ends)
+  c.plot = True
+  return c

@@ -1,0 +1,14 @@
+"""Small LSTM LM with projection regularisation (PR) — Press & Wolf (2017) Table 6, row "small + PR".
+
+    python -m experiments.ptb --config=configs/small_pr.py --workdir=runs/small_pr
+
+Paper: 4.69M parameters, train 50.8 / valid 116.0 / test 111.7.
+"""
+from configs import small
+
+
+def get_config():
+  c = small.get_config()
+  c.name = "small_pr"
+  c.tying = "projection"      # Press & Wolf Sec. 5: P (H x H) before an untied output embedding
+  return c

@@ -1,0 +1,95 @@
+"""Throughput benchmark of a language-model config: prints one JSON line.
+
+    python -m experiments.bench --config=configs/small_tied.py [--steps=200 --warmup=20 --repeats=3]
+
+Measures, on the PTB training stream (or a random stream of the same vocabulary with --synthetic), the
+compile time of the train step, steady-state train ms/step and tokens/s (median over --repeats blocks of
+--steps steps, after --warmup steps), and eval tokens/s of the batched validation pass.
+"""
+import json
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+from ml_collections import config_flags
+
+from wt_jax import models, tying
+from wt_jax.data import batching, ptb
+from wt_jax.train import loop, optim
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
+_STEPS = flags.DEFINE_integer("steps", 200, "Timed train steps per repeat.")
+_WARMUP = flags.DEFINE_integer("warmup", 20, "Untimed train steps after compilation.")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed blocks; the median is reported.")
+_EVAL_WINDOWS = flags.DEFINE_integer("eval_windows", 100, "Validation windows timed for eval tokens/s.")
+_SYNTHETIC = flags.DEFINE_bool("synthetic", False, "Use a random token stream instead of PTB.")
+flags.mark_flag_as_required("config")
+
+
+def main(argv):
+  del argv
+  config = _CONFIG.value
+  if _SYNTHETIC.value:
+    rng = np.random.default_rng(0)
+    train_stream = rng.integers(0, config.vocab_size, 200_000).astype(np.int32)
+    valid_stream = train_stream[:80_000]
+  else:
+    corpus = ptb.load(config.data_dir or None, download=config.download)
+    train_stream, valid_stream = corpus.train, corpus.valid
+  B, T = config.batch_size, config.bptt
+  model = models.build(config)
+  windows = batching.lm_windows(train_stream, B, T)
+  tx = optim.make_optimizer(config, len(windows))
+  init_key, dropout_key = jax.random.split(jax.random.key(config.seed))
+  params = loop.init_params(model, init_key, B, T)
+  state = {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)}
+  carry = model.initial_carry(B)
+  acc = loop._zero_acc()
+  step_fn = loop.make_train_step(model, tx, dropout_key)
+
+  t0 = time.perf_counter()
+  step_fn = step_fn.lower(state, carry, acc, windows.x[0], windows.y[0]).compile()
+  compile_s = time.perf_counter() - t0
+
+  i = 0
+
+  def run(n):
+    nonlocal state, carry, acc, i
+    for _ in range(n):
+      state, carry, acc = step_fn(state, carry, acc, windows.x[i % len(windows)],
+                                  windows.y[i % len(windows)])
+      i += 1
+    jax.block_until_ready(acc)
+
+  run(_WARMUP.value)
+  times = []
+  for _ in range(_REPEATS.value):
+    t0 = time.perf_counter()
+    run(_STEPS.value)
+    times.append((time.perf_counter() - t0) / _STEPS.value)
+  ms = 1000 * statistics.median(times)
+
+  eval_window = loop.make_eval_window(model)
+  n_eval = min(_EVAL_WINDOWS.value, (len(valid_stream) // config.eval_batch_size - 1) // T)
+  stream = valid_stream[: (n_eval * T + 1) * config.eval_batch_size]
+  loop.evaluate(model, eval_window, state["params"], stream, config.eval_batch_size, T, True)  # compile
+  t0 = time.perf_counter()
+  ev = loop.evaluate(model, eval_window, state["params"], stream, config.eval_batch_size, T, True)
+  eval_s = time.perf_counter() - t0
+
+  print(json.dumps({
+      "bench": "wt_jax_lm", "config": config.name, "num_params": tying.count_params(params),
+      "batch": B, "bptt": T, "hidden": config.hidden_size, "steps": _STEPS.value,
+      "repeats": _REPEATS.value, "train_ms_per_step": round(ms, 2),
+      "train_ms_per_step_all": [round(1000 * t, 2) for t in times],
+      "train_tok_per_s": round(B * T / (ms / 1000), 1), "compile_s": round(compile_s, 2),
+      "eval_tokens": ev["tokens"], "eval_tok_per_s": round(ev["tokens"] / eval_s, 1),
+      "jax": jax.__version__, "devices": [str(d) for d in jax.devices()],
+  }))
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,34 @@
+"""Train a language model on Penn Treebank.
+
+    python -m experiments.ptb --config=configs/small_tied.py --workdir=runs/small_tied
+    python -m experiments.ptb --config=configs/small_tied.py --workdir=/tmp/smoke --config.max_steps=50
+
+Writes <workdir>/results.json, metrics.jsonl, curves.png and checkpoints/ (resumes from them if present).
+"""
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from wt_jax.data import ptb
+from wt_jax.train import loop
+from wt_jax.train import metrics
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file in configs/.",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  config = _CONFIG.value
+  metrics.quiet_library_logs()
+  if config.dataset != "ptb":
+    raise app.UsageError(f"experiments.ptb trains on PTB; this config has dataset={config.dataset!r}.")
+  logging.info("Config:\n%s", config)
+  corpus = ptb.load(config.data_dir or None, download=config.download)
+  loop.fit(config, corpus, _WORKDIR.value)
+
+
+if __name__ == "__main__":
+  app.run(main)

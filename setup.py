@@ -1,0 +1,26 @@
+"""wt_jax: weight tying for language models, word2vec and NMT in JAX/Flax."""
+from setuptools import find_packages, setup
+
+setup(
+    name="wt_jax",
+    version="0.1.0",
+    description=("JAX/Flax reimplementation of Press & Wolf (2017) and Inan et al. (2017): "
+                 "tied input/output embeddings for language models."),
+    python_requires=">=3.10",
+    packages=find_packages(include=["wt_jax", "wt_jax.*", "experiments", "experiments.*"]),
+    install_requires=[
+        "jax>=0.4.30",
+        "jaxlib>=0.4.30",
+        "flax>=0.8",
+        "optax>=0.2",
+        "orbax-checkpoint>=0.6",
+        "chex>=0.1.86",
+        "absl-py>=2.0",
+        "ml_collections>=0.1.1",
+        "numpy>=1.24",
+        "matplotlib>=3.7",  # learning-curve plots (see BUILD_NOTES.md)
+    ],
+    extras_require={
+        "test": ["pytest>=7"],
+    },
+)

@@ -1,0 +1,68 @@
+"""Shared test fixtures: tiny configs and corpora, and the location of the real shared data."""
+import os
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from wt_jax.data import paths
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def shared_data_root() -> Path:
+  """The real corpora: $WT_JAX_DATA if set, else ../shared/data beside the project (as in CI)."""
+  root = paths.data_root(None) if os.environ.get(paths.ENV_VAR) else REPO.parent / "shared" / "data"
+  if not (root / "ptb").is_dir():
+    msg = f"shared data not found at {root} (set {paths.ENV_VAR})"
+    if os.environ.get("CI"):
+      pytest.fail(msg)
+    pytest.skip(msg)
+  return root
+
+
+def write_corpus(folder: Path, n_train: int = 3000, n_valid: int = 600, n_test: int = 600, seed: int = 0,
+                 vocab: int = 30, gz: bool = False) -> Path:
+  """A tiny PTB-format corpus with learnable structure: each sentence counts up from a random start word
+  (w_k, w_k+1, ..., mod vocab) for a random length 3–8, so a recurrent model can do far better than unigram."""
+  import gzip
+  rng = np.random.default_rng(seed)
+  folder.mkdir(parents=True, exist_ok=True)
+  for split, n in (("train", n_train), ("valid", n_valid), ("test", n_test)):
+    lines, count = [], 0
+    while count < n:
+      start, length = rng.integers(vocab), rng.integers(3, 9)
+      words = [f"w{(start + i) % vocab}" for i in range(length)]
+      lines.append(" " + " ".join(words) + " \n")
+      count += length + 1
+    text = "".join(lines)
+    if gz:
+      with gzip.open(folder / f"ptb.{split}.txt.gz", "wt") as f:
+        f.write(text)
+    else:
+      (folder / f"ptb.{split}.txt").write_text(text)
+  return folder
+
+
+def tiny_config(**overrides):
+  """small.py shrunk to a few-second model (vocabulary set from the corpus by the caller)."""
+  import sys
+  sys.path.insert(0, str(REPO))
+  from configs import small
+  c = small.get_config()
+  c.vocab_size = 31
+  c.hidden_size = 16
+  c.batch_size = 4
+  c.bptt = 5
+  c.eval_batch_size = 4
+  c.test_window = 50
+  c.num_epochs = 2
+  c.decay_after_epoch = 1
+  c.log_every = 1000
+  c.checkpoint_every_steps = 0
+  c.plot = False
+  for k, v in overrides.items():
+    setattr(c, k, v)
+  return c

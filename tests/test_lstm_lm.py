@@ -1,0 +1,67 @@
+"""The Zaremba LSTM LM: the cell against a plain NumPy reference, state carrying, dropout on/off."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from wt_jax.models import lstm_lm
+
+V, H, B = 17, 6, 2
+
+
+def _np_lstm_step(x, c, h, w_ih, w_hh, b):
+  """TensorFlow BasicLSTMCell, forget_bias 0: gates (i, j, f, o)."""
+  sig = lambda z: 1 / (1 + np.exp(-z))
+  g = x @ w_ih + h @ w_hh + b
+  i, j, f, o = np.split(g, 4, axis=-1)
+  c = sig(f) * c + sig(i) * np.tanh(j)
+  return c, sig(o) * np.tanh(c)
+
+
+def test_matches_numpy_reference():
+  model = lstm_lm.LSTMLM(vocab_size=V, hidden=H, num_layers=2, tying="untied", init_scale=0.5)
+  x = jax.random.randint(jax.random.key(0), (B, 5), 0, V)
+  params = model.init(jax.random.key(1), x, model.initial_carry(B))["params"]
+  params = jax.tree_util.tree_map(np.asarray, params)
+  # give the zero-initialised biases some value, so their use is tested too
+  for l in range(2):
+    params[f"lstm_{l}"]["bias"] = np.linspace(-1, 1, 4 * H).astype(np.float32)
+  logits, (c_out, h_out) = model.apply({"params": params}, x, model.initial_carry(B))
+
+  w = params["words"]
+  c = np.zeros((2, B, H), np.float32)
+  h = np.zeros((2, B, H), np.float32)
+  expected = []
+  for t in range(5):
+    inp = w["embedding"][np.asarray(x[:, t])]
+    for l in range(2):
+      p = params[f"lstm_{l}"]
+      c[l], h[l] = _np_lstm_step(inp, c[l], h[l], p["w_ih"], p["w_hh"], p["bias"])
+      inp = h[l]
+    expected.append(inp @ w["out_embedding"].T + w["out_bias"])
+  np.testing.assert_allclose(logits, np.stack(expected, axis=1), rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(c_out, c, rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(h_out, h, rtol=1e-4, atol=1e-5)
+
+
+def test_state_carried_across_windows_equals_one_long_window():
+  model = lstm_lm.LSTMLM(vocab_size=V, hidden=H, num_layers=2, tying="tied")
+  x = jax.random.randint(jax.random.key(0), (B, 8), 0, V)
+  params = model.init(jax.random.key(1), x, model.initial_carry(B))
+  whole, carry_whole = model.apply(params, x, model.initial_carry(B))
+  first, carry = model.apply(params, x[:, :3], model.initial_carry(B))
+  second, carry = model.apply(params, x[:, 3:], carry)
+  np.testing.assert_allclose(jnp.concatenate([first, second], axis=1), whole, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(carry[1], carry_whole[1], rtol=1e-5, atol=1e-6)
+
+
+def test_dropout_only_in_training():
+  model = lstm_lm.LSTMLM(vocab_size=V, hidden=H, num_layers=2, tying="tied", dropout=0.5)
+  x = jax.random.randint(jax.random.key(0), (B, 4), 0, V)
+  params = model.init(jax.random.key(1), x, model.initial_carry(B))
+  ev1, _ = model.apply(params, x, model.initial_carry(B), train=False)
+  ev2, _ = model.apply(params, x, model.initial_carry(B), train=False)
+  np.testing.assert_array_equal(ev1, ev2)
+  tr1, _ = model.apply(params, x, model.initial_carry(B), train=True, rngs={"dropout": jax.random.key(2)})
+  tr2, _ = model.apply(params, x, model.initial_carry(B), train=True, rngs={"dropout": jax.random.key(3)})
+  assert not np.allclose(tr1, ev1)
+  assert not np.allclose(tr1, tr2)

@@ -1,0 +1,195 @@
+"""The training loop: schedule, loss scaling, learning, resume, bad input, and the entry point."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.conftest import REPO, tiny_config, write_corpus
+from wt_jax import losses, models, tying
+from wt_jax.data import ptb
+from wt_jax.train import loop, optim
+from wt_jax.train.checkpoint import CheckpointMismatchError
+
+
+@pytest.fixture(scope="module")
+def tiny_corpus(tmp_path_factory):
+  root = tmp_path_factory.mktemp("data")
+  write_corpus(root / "ptb")
+  return ptb.load(str(root), download=False), root
+
+
+# --- schedule ------------------------------------------------------------------------------------
+
+def _reference_lrs(lr, decay, max_epoch, max_max_epoch):
+  """The authors' TensorFlow loop: for i in range(max_max_epoch): lr * decay ** max(i - max_epoch, 0)."""
+  return [lr * decay ** max(i - max_epoch, 0.0) for i in range(max_max_epoch)]
+
+
+@pytest.mark.parametrize("lr,decay,max_epoch,epochs", [(1.0, 0.5, 4, 13), (1.0, 0.8, 6, 39),
+                                                        (1.0, 1 / 1.15, 14, 55)])
+def test_schedule_matches_reference_off_by_one(lr, decay, max_epoch, epochs):
+  ours = [optim.epoch_lr(e, lr, decay, max_epoch) for e in range(1, epochs + 1)]
+  np.testing.assert_allclose(ours, _reference_lrs(lr, decay, max_epoch, epochs), rtol=1e-12)
+  assert ours[max_epoch] == lr and ours[max_epoch + 1] == pytest.approx(lr * decay)  # epoch max_epoch+1 at lr
+  spe = 7
+  sched = optim.zaremba_schedule(lr, decay, max_epoch, spe)
+  for e in range(1, epochs + 1):
+    for step in ((e - 1) * spe, e * spe - 1):
+      assert float(sched(step)) == pytest.approx(ours[e - 1], rel=1e-5)
+
+
+# --- loss scaling --------------------------------------------------------------------------------
+
+def test_train_step_uses_sum_over_time_mean_over_batch():
+  """One SGD step (lr 1, no clipping) moves the parameters by exactly −∇[Σ_t mean_b NLL + penalty/B]."""
+  config = tiny_config(tying="tied_projection", clip_norm=1e9, learning_rate=1.0)
+  model = models.build(config)
+  B, T = config.batch_size, config.bptt
+  params = loop.init_params(model, jax.random.key(0), B, T)
+  x = jax.random.randint(jax.random.key(1), (B, T), 0, config.vocab_size)
+  y = jax.random.randint(jax.random.key(2), (B, T), 0, config.vocab_size)
+
+  def reference_cost(p):
+    (logits, _), aux = model.apply({"params": p}, x, model.initial_carry(B), mutable=[tying.PENALTIES])
+    per_sequence = jnp.stack([losses.token_nll(logits[b], y[b]).sum() for b in range(B)])
+    penalty = config.pr_lambda * 0.5 * jnp.sum(p["words"]["proj_kernel"] ** 2)
+    return per_sequence.mean() + penalty / B
+
+  expected = jax.tree_util.tree_map(lambda p, g: p - g, params, jax.grad(reference_cost)(params))
+  tx = optim.make_optimizer(config, steps_per_epoch=100)
+  fresh = jax.tree_util.tree_map(jnp.copy, params)  # the step donates its inputs
+  state = {"params": fresh, "opt_state": tx.init(fresh), "step": jnp.zeros((), jnp.int32)}
+  step = loop.make_train_step(model, tx, jax.random.key(3))
+  state, _, acc = step(state, model.initial_carry(B), loop._zero_acc(), x, y)
+  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+                         state["params"], expected)
+  # the accumulated NLL (what perplexity is computed from) excludes the penalty
+  logits, _ = model.apply({"params": params}, x, model.initial_carry(B))
+  np.testing.assert_allclose(acc["nll"], losses.token_nll(logits, y).sum(), rtol=1e-5)
+  assert int(acc["tokens"]) == B * T
+
+
+def test_zaremba_cost_definition():
+  nll = jnp.arange(12.0).reshape(3, 4)
+  assert float(losses.zaremba_cost(nll)) == pytest.approx(nll.sum(axis=1).mean())
+
+
+def test_reported_perplexity_excludes_penalty(tiny_corpus, tmp_path):
+  corpus, _ = tiny_corpus
+  config = tiny_config(tying="tied_projection", pr_lambda=1e6, max_steps=3)
+  res = loop.fit(config, corpus, tmp_path)
+  model = models.build(config)
+  from wt_jax.train.checkpoint import Checkpoints
+  ck = Checkpoints(tmp_path / "checkpoints")
+  params = loop.init_params(model, jax.random.key(0), config.batch_size, config.bptt)
+  tx = optim.make_optimizer(config, 10)
+  target = {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32),
+            "carry": model.initial_carry(config.batch_size)}
+  state, _ = ck.restore("last", target)
+  ck.close()
+  # recompute the batch-1 test perplexity by hand, with no penalty anywhere
+  logits, _ = model.apply({"params": state["params"]}, corpus.test[None, :-1], model.initial_carry(1))
+  nll = losses.token_nll(logits, corpus.test[None, 1:]).sum()
+  assert res["test_ppl"] == pytest.approx(math.exp(float(nll) / (len(corpus.test) - 1)), rel=1e-4)
+  assert res["test_ppl"] < 1e3  # a λ of 1e6 in the ppl would be astronomically large
+
+
+# --- learning, resume, bad input -----------------------------------------------------------------
+
+def test_tiny_model_learns(tiny_corpus, tmp_path):
+  corpus, _ = tiny_corpus
+  config = tiny_config(tying="tied", num_epochs=10, decay_after_epoch=8, hidden_size=32)
+  res = loop.fit(config, corpus, tmp_path)
+  counts = np.bincount(corpus.train, minlength=corpus.vocab_size) + 1
+  p = counts / counts.sum()
+  unigram_ppl = math.exp(-np.mean(np.log(p[corpus.valid])))
+  assert unigram_ppl > 20
+  assert res["valid_ppl"] < unigram_ppl / 3, (res["valid_ppl"], unigram_ppl)
+  assert res["history"][-1]["valid_ppl"] < res["history"][0]["valid_ppl"]
+  assert (tmp_path / "metrics.jsonl").exists() and (tmp_path / "results.json").exists()
+  for key in ("config", "num_params", "train_ppl", "valid_ppl", "test_ppl", "test_ppl_batched", "epochs",
+              "steps", "wall_s", "train_tokens_per_s", "versions"):
+    assert key in res
+
+
+def test_resume_after_interruption_gives_identical_results(tiny_corpus, tmp_path):
+  corpus, _ = tiny_corpus
+  config = tiny_config(tying="tied", dropout=0.3, num_epochs=3)
+  spe = (len(corpus.train) // config.batch_size - 1) // config.bptt
+  full = loop.fit(config, corpus, tmp_path / "full")
+  # "killed" mid-way through epoch 2 (a checkpoint at the stop step), then resumed with the same config
+  part = tiny_config(tying="tied", dropout=0.3, num_epochs=3, max_steps=spe + spe // 2)
+  loop.fit(part, corpus, tmp_path / "resumed")
+  resumed = loop.fit(config, corpus, tmp_path / "resumed")
+  assert resumed["resumed_from_step"] == spe + spe // 2
+  for key in ("train_ppl", "valid_ppl", "test_ppl", "test_ppl_batched"):
+    assert resumed[key] == pytest.approx(full[key], rel=1e-5), key
+  assert [h["valid_ppl"] for h in resumed["history"]] == pytest.approx(
+      [h["valid_ppl"] for h in full["history"]], rel=1e-5)
+
+
+def test_restoring_tied_into_untied_fails_clearly(tiny_corpus, tmp_path):
+  corpus, _ = tiny_corpus
+  loop.fit(tiny_config(tying="tied", max_steps=2), corpus, tmp_path)
+  with pytest.raises(CheckpointMismatchError, match="out_embedding"):
+    loop.fit(tiny_config(tying="untied", max_steps=4), corpus, tmp_path)
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_corpus, tmp_path):
+  corpus, _ = tiny_corpus
+  loop.fit(tiny_config(max_steps=5), corpus, tmp_path)
+  before = sorted(p.name for p in (tmp_path / "checkpoints" / "last").iterdir())
+  with pytest.raises(loop.NonFiniteLossError, match="last good checkpoint"):
+    loop.fit(tiny_config(max_steps=20, learning_rate=float("nan")), corpus, tmp_path)
+  after = sorted(p.name for p in (tmp_path / "checkpoints" / "last").iterdir())
+  assert before == after == ["5"]
+  # and the run can go on from it with a sane config
+  res = loop.fit(tiny_config(max_steps=8), corpus, tmp_path)
+  assert res["resumed_from_step"] == 5 and math.isfinite(res["valid_ppl"])
+
+
+def test_vocab_mismatch_is_reported(tiny_corpus, tmp_path):
+  corpus, _ = tiny_corpus
+  with pytest.raises(ValueError, match="vocab_size"):
+    loop.fit(tiny_config(vocab_size=10_000), corpus, tmp_path)
+
+
+# --- the entry point -----------------------------------------------------------------------------
+
+def _run_entry(args, data_root, tmp_path):
+  env = dict(os.environ, WT_JAX_DATA=str(data_root), JAX_PLATFORMS="cpu")
+  return subprocess.run([sys.executable, "-m", "experiments.ptb", *args], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=300)
+
+
+def test_entry_point_end_to_end(tiny_corpus, tmp_path):
+  _, root = tiny_corpus
+  proc = _run_entry(["--config=configs/small_tied.py", f"--workdir={tmp_path}", "--config.max_steps=5",
+                     "--config.vocab_size=31", "--config.hidden_size=8", "--config.test_window=64"],
+                    root, tmp_path)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  res = json.loads((tmp_path / "results.json").read_text())
+  assert res["config"] == "small_tied" and res["steps"] == 5
+  assert res["num_params"] == 31 * 8 + 31 + 2 * (4 * 16 * 8 + 4 * 8)
+  assert set(res["versions"]) == {"jax", "flax", "optax"}
+
+
+def test_entry_point_rejects_unknown_config_key(tiny_corpus, tmp_path):
+  _, root = tiny_corpus
+  proc = _run_entry(["--config=configs/small_tied.py", f"--workdir={tmp_path}", "--config.num_epoch=1"],
+                    root, tmp_path)
+  assert proc.returncode != 0
+  assert "num_epoch" in proc.stderr
+
+
+def test_entry_point_missing_data_names_env_var(tmp_path):
+  proc = _run_entry(["--config=configs/small_tied.py", f"--workdir={tmp_path}", "--config.download=false"],
+                    tmp_path / "empty", tmp_path)
+  assert proc.returncode != 0
+  assert "WT_JAX_DATA" in proc.stderr

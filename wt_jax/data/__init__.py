@@ -1,0 +1,1 @@
+"""Corpora, vocabularies, batching and data-directory resolution."""

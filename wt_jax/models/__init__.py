@@ -1,0 +1,25 @@
+"""Model registry: `config.model` (a name) → a linen module built from the config.
+
+A language model plugs into `wt_jax.train.loop` through one interface:
+  module.init(rngs, ids[B, T], carry, train=False)       → variables ({'params': ...})
+  module.apply(variables, ids[B, T], carry, train=...)   → (logits[B, T, V], carry)
+  module.initial_carry(batch_size)                        → carry (a pytree whose leaves are [..., B, ...])
+Regularisers are sown into the `penalties` collection (see wt_jax.tying). The loop never looks at the name.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from wt_jax.models import lstm_lm
+
+_REGISTRY: dict[str, Callable] = {
+    "lstm_lm": lstm_lm.from_config,
+}
+
+
+def build(config):
+  """Build the model named by `config.model`."""
+  name = config.model
+  if name not in _REGISTRY:
+    raise ValueError(f"Unknown model {name!r}; known models: {', '.join(sorted(_REGISTRY))}.")
+  return _REGISTRY[name](config)

@@ -1,0 +1,282 @@
+"""The one training loop shared by every language model.
+
+    fit(config, corpus, workdir) → results dict (also written to <workdir>/results.json)
+
+A model plugs in through `wt_jax.models.build(config)` (see the interface in `wt_jax.models`); the loop never
+looks at its name. The train step is one `jax.jit`-compiled function: forward over a [B, T] window (the
+model scans over time), the reference cost Σ_t mean_b NLL + Σ penalties / B (`wt_jax.losses`), gradients,
+optax update (clip, SGD with the Zaremba schedule). The recurrent state is carried across windows and reset
+at the start of each epoch.
+
+Evaluation: validation every epoch, batched (config.eval_batch_size streams, the reference's windows); at the
+end the test set both batched and as one stream (batch 1, every one of the N − 1 targets, as the reference
+reports it). Penalties never enter a perplexity.
+
+Robustness: orbax checkpoints every epoch (and every `checkpoint_every_steps`) plus the best by validation
+perplexity; a killed run resumes from its last checkpoint (the recurrent state, position and dropout keys
+are restored, so it ends with the same numbers); a non-finite loss stops the run with a message before
+anything is saved, so the last good checkpoint survives.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from absl import logging
+
+from wt_jax import losses, models, tying
+from wt_jax.data import batching
+from wt_jax.train import metrics as metrics_lib
+from wt_jax.train import optim
+from wt_jax.train.checkpoint import Checkpoints
+
+
+class NonFiniteLossError(FloatingPointError):
+  """The training loss became NaN or infinite."""
+
+
+def init_params(model, rng: jax.Array, batch_size: int, bptt: int):
+  """The model's parameter pytree (only the 'params' collection)."""
+  x = jnp.zeros((batch_size, bptt), jnp.int32)
+  variables = model.init(rng, x, model.initial_carry(batch_size), train=False)
+  return variables["params"]
+
+
+def make_train_step(model, tx: optax.GradientTransformation, dropout_key: jax.Array):
+  """Returns step(state, carry, acc, x[B,T], y[B,T]) → (state, carry, acc), jit-compiled.
+
+  state: {'params', 'opt_state', 'step'}; acc: running {'nll', 'tokens', 'nonfinite'} sums.
+  """
+
+  def loss_fn(params, carry, x, y, key):
+    (logits, carry), aux = model.apply({"params": params}, x, carry, train=True,
+                                       rngs={"dropout": key}, mutable=[tying.PENALTIES])
+    nll = losses.token_nll(logits, y)
+    batch = x.shape[0]
+    cost = losses.zaremba_cost(nll) + losses.total_penalty(aux.get(tying.PENALTIES, {})) / batch
+    return cost, (carry, jnp.sum(nll))
+
+  def step(state, carry, acc, x, y):
+    key = jax.random.fold_in(dropout_key, state["step"])
+    carry = jax.lax.stop_gradient(carry)
+    (_, (carry, nll_sum)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state["params"], carry, x, y, key)
+    updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+    params = optax.apply_updates(state["params"], updates)
+    acc = {"nll": acc["nll"] + nll_sum, "tokens": acc["tokens"] + y.size,
+           "nonfinite": acc["nonfinite"] + (~jnp.isfinite(nll_sum)).astype(jnp.int32)}
+    state = {"params": params, "opt_state": opt_state, "step": state["step"] + 1}
+    return state, carry, acc
+
+  return jax.jit(step, donate_argnums=(0, 1, 2))
+
+
+def make_eval_window(model):
+  """Returns f(params, carry, x, y, mask) → (Σ mask·NLL, carry), jit-compiled; dropout off, no penalties."""
+
+  @jax.jit
+  def f(params, carry, x, y, mask):
+    logits, carry = model.apply({"params": params}, x, carry, train=False)
+    return jnp.sum(losses.token_nll(logits, y) * mask), carry
+
+  return f
+
+
+def evaluate(model, eval_window, params, stream: np.ndarray, batch_size: int, bptt: int,
+             drop_remainder: bool) -> dict:
+  """Perplexity of `params` on a token stream, state carried across windows. Returns {'ppl', 'nll', 'tokens'}."""
+  w = batching.lm_windows(stream, batch_size, bptt, drop_remainder=drop_remainder)
+  carry = model.initial_carry(batch_size)
+  total = jnp.zeros((), jnp.float32)
+  for i in range(len(w)):
+    nll, carry = eval_window(params, carry, w.x[i], w.y[i], w.mask[i])
+    total = total + nll
+  total = float(total)
+  return {"ppl": perplexity(total, w.num_tokens), "nll": total, "tokens": w.num_tokens}
+
+
+def perplexity(nll_sum: float, tokens: int) -> float:
+  """exp(mean NLL), inf rather than an OverflowError for a diverged model."""
+  mean = nll_sum / max(tokens, 1)
+  return math.exp(mean) if mean < 700 else float("inf")
+
+
+def _zero_acc():
+  return {"nll": jnp.zeros((), jnp.float32), "tokens": jnp.zeros((), jnp.int32),
+          "nonfinite": jnp.zeros((), jnp.int32)}
+
+
+def _versions() -> dict:
+  return {"jax": jax.__version__, "flax": flax.__version__, "optax": optax.__version__}
+
+
+def fit(config, corpus, workdir: str | Path) -> dict:
+  """Train `config` on `corpus` (train/valid/test streams), writing everything under `workdir`."""
+  t_start = time.time()
+  workdir = Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  if corpus.vocab_size != config.vocab_size:
+    raise ValueError(f"config.vocab_size={config.vocab_size} but the corpus has {corpus.vocab_size} "
+                     f"types; set --config.vocab_size={corpus.vocab_size}.")
+  model = models.build(config)
+  B, T = config.batch_size, config.bptt
+  train = batching.lm_windows(corpus.train, B, T)
+  steps_per_epoch = len(train)
+  total_steps = steps_per_epoch * config.num_epochs
+  if config.max_steps:
+    total_steps = min(total_steps, config.max_steps)
+  tx = optim.make_optimizer(config, steps_per_epoch)
+
+  init_key, dropout_key = jax.random.split(jax.random.key(config.seed))
+  params = init_params(model, init_key, B, T)
+  num_params = tying.count_params(params)
+  state = {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)}
+  carry = model.initial_carry(B)
+  meta = {"config": config.to_dict(), "history": [], "epoch_nll": 0.0, "epoch_tokens": 0,
+          "best_valid_ppl": None, "best_epoch": None, "train_s": 0.0, "wall_s": 0.0}
+
+  ckpts = Checkpoints(workdir / "checkpoints")
+  writer = metrics_lib.MetricsWriter(workdir / "metrics.jsonl")
+  resumed_from = None
+  if ckpts.latest_step() is not None:
+    restored, meta = ckpts.restore("last", {**state, "carry": carry})
+    carry = restored.pop("carry")
+    state = restored
+    resumed_from = int(state["step"])
+    logging.info("Resumed from %s at step %d.", ckpts.directory / "last", resumed_from)
+  logging.info("%s: %s parameters, %d steps/epoch, %d steps in all.", config.name,
+               f"{num_params:,}", steps_per_epoch, total_steps)
+
+  train_step = make_train_step(model, tx, dropout_key)
+  eval_window = make_eval_window(model)
+  step = int(state["step"])
+  acc = _zero_acc()
+  acc_base = {"nll": meta["epoch_nll"], "tokens": meta["epoch_tokens"]}  # epoch sums before a resume
+  clock = {"t0": time.time(), "step0": step}  # the current stretch of pure training
+  wall_before = meta["wall_s"]
+
+  def epoch_sums():
+    a = jax.device_get(acc)
+    if int(a["nonfinite"]):
+      raise NonFiniteLossError(
+          f"The training loss became non-finite before step {step} (epoch {step // steps_per_epoch + 1}). "
+          f"Stopped without saving; the last good checkpoint (step {ckpts.latest_step()}) is kept in "
+          f"{ckpts.directory}. Try a lower learning rate or clip norm.")
+    return acc_base["nll"] + float(a["nll"]), acc_base["tokens"] + int(a["tokens"])
+
+  def tick() -> float:
+    """Close the current stretch of training time; returns its tokens/s."""
+    now = time.time()
+    dt = max(now - clock["t0"], 1e-9)
+    meta["train_s"] += dt
+    tps = (step - clock["step0"]) * B * T / dt
+    clock.update(t0=now, step0=step)
+    return tps
+
+  def save(kind):
+    nll, tok = epoch_sums()
+    meta.update(epoch_nll=nll, epoch_tokens=tok, wall_s=wall_before + time.time() - t_start)
+    ckpts.save(kind, step, {**state, "carry": carry}, meta)
+
+  def restart_clock():
+    clock.update(t0=time.time(), step0=step)
+
+  while step < total_steps:
+    pos = step % steps_per_epoch
+    epoch = step // steps_per_epoch + 1
+    if pos == 0:
+      carry = model.initial_carry(B)
+      acc, acc_base = _zero_acc(), {"nll": 0.0, "tokens": 0}
+    state, carry, acc = train_step(state, carry, acc, train.x[pos], train.y[pos])
+    step += 1
+    end_of_epoch = step % steps_per_epoch == 0
+    if step % config.log_every == 0 or end_of_epoch or step == total_steps:
+      nll, tok = epoch_sums()  # syncs with the device
+      tps = tick()
+      eta = (total_steps - step) * B * T / max(tps, 1e-9)
+      lr = optim.epoch_lr(epoch, config.learning_rate, config.lr_decay, config.decay_after_epoch)
+      logging.info("epoch %d step %d/%d (%.0f%% of epoch) train ppl %.2f lr %.4g  %.0f tok/s  ETA %.1f min",
+                   epoch, step, total_steps, 100 * (pos + 1) / steps_per_epoch, perplexity(nll, tok), lr,
+                   tps, eta / 60)
+      writer.write(kind="train", step=step, epoch=epoch, lr=lr, train_ppl=perplexity(nll, tok),
+                   tokens_per_s=tps)
+    if end_of_epoch:
+      nll, tok = epoch_sums()
+      t0 = time.time()
+      valid = evaluate(model, eval_window, state["params"], corpus.valid, config.eval_batch_size, T,
+                       drop_remainder=True)
+      record = {"epoch": epoch, "step": step, "train_ppl": perplexity(nll, tok), "valid_ppl": valid["ppl"],
+                "lr": optim.epoch_lr(epoch, config.learning_rate, config.lr_decay,
+                                     config.decay_after_epoch)}
+      logging.info("epoch %d done: train ppl %.2f valid ppl %.2f (eval %.1fs)", epoch,
+                   record["train_ppl"], valid["ppl"], time.time() - t0)
+      writer.write(kind="epoch", **record)
+      meta["history"].append(record)
+      is_best = meta["best_valid_ppl"] is None or valid["ppl"] < meta["best_valid_ppl"]
+      if is_best:
+        meta.update(best_valid_ppl=valid["ppl"], best_epoch=epoch)
+      save("last")
+      if is_best:
+        save("best")
+      restart_clock()
+    elif config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0:
+      tick()
+      save("last")
+      restart_clock()
+
+  # Final numbers with the final parameters, as the reference reports them.
+  history = meta["history"]
+  if history and history[-1]["step"] == step:
+    train_ppl, valid_ppl = history[-1]["train_ppl"], history[-1]["valid_ppl"]
+  else:  # stopped mid-epoch (max_steps): evaluate here
+    nll, tok = epoch_sums()
+    train_ppl = perplexity(nll, tok) if tok else float("nan")
+    valid_ppl = evaluate(model, eval_window, state["params"], corpus.valid, config.eval_batch_size, T,
+                         drop_remainder=True)["ppl"]
+    save("last")
+  test_batched = evaluate(model, eval_window, state["params"], corpus.test, config.eval_batch_size, T,
+                          drop_remainder=True)
+  test_single = evaluate(model, eval_window, state["params"], corpus.test, 1, config.test_window,
+                         drop_remainder=False)
+  results = {
+      "config": config.name,
+      "model": config.model,
+      "tying": config.tying,
+      "num_params": num_params,
+      "train_ppl": train_ppl,
+      "valid_ppl": valid_ppl,
+      "test_ppl": test_single["ppl"],
+      "test_ppl_batched": test_batched["ppl"],
+      "test_protocol": ("test_ppl: one stream (batch 1), all N-1 targets, as the reference reports it "
+                        "(the README's tables use it); test_ppl_batched: "
+                        f"{config.eval_batch_size} streams x {T}-step windows, tail dropped"),
+      "best_valid_ppl": meta["best_valid_ppl"],
+      "best_epoch": meta["best_epoch"],
+      "epochs": step / steps_per_epoch,
+      "steps": step,
+      "steps_per_epoch": steps_per_epoch,
+      "wall_s": wall_before + time.time() - t_start,
+      "train_s": meta["train_s"],
+      "train_tokens_per_s": step * B * T / max(meta["train_s"], 1e-9),
+      "resumed_from_step": resumed_from,
+      "seed": config.seed,
+      "history": history,
+      "versions": _versions(),
+      "devices": [str(d) for d in jax.devices()],
+  }
+  (workdir / "results.json").write_text(json.dumps(results, indent=2))
+  if config.plot:
+    metrics_lib.plot_curves(workdir / "metrics.jsonl", workdir / "curves.png", title=config.name)
+  ckpts.close()
+  logging.info("results: train %.2f valid %.2f test %.2f (batched %.2f); %s",
+               train_ppl, valid_ppl, test_single["ppl"], test_batched["ppl"], workdir / "results.json")
+  return results

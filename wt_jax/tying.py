@@ -1,0 +1,131 @@
+"""Where weight tying lives: the word embedding lookup and the output (softmax) layer.
+
+Every language model in wt_jax embeds its input and scores its output through `WordEmbeddings`, whose
+`mode` decides, once, which parameters exist:
+
+| mode              | parameters (V = vocabulary, D = embedding = hidden size)         | logits               |
+|-------------------|-------------------------------------------------------------------|----------------------|
+| `untied`          | embedding U (V×D), out_embedding V (V×D), out_bias b (V)          | h·Vᵀ + b             |
+| `tied` (WT)       | embedding S (V×D), out_bias b (V)                                 | h·Sᵀ + b             |
+| `projection` (PR) | U, V, b, proj_kernel P (D×D), proj_bias p_b (D)                   | (h·P + p_b)·Vᵀ + b   |
+| `tied_projection` | S, b, P, p_b                                                      | (h·P + p_b)·Sᵀ + b   |
+
+Tying is **one shared leaf**: in the tied modes the pytree holds a single `embedding` array; the lookup
+reads rows of it and the output layer multiplies by its transpose, so its gradient is the sum of both uses
+(Press & Wolf 2017, Section 3). Nothing is ever copied between two arrays.
+
+Projection regularisation (Press & Wolf 2017, Section 5) penalises λ·½‖P‖²_F. The head *sows* that value
+into the `penalties` collection; it is expressed in units of the NLL **summed over every token** of the batch
+(the authors' code adds `l2_loss(P) / (batch_size · 6.5)` to a cost that is that sum divided by the batch
+size, so λ = 1/6.5). The training loop adds `Σ penalties / batch_size` to its cost; reported perplexities
+never include it.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+MODES = ("untied", "tied", "projection", "tied_projection")
+PENALTIES = "penalties"  # the linen collection that regularisers sow into
+
+
+def uniform_init(scale: float):
+  """Initialiser drawing U(−scale, scale), as the Zaremba/Press & Wolf reference code does for weights."""
+
+  def init(key, shape, dtype=jnp.float32):
+    return jax.random.uniform(key, shape, dtype, -scale, scale)
+
+  return init
+
+
+def check_mode(mode: str) -> str:
+  if mode not in MODES:
+    raise ValueError(f"Unknown tying mode {mode!r}; expected one of {', '.join(MODES)}.")
+  return mode
+
+
+class WordEmbeddings(nn.Module):
+  """Input embedding and output layer of a language model, tied or not.
+
+  Attributes:
+    vocab_size: V.
+    dim: D, the embedding size; the output layer acts on D-dimensional vectors.
+    mode: one of `MODES`.
+    init_scale: every parameter here is drawn from U(−init_scale, init_scale).
+    pr_lambda: λ of the projection penalty λ·½‖P‖²_F (authors' code: 1/6.5 ≈ 0.154).
+    proj_bias: whether the projection has a bias p_b (the authors' code has one).
+    output_bias: whether the softmax has a bias b (Inan et al.'s "reused embeddings" fix it at zero: False).
+    logit_scale: multiply logits by D^-½ (off in the papers; an option for experimentation).
+  """
+
+  vocab_size: int
+  dim: int
+  mode: str = "tied"
+  init_scale: float = 0.1
+  pr_lambda: float = 1.0 / 6.5
+  proj_bias: bool = True
+  output_bias: bool = True
+  logit_scale: bool = False
+
+  def setup(self):
+    check_mode(self.mode)
+    init = uniform_init(self.init_scale)
+    V, D = self.vocab_size, self.dim
+    self.embedding = self.param("embedding", init, (V, D))
+    if self.mode in ("untied", "projection"):
+      self.out_embedding = self.param("out_embedding", init, (V, D))
+    if self.mode in ("projection", "tied_projection"):
+      self.proj_kernel = self.param("proj_kernel", init, (D, D))
+      if self.proj_bias:
+        self.proj_b = self.param("proj_bias", init, (D,))
+    if self.output_bias:
+      self.out_bias = self.param("out_bias", init, (V,))
+
+  @property
+  def tied(self) -> bool:
+    return self.mode in ("tied", "tied_projection")
+
+  def output_matrix(self) -> jax.Array:
+    """The V×D matrix the logits are computed against: the embedding itself when tied."""
+    return self.embedding if self.tied else self.out_embedding
+
+  def embed(self, ids: jax.Array) -> jax.Array:
+    """ids[...] int → embeddings[..., D]."""
+    return jnp.take(self.embedding, ids, axis=0)
+
+  def logits(self, h: jax.Array) -> jax.Array:
+    """h[..., D] → logits[..., V]; sows the projection penalty when there is a projection."""
+    if self.mode in ("projection", "tied_projection"):
+      h = h @ self.proj_kernel
+      if self.proj_bias:
+        h = h + self.proj_b
+      penalty = self.pr_lambda * 0.5 * jnp.sum(jnp.square(self.proj_kernel))
+      self.sow(PENALTIES, "projection_l2", penalty, init_fn=lambda: 0.0, reduce_fn=lambda a, b: a + b)
+    out = h @ self.output_matrix().T
+    if self.logit_scale:
+      out = out * (1.0 / math.sqrt(self.dim))
+    if self.output_bias:
+      out = out + self.out_bias
+    return out
+
+  def __call__(self, ids: jax.Array) -> jax.Array:
+    return self.embed(ids)
+
+
+def count_params(params: Any) -> int:
+  """Number of scalars in a parameter pytree (a shared leaf counts once: it is one leaf)."""
+  return int(sum(x.size for x in jax.tree_util.tree_leaves(params)))
+
+
+def embedding_leaves(params: Any) -> dict[str, jax.Array]:
+  """The V×D embedding matrices of a parameter tree, by path: one when tied, two when untied."""
+  out = {}
+  for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+    name = jax.tree_util.keystr(path, simple=True, separator="/")
+    if name.endswith(("/embedding", "/out_embedding")) or name in ("embedding", "out_embedding"):
+      out[name] = leaf
+  return out
