@@ -2,13 +2,22 @@
 
     python -m experiments.bench --config=configs/small_tied.py [--steps=200 --warmup=20 --repeats=3]
 
+With --torch_python=PATH (a Python that has torch), it instead alternates, --rounds times, a run of the
+PyTorch reference `../shared/bench/torch_small_lm.py` (or --torch_script) and a run of this benchmark, each
+in its own process, and prints one JSON line with every run and the medians of both (the machine is noisy:
+compare only within one interleaved run).
+
 Measures, on the PTB training stream (or a random stream of the same vocabulary with --synthetic), the
 compile time of the train step, steady-state train ms/step and tokens/s (median over --repeats blocks of
 --steps steps, after --warmup steps), and eval tokens/s of the batched validation pass.
 """
 import json
+import os
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -26,12 +35,47 @@ _WARMUP = flags.DEFINE_integer("warmup", 20, "Untimed train steps after compilat
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed blocks; the median is reported.")
 _EVAL_WINDOWS = flags.DEFINE_integer("eval_windows", 100, "Validation windows timed for eval tokens/s.")
 _SYNTHETIC = flags.DEFINE_bool("synthetic", False, "Use a random token stream instead of PTB.")
+_TORCH_PYTHON = flags.DEFINE_string("torch_python", None, "Python with torch: run the interleaved comparison.")
+_TORCH_SCRIPT = flags.DEFINE_string(
+    "torch_script", str(Path(__file__).resolve().parents[1].parent / "shared" / "bench" / "torch_small_lm.py"),
+    "The PyTorch reference benchmark script.")
+_ROUNDS = flags.DEFINE_integer("rounds", 3, "Interleaved rounds (with --torch_python).")
 flags.mark_flag_as_required("config")
+
+
+def _json_line(cmd: list[str]) -> dict:
+  out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+  return json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
+
+
+def compare_with_torch(config) -> None:
+  """Alternate reference and wt_jax runs in separate processes; print all runs and the medians."""
+  tied = ["--tied"] if config.tying in ("tied", "tied_projection") else []
+  torch_cmd = [_TORCH_PYTHON.value, _TORCH_SCRIPT.value, *tied, "--steps", str(_STEPS.value),
+               "--warmup", str(_WARMUP.value), "--batch", str(config.batch_size), "--bptt",
+               str(config.bptt), "--hidden", str(config.hidden_size), "--eval-batches", str(_EVAL_WINDOWS.value)]
+  ours_cmd = [sys.executable, "-m", "experiments.bench", *[a for a in sys.argv[1:]
+                                                           if not a.startswith(("--torch", "--rounds"))]]
+  runs = {"torch": [], "wt_jax": []}
+  for _ in range(_ROUNDS.value):
+    runs["torch"].append(_json_line(torch_cmd))
+    runs["wt_jax"].append(_json_line(ours_cmd))
+  med = lambda k, key: statistics.median(r[key] for r in runs[k])
+  print(json.dumps({
+      "bench": "interleaved", "config": config.name, "rounds": _ROUNDS.value,
+      "torch_train_ms_per_step_median": med("torch", "train_ms_per_step"),
+      "wt_jax_train_ms_per_step_median": med("wt_jax", "train_ms_per_step"),
+      "torch_eval_tok_per_s_median": med("torch", "eval_tok_per_s"),
+      "wt_jax_eval_tok_per_s_median": med("wt_jax", "eval_tok_per_s"),
+      "speedup_train": med("torch", "train_ms_per_step") / med("wt_jax", "train_ms_per_step"),
+      "runs": runs}))
 
 
 def main(argv):
   del argv
   config = _CONFIG.value
+  if _TORCH_PYTHON.value:
+    return compare_with_torch(config)
   if _SYNTHETIC.value:
     rng = np.random.default_rng(0)
     train_stream = rng.integers(0, config.vocab_size, 200_000).astype(np.int32)

@@ -10,7 +10,8 @@ reference's `linear(..., bias_start=0.0)`); the softmax bias and projection use 
 is applied to the embeddings and to each layer's output.
 
 Each layer runs as one `lax.scan` over time, with the input-to-hidden product hoisted out of the scan as a
-single [T·B, I]×[I, 4H] matmul, so the scan body only does the recurrent [B, H]×[H, 4H] product.
+single [T·B, I]×[I, 4H] matmul, so the scan body only does the recurrent [B, H]×[H, 4H] product; its
+backward pass is hand-written (`lstm_recurrence`, checked against autodiff in tests/test_lstm_lm.py).
 
 The recurrent state ("carry") is a pair (c, h), each [L, B, H]; it is carried across bptt windows.
 """
@@ -22,8 +23,77 @@ import jax.numpy as jnp
 
 from wt_jax import tying
 
-UNROLL = 1
 Carry = tuple[jax.Array, jax.Array]  # (c[L, B, H], h[L, B, H])
+
+
+def _gate_scale(hidden: int) -> jax.Array:
+  """Per-gate pre-activation scale: 2 for the cell candidate j, 1 for i, f, o (see `lstm_recurrence`)."""
+  return jnp.concatenate([jnp.ones(hidden), jnp.full(hidden, 2.0), jnp.ones(2 * hidden)])
+
+
+def _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH):
+  """The recurrence; also returns what the backward pass needs: σ-activations a[T, B, 4H] and c[T, B, H]."""
+  H = w_hh.shape[0]
+  scale = _gate_scale(H)
+
+  def cell(carry, xw_Bx4H):
+    c, h = carry
+    # One σ over all four gates: tanh(z) = 2σ(2z) − 1, so j is computed from σ(2·z_j). Mathematically the
+    # TF cell exactly; one fused elementwise op instead of four slices is ~2× faster on CPU.
+    a = jax.nn.sigmoid((xw_Bx4H + h @ w_hh) * scale)
+    i, j, f, o = jnp.split(a, 4, axis=-1)
+    c = f * c + i * (2.0 * j - 1.0)
+    h = o * jnp.tanh(c)
+    return (c, h), (h, a, c)
+
+  (c, h), (hs, acts, cs) = jax.lax.scan(cell, (c0_BxH, h0_BxH), xw_TxBx4H)
+  return hs, c, h, acts, cs
+
+
+@jax.custom_vjp
+def lstm_recurrence(xw_TxBx4H, w_hh, c0_BxH, h0_BxH):
+  """LSTM over time given the precomputed input part of the gates xw = x·W_ih + b.
+
+  xw[T, B, 4H], w_hh[H, 4H], c0, h0[B, H] → (h[T, B, H], c_T[B, H], h_T[B, H]).
+
+  The custom VJP runs the backward recurrence for the gate gradients only and then forms ∂W_hh as one
+  [H, T·B]×[T·B, 4H] matmul, instead of accumulating a [H, 4H] gradient inside the loop at every step as
+  plain autodiff of `lax.scan` does (the cuDNN strategy; ~3× faster backward on CPU).
+  """
+  hs, c, h, _, _ = _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH)
+  return hs, c, h
+
+
+def _recurrence_fwd(xw_TxBx4H, w_hh, c0_BxH, h0_BxH):
+  hs, c, h, acts, cs = _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH)
+  return (hs, c, h), (w_hh, c0_BxH, h0_BxH, hs, acts, cs)
+
+
+def _recurrence_bwd(res, cotangents):
+  w_hh, c0, h0, hs, acts, cs = res
+  d_hs, d_cT, d_hT = cotangents
+  c_prev = jnp.concatenate([c0[None], cs[:-1]], axis=0)
+  h_prev = jnp.concatenate([h0[None], hs[:-1]], axis=0)
+
+  def step(carry, inputs):
+    dh_next, dc_next = carry
+    dy, a, c, cp = inputs
+    i, j, f, o = jnp.split(a, 4, axis=-1)
+    g = 2.0 * j - 1.0
+    tc = jnp.tanh(c)
+    dh = dy + dh_next
+    dc = dc_next + dh * o * (1.0 - tc * tc)
+    # ∂/∂z of σ is a(1 − a) for every gate; for j, d(2σ(2z) − 1)/dz = 4a(1 − a).
+    upstream = jnp.concatenate([dc * g, 4.0 * dc * i, dc * cp, dh * tc], axis=-1)
+    dz = upstream * a * (1.0 - a)
+    return (dz @ w_hh.T, dc * f), dz
+
+  (dh0, dc0), dz_TxBx4H = jax.lax.scan(step, (d_hT, d_cT), (d_hs, acts, cs, c_prev), reverse=True)
+  dw_hh = jnp.einsum("tbh,tbg->hg", h_prev, dz_TxBx4H)
+  return dz_TxBx4H, dw_hh, dc0, dh0
+
+
+lstm_recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
 
 
 class LSTMLayer(nn.Module):
@@ -40,16 +110,7 @@ class LSTMLayer(nn.Module):
     w_hh = self.param("w_hh", w_init, (H, 4 * H))
     bias = self.param("bias", nn.initializers.zeros, (4 * H,))
     xw_TxBx4H = jnp.einsum("tbi,ig->tbg", x_TxBxI, w_ih) + bias
-
-    def cell(carry, xw_Bx4H):
-      c, h = carry
-      gates = xw_Bx4H + h @ w_hh
-      i, j, f, o = jnp.split(gates, 4, axis=-1)
-      c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(j)
-      h = jax.nn.sigmoid(o) * jnp.tanh(c)
-      return (c, h), h
-
-    (c, h), y_TxBxH = jax.lax.scan(cell, (c_BxH, h_BxH), xw_TxBx4H, unroll=UNROLL)
+    y_TxBxH, c, h = lstm_recurrence(xw_TxBx4H, w_hh, c_BxH, h_BxH)
     return y_TxBxH, c, h
 
 
