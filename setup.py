@@ -12,7 +12,7 @@ setup(
         "jax>=0.4.30",
         "jaxlib>=0.4.30",
         "flax>=0.8",
-        "optax>=0.2",
+        "optax>=0.2.5",
         "orbax-checkpoint>=0.6",
         "chex>=0.1.86",
         "absl-py>=2.0",

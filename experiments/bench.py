@@ -103,7 +103,7 @@ def main(argv):
   def run(n):
     nonlocal state, carry, acc, i
     for _ in range(n):
-      state, carry, acc = step_fn(state, carry, acc, windows.x[i % len(windows)],
+      state, carry, acc, _ = step_fn(state, carry, acc, windows.x[i % len(windows)],
                                   windows.y[i % len(windows)])
       i += 1
     jax.block_until_ready(acc)

@@ -61,18 +61,23 @@ def test_train_step_uses_sum_over_time_mean_over_batch():
     penalty = config.pr_lambda * 0.5 * jnp.sum(p["words"]["proj_kernel"] ** 2)
     return per_sequence.mean() + penalty / B
 
-  expected = jax.tree_util.tree_map(lambda p, g: p - g, params, jax.grad(reference_cost)(params))
+  ref_grads = jax.grad(reference_cost)(params)
+  expected = jax.tree_util.tree_map(lambda p, g: p - g, params, ref_grads)
   tx = optim.make_optimizer(config, steps_per_epoch=100)
   fresh = jax.tree_util.tree_map(jnp.copy, params)  # the step donates its inputs
   state = {"params": fresh, "opt_state": tx.init(fresh), "step": jnp.zeros((), jnp.int32)}
   step = loop.make_train_step(model, tx, jax.random.key(3))
-  state, _, acc = step(state, model.initial_carry(B), loop._zero_acc(), x, y)
+  state, _, acc, norms = step(state, model.initial_carry(B), loop._zero_acc(), x, y)
   jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
                          state["params"], expected)
   # the accumulated NLL (what perplexity is computed from) excludes the penalty
   logits, _ = model.apply({"params": params}, x, model.initial_carry(B))
   np.testing.assert_allclose(acc["nll"], losses.token_nll(logits, y).sum(), rtol=1e-5)
   assert int(acc["tokens"]) == B * T
+  # the step reports the norm of the one (tied) embedding gradient
+  assert sorted(k for k in norms if k.startswith("grad/")) == ["grad/words/embedding"]
+  np.testing.assert_allclose(norms["grad/words/embedding"], jnp.linalg.norm(ref_grads["words"]["embedding"]),
+                             rtol=1e-5)
 
 
 def test_zaremba_cost_definition():

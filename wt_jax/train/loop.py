@@ -52,9 +52,11 @@ def init_params(model, rng: jax.Array, batch_size: int, bptt: int):
 
 
 def make_train_step(model, tx: optax.GradientTransformation, dropout_key: jax.Array):
-  """Returns step(state, carry, acc, x[B,T], y[B,T]) → (state, carry, acc), jit-compiled.
+  """Returns step(state, carry, acc, x[B,T], y[B,T]) → (state, carry, acc, norms), jit-compiled.
 
-  state: {'params', 'opt_state', 'step'}; acc: running {'nll', 'tokens', 'nonfinite'} sums.
+  state: {'params', 'opt_state', 'step'}; acc: running {'nll', 'tokens', 'nonfinite'} sums; norms: this
+  step's global L2 norms of the gradient (before clipping), parameters and update, and of the gradient of
+  each embedding matrix (one when tied, two when untied), named by their path.
   """
 
   def loss_fn(params, carry, x, y, key):
@@ -74,8 +76,12 @@ def make_train_step(model, tx: optax.GradientTransformation, dropout_key: jax.Ar
     params = optax.apply_updates(state["params"], updates)
     acc = {"nll": acc["nll"] + nll_sum, "tokens": acc["tokens"] + y.size,
            "nonfinite": acc["nonfinite"] + (~jnp.isfinite(nll_sum)).astype(jnp.int32)}
+    norms = {"grad": optax.tree.norm(grads), "param": optax.tree.norm(params),
+             "update": optax.tree.norm(updates)}
+    for name, g in tying.embedding_leaves(grads).items():
+      norms[f"grad/{name}"] = jnp.linalg.norm(g)
     state = {"params": params, "opt_state": opt_state, "step": state["step"] + 1}
-    return state, carry, acc
+    return state, carry, acc, norms
 
   return jax.jit(step, donate_argnums=(0, 1, 2))
 
@@ -196,7 +202,7 @@ def fit(config, corpus, workdir: str | Path) -> dict:
     if pos == 0:
       carry = model.initial_carry(B)
       acc, acc_base = _zero_acc(), {"nll": 0.0, "tokens": 0}
-    state, carry, acc = train_step(state, carry, acc, train.x[pos], train.y[pos])
+    state, carry, acc, norms = train_step(state, carry, acc, train.x[pos], train.y[pos])
     step += 1
     end_of_epoch = step % steps_per_epoch == 0
     if step % config.log_every == 0 or end_of_epoch or step == total_steps:
@@ -208,7 +214,7 @@ def fit(config, corpus, workdir: str | Path) -> dict:
                    epoch, step, total_steps, 100 * (pos + 1) / steps_per_epoch, perplexity(nll, tok), lr,
                    tps, eta / 60)
       writer.write(kind="train", step=step, epoch=epoch, lr=lr, train_ppl=perplexity(nll, tok),
-                   tokens_per_s=tps)
+                   tokens_per_s=tps, **{f"norm/{k}": float(v) for k, v in jax.device_get(norms).items()})
     if end_of_epoch:
       nll, tok = epoch_sums()
       t0 = time.time()
