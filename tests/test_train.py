@@ -198,3 +198,39 @@ def test_entry_point_missing_data_names_env_var(tmp_path):
                     tmp_path / "empty", tmp_path)
   assert proc.returncode != 0
   assert "WT_JAX_DATA" in proc.stderr
+
+
+def test_killed_entry_point_resumes_to_the_same_numbers(tiny_corpus, tmp_path):
+  """SIGKILL a real training process after its first checkpoint; re-running the command finishes the run
+  with the numbers of an uninterrupted one."""
+  import signal
+  import time
+  _, root = tiny_corpus
+  args = ["--config=configs/small_tied.py", "--config.vocab_size=31", "--config.hidden_size=8",
+          "--config.batch_size=4", "--config.bptt=5", "--config.num_epochs=5", "--config.decay_after_epoch=3",
+          "--config.checkpoint_every_steps=50", "--config.log_every=50", "--config.test_window=64",
+          "--config.dropout=0.2", "--config.plot=false"]
+  full = _run_entry([*args, f"--workdir={tmp_path / 'full'}"], root, tmp_path)
+  assert full.returncode == 0, full.stderr[-3000:]
+
+  env = dict(os.environ, WT_JAX_DATA=str(root), JAX_PLATFORMS="cpu")
+  proc = subprocess.Popen([sys.executable, "-m", "experiments.ptb", *args, f"--workdir={tmp_path / 'killed'}"],
+                          cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  last = tmp_path / "killed" / "checkpoints" / "last"
+  deadline = time.time() + 120
+  while time.time() < deadline and proc.poll() is None:
+    if last.is_dir() and any(p.name.isdigit() for p in last.iterdir()):
+      break
+    time.sleep(0.02)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+  assert not (tmp_path / "killed" / "results.json").exists()
+
+  resumed = _run_entry([*args, f"--workdir={tmp_path / 'killed'}"], root, tmp_path)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  a = json.loads((tmp_path / "full" / "results.json").read_text())
+  b = json.loads((tmp_path / "killed" / "results.json").read_text())
+  assert b["resumed_from_step"] is not None and b["resumed_from_step"] > 0
+  for key in ("train_ppl", "valid_ppl", "test_ppl", "test_ppl_batched", "steps"):
+    assert b[key] == pytest.approx(a[key], rel=1e-5), key
