@@ -234,3 +234,29 @@ def test_killed_entry_point_resumes_to_the_same_numbers(tiny_corpus, tmp_path):
   assert b["resumed_from_step"] is not None and b["resumed_from_step"] > 0
   for key in ("train_ppl", "valid_ppl", "test_ppl", "test_ppl_batched", "steps"):
     assert b[key] == pytest.approx(a[key], rel=1e-5), key
+
+
+def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes(tiny_corpus, tmp_path):
+  import signal
+  import time
+  _, root = tiny_corpus
+  args = ["--config=configs/small_tied.py", "--config.vocab_size=31", "--config.hidden_size=8",
+          "--config.batch_size=4", "--config.bptt=5", "--config.num_epochs=40", "--config.checkpoint_every_steps=0",
+          "--config.log_every=10", "--config.test_window=64", "--config.plot=false", f"--workdir={tmp_path}"]
+  env = dict(os.environ, WT_JAX_DATA=str(root), JAX_PLATFORMS="cpu")
+  proc = subprocess.Popen([sys.executable, "-m", "experiments.ptb", *args], cwd=REPO, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  deadline = time.time() + 120
+  while time.time() < deadline and proc.poll() is None and not (tmp_path / "metrics.jsonl").exists():
+    time.sleep(0.02)
+  proc.send_signal(signal.SIGINT)
+  _, err = proc.communicate(timeout=120)
+  assert proc.returncode != 0
+  assert "Interrupted at step" in err, err[-2000:]
+  last = tmp_path / "checkpoints" / "last"
+  steps = [int(p.name) for p in last.iterdir() if p.name.isdigit()]
+  assert len(steps) == 1 and steps[0] > 0, err[-3000:]
+  again = _run_entry([*args[:-1], "--config.max_steps=" + str(steps[0] + 5), f"--workdir={tmp_path}"], root,
+                     tmp_path)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert json.loads((tmp_path / "results.json").read_text())["resumed_from_step"] == steps[0]

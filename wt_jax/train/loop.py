@@ -19,9 +19,11 @@ anything is saved, so the last good checkpoint survives.
 """
 from __future__ import annotations
 
-import functools
+import contextlib
 import json
 import math
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -110,6 +112,27 @@ def evaluate(model, eval_window, params, stream: np.ndarray, batch_size: int, bp
   return {"ppl": perplexity(total, w.num_tokens), "nll": total, "tokens": w.num_tokens}
 
 
+@contextlib.contextmanager
+def _deferred_sigint():
+  """Turn the first Ctrl-C into a flag the loop checks between steps (a second one interrupts at once), so
+  an interrupted run can save a consistent checkpoint. Outside the main thread this does nothing."""
+  flag = threading.Event()
+  if threading.current_thread() is not threading.main_thread():
+    yield flag
+    return
+  previous = signal.getsignal(signal.SIGINT)
+
+  def handler(signum, frame):
+    flag.set()
+    signal.signal(signal.SIGINT, previous)
+
+  signal.signal(signal.SIGINT, handler)
+  try:
+    yield flag
+  finally:
+    signal.signal(signal.SIGINT, previous)
+
+
 def perplexity(nll_sum: float, tokens: int) -> float:
   """exp(mean NLL), inf rather than an OverflowError for a diverged model."""
   mean = nll_sum / max(tokens, 1)
@@ -196,48 +219,55 @@ def fit(config, corpus, workdir: str | Path) -> dict:
   def restart_clock():
     clock.update(t0=time.time(), step0=step)
 
-  while step < total_steps:
-    pos = step % steps_per_epoch
-    epoch = step // steps_per_epoch + 1
-    if pos == 0:
-      carry = model.initial_carry(B)
-      acc, acc_base = _zero_acc(), {"nll": 0.0, "tokens": 0}
-    state, carry, acc, norms = train_step(state, carry, acc, train.x[pos], train.y[pos])
-    step += 1
-    end_of_epoch = step % steps_per_epoch == 0
-    if step % config.log_every == 0 or end_of_epoch or step == total_steps:
-      nll, tok = epoch_sums()  # syncs with the device
-      tps = tick()
-      eta = (total_steps - step) * B * T / max(tps, 1e-9)
-      lr = optim.epoch_lr(epoch, config.learning_rate, config.lr_decay, config.decay_after_epoch)
-      logging.info("epoch %d step %d/%d (%.0f%% of epoch) train ppl %.2f lr %.4g  %.0f tok/s  ETA %.1f min",
-                   epoch, step, total_steps, 100 * (pos + 1) / steps_per_epoch, perplexity(nll, tok), lr,
-                   tps, eta / 60)
-      writer.write(kind="train", step=step, epoch=epoch, lr=lr, train_ppl=perplexity(nll, tok),
-                   tokens_per_s=tps, **{f"norm/{k}": float(v) for k, v in jax.device_get(norms).items()})
-    if end_of_epoch:
-      nll, tok = epoch_sums()
-      t0 = time.time()
-      valid = evaluate(model, eval_window, state["params"], corpus.valid, config.eval_batch_size, T,
-                       drop_remainder=True)
-      record = {"epoch": epoch, "step": step, "train_ppl": perplexity(nll, tok), "valid_ppl": valid["ppl"],
-                "lr": optim.epoch_lr(epoch, config.learning_rate, config.lr_decay,
-                                     config.decay_after_epoch)}
-      logging.info("epoch %d done: train ppl %.2f valid ppl %.2f (eval %.1fs)", epoch,
-                   record["train_ppl"], valid["ppl"], time.time() - t0)
-      writer.write(kind="epoch", **record)
-      meta["history"].append(record)
-      is_best = meta["best_valid_ppl"] is None or valid["ppl"] < meta["best_valid_ppl"]
-      if is_best:
-        meta.update(best_valid_ppl=valid["ppl"], best_epoch=epoch)
-      save("last")
-      if is_best:
-        save("best")
-      restart_clock()
-    elif config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0:
-      tick()
-      save("last")
-      restart_clock()
+  with _deferred_sigint() as interrupted:
+    while step < total_steps:
+      pos = step % steps_per_epoch
+      epoch = step // steps_per_epoch + 1
+      if pos == 0:
+        carry = model.initial_carry(B)
+        acc, acc_base = _zero_acc(), {"nll": 0.0, "tokens": 0}
+      state, carry, acc, norms = train_step(state, carry, acc, train.x[pos], train.y[pos])
+      step += 1
+      if interrupted.is_set():  # Ctrl-C: keep what was trained since the last checkpoint, then stop
+        tick()
+        save("last")
+        logging.warning("Interrupted at step %d; saved a checkpoint in %s. Re-run the same command to "
+                        "resume.", step, ckpts.directory / "last")
+        raise KeyboardInterrupt
+      end_of_epoch = step % steps_per_epoch == 0
+      if step % config.log_every == 0 or end_of_epoch or step == total_steps:
+        nll, tok = epoch_sums()  # syncs with the device
+        tps = tick()
+        eta = (total_steps - step) * B * T / max(tps, 1e-9)
+        lr = optim.epoch_lr(epoch, config.learning_rate, config.lr_decay, config.decay_after_epoch)
+        logging.info("epoch %d step %d/%d (%.0f%% of epoch) train ppl %.2f lr %.4g  %.0f tok/s  ETA %.1f min",
+                     epoch, step, total_steps, 100 * (pos + 1) / steps_per_epoch, perplexity(nll, tok), lr,
+                     tps, eta / 60)
+        writer.write(kind="train", step=step, epoch=epoch, lr=lr, train_ppl=perplexity(nll, tok),
+                     tokens_per_s=tps, **{f"norm/{k}": float(v) for k, v in jax.device_get(norms).items()})
+      if end_of_epoch:
+        nll, tok = epoch_sums()
+        t0 = time.time()
+        valid = evaluate(model, eval_window, state["params"], corpus.valid, config.eval_batch_size, T,
+                         drop_remainder=True)
+        record = {"epoch": epoch, "step": step, "train_ppl": perplexity(nll, tok), "valid_ppl": valid["ppl"],
+                  "lr": optim.epoch_lr(epoch, config.learning_rate, config.lr_decay,
+                                       config.decay_after_epoch)}
+        logging.info("epoch %d done: train ppl %.2f valid ppl %.2f (eval %.1fs)", epoch,
+                     record["train_ppl"], valid["ppl"], time.time() - t0)
+        writer.write(kind="epoch", **record)
+        meta["history"].append(record)
+        is_best = meta["best_valid_ppl"] is None or valid["ppl"] < meta["best_valid_ppl"]
+        if is_best:
+          meta.update(best_valid_ppl=valid["ppl"], best_epoch=epoch)
+        save("last")
+        if is_best:
+          save("best")
+        restart_clock()
+      elif config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0:
+        tick()
+        save("last")
+        restart_clock()
 
   # Final numbers with the final parameters, as the reference reports them.
   history = meta["history"]
