@@ -23,6 +23,7 @@ import contextlib
 import json
 import math
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -145,8 +146,22 @@ def _zero_acc():
           "nonfinite": jnp.zeros((), jnp.int32)}
 
 
+def _code_revision() -> str | None:
+  """The git commit of the wt_jax checkout this runs from (suffix "+dirty" with uncommitted changes)."""
+  src = Path(__file__).resolve().parents[2]
+  try:
+    run = lambda *a: subprocess.run(["git", "-C", str(src), *a], capture_output=True, text=True,
+                                    timeout=10, check=True).stdout.strip()
+    commit = run("rev-parse", "HEAD")
+    dirty = run("status", "--porcelain", "--untracked-files=no", "--", "wt_jax", "experiments", "configs")
+  except (OSError, subprocess.SubprocessError):
+    return None  # not a git checkout (e.g. an installed wheel) or no git binary
+  return commit + ("+dirty" if dirty else "")
+
+
 def _versions() -> dict:
-  return {"jax": jax.__version__, "flax": flax.__version__, "optax": optax.__version__}
+  return {"jax": jax.__version__, "flax": flax.__version__, "optax": optax.__version__,
+          "wt_jax_commit": _code_revision()}
 
 
 def fit(config, corpus, workdir: str | Path) -> dict:
@@ -183,8 +198,8 @@ def fit(config, corpus, workdir: str | Path) -> dict:
     state = restored
     resumed_from = int(state["step"])
     logging.info("Resumed from %s at step %d.", ckpts.directory / "last", resumed_from)
-  logging.info("%s: %s parameters, %d steps/epoch, %d steps in all.", config.name,
-               f"{num_params:,}", steps_per_epoch, total_steps)
+  logging.info("%s: %s parameters, %d steps/epoch, %d steps in all; versions %s.", config.name,
+               f"{num_params:,}", steps_per_epoch, total_steps, _versions())
 
   train_step = make_train_step(model, tx, dropout_key)
   eval_window = make_eval_window(model)
