@@ -22,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
+import platform
 import signal
 import subprocess
 import threading
@@ -157,6 +159,19 @@ def _code_revision() -> str | None:
   except (OSError, subprocess.SubprocessError):
     return None  # not a git checkout (e.g. an installed wheel) or no git binary
   return commit + ("+dirty" if dirty else "")
+
+
+def _host() -> dict:
+  """What the run ran on: CPU model and core count (for reports), platform of the JAX devices."""
+  cpu = platform.processor() or platform.machine()
+  try:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+      if line.startswith("model name"):
+        cpu = line.split(":", 1)[1].strip()
+        break
+  except OSError:
+    pass
+  return {"cpu": cpu, "cpu_count": os.cpu_count(), "platform": jax.default_backend()}
 
 
 def _versions() -> dict:
@@ -326,6 +341,7 @@ def fit(config, corpus, workdir: str | Path) -> dict:
       "history": history,
       "versions": _versions(),
       "devices": [str(d) for d in jax.devices()],
+      "host": _host(),
   }
   (workdir / "results.json").write_text(json.dumps(results, indent=2))
   if config.plot:

@@ -1,0 +1,235 @@
+"""Build a paper-vs-ours report from finished runs: a Markdown table, one figure, and the README section.
+
+    python -m experiments.report ptb_table6 --runs=runs/ptb_table6   # copy finished runs, then report
+    python -m experiments.report ptb_table6                          # report from results/ptb_table6 only
+
+With --runs, every run directory there that holds a results.json (a finished run) is copied into
+results/<report>/<run>/ — results.json, metrics.jsonl and curves.png only, never checkpoints. The report
+is then built from results/<report>/ alone, so anyone can rebuild it from the committed files:
+results/<report>/README.md (table, commands, machine, commits), results/<report>/valid_curves.png, and
+the README.md section between the markers `<!-- report:<name>:begin -->` and `<!-- report:<name>:end -->`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import statistics
+from pathlib import Path
+
+from absl import app, flags, logging
+
+from wt_jax.train import metrics
+
+_RUNS = flags.DEFINE_string("runs", None, "Directory of run workdirs to import finished runs from.")
+_OUT = flags.DEFINE_string("out", "results", "Root of the committed results; the report goes in OUT/<name>.")
+_README = flags.DEFINE_string("readme", "README.md", "README to update between the report's markers "
+                              "('' to leave it alone).")
+
+RUN_FILES = ("results.json", "metrics.jsonl", "curves.png")
+
+
+@dataclasses.dataclass(frozen=True)
+class PaperRow:
+  config: str  # configs/<config>.py
+  label: str
+  size: str  # as printed in the paper
+  train: float
+  valid: float
+  test: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportSpec:
+  title: str
+  source: str
+  command: str  # how each run was produced ({config}, {seed}, {workdir} filled in)
+  rows: tuple[PaperRow, ...]
+
+
+REPORTS = {
+    # Press & Wolf (EACL 2017), Table 6: the small Zaremba model (200 units, no dropout) on PTB.
+    "ptb_table6": ReportSpec(
+        title="Press & Wolf (2017), Table 6: small LSTM LM on PTB, no dropout",
+        source="Press & Wolf, Using the Output Embedding to Improve Language Models, EACL 2017, Table 6",
+        command=("python -m experiments.ptb --config=configs/{config}.py --config.seed={seed} "
+                 "--workdir={workdir}"),
+        rows=(
+            PaperRow("small", "small", "4.65M", 38.0, 120.7, 114.5),
+            PaperRow("small_tied", "small + WT", "2.65M", 36.4, 117.5, 112.4),
+            PaperRow("small_pr", "small + PR", "4.69M", 50.8, 116.0, 111.7),
+            PaperRow("small_tied_pr", "small + WT + PR", "2.69M", 53.5, 104.9, 100.9),
+        )),
+}
+
+
+def import_runs(runs_dir: Path, dest: Path) -> list[str]:
+  """Copy the small outputs of every finished run in `runs_dir` into `dest`; returns the run names."""
+  imported = []
+  for run in sorted(p for p in runs_dir.iterdir() if p.is_dir()):
+    if not (run / "results.json").exists():
+      logging.info("skipping %s: no results.json (unfinished)", run)
+      continue
+    target = dest / run.name
+    target.mkdir(parents=True, exist_ok=True)
+    for name in RUN_FILES:
+      if (run / name).exists():
+        shutil.copy2(run / name, target / name)
+    imported.append(run.name)
+  return imported
+
+
+def load_runs(report_dir: Path) -> dict[str, list[dict]]:
+  """config name → the results.json of its runs (sorted by seed), each with its epoch history."""
+  by_config: dict[str, list[dict]] = {}
+  for path in sorted(report_dir.glob("*/results.json")):
+    r = json.loads(path.read_text())
+    r["_dir"] = path.parent.name
+    epochs = {}
+    for rec in metrics.read(path.parent / "metrics.jsonl"):
+      if rec.get("kind") == "epoch":
+        epochs[rec["epoch"]] = rec  # a resumed run may repeat an epoch: keep the last record
+    r["_valid_curve"] = [(e, epochs[e]["valid_ppl"]) for e in sorted(epochs)]
+    by_config.setdefault(r["config"], []).append(r)
+  for runs in by_config.values():
+    runs.sort(key=lambda r: r["seed"])
+  return by_config
+
+
+def _cell(values: list[float]) -> str:
+  if not values:
+    return "—"
+  if len(values) == 1:
+    return f"{values[0]:.1f}"
+  return f"{statistics.mean(values):.1f} ({', '.join(f'{v:.1f}' for v in values)})"
+
+
+def table(spec: ReportSpec, by_config: dict[str, list[dict]]) -> str:
+  """Markdown: one row per paper row, paper value beside ours (mean over seeds, then each seed)."""
+  lines = [
+      "| model | size (paper) | parameters (ours) | seeds | train paper / ours | valid paper / ours "
+      "| test paper / ours | test Δ |",
+      "|---|---|---|---|---|---|---|---|",
+  ]
+  for row in spec.rows:
+    runs = by_config.get(row.config, [])
+    if not runs:
+      lines.append(f"| {row.label} | {row.size} | — | none yet | {row.train} / — | {row.valid} / — "
+                   f"| {row.test} / — | — |")
+      continue
+    sizes = sorted({r["num_params"] for r in runs})
+    tests = [r["test_ppl"] for r in runs]
+    delta = statistics.mean(tests) - row.test
+    lines.append(
+        f"| {row.label} | {row.size} | {', '.join(f'{s:,}' for s in sizes)} "
+        f"| {', '.join(str(r['seed']) for r in runs)} "
+        f"| {row.train} / {_cell([r['train_ppl'] for r in runs])} "
+        f"| {row.valid} / {_cell([r['valid_ppl'] for r in runs])} "
+        f"| {row.test} / {_cell(tests)} | {delta:+.1f} |")
+  return "\n".join(lines)
+
+
+def figure(spec: ReportSpec, by_config: dict[str, list[dict]], png: Path) -> Path | None:
+  """Validation perplexity per epoch, one colour per paper row (first seed solid, others dashed)."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, ax = plt.subplots(figsize=(7, 4.5))
+  drawn = False
+  for i, row in enumerate(spec.rows):
+    colour = f"C{i}"
+    for j, r in enumerate(by_config.get(row.config, [])):
+      if not r["_valid_curve"]:
+        continue
+      xs, ys = zip(*r["_valid_curve"])
+      ax.plot(xs, ys, color=colour, linestyle="-" if j == 0 else "--", marker="o" if j == 0 else None,
+              markersize=3, label=f"{row.label} (seed {r['seed']})")
+      drawn = True
+    ax.axhline(row.valid, color=colour, linestyle=":", linewidth=1)
+  if not drawn:
+    plt.close(fig)
+    return None
+  ax.set_xlabel("epoch")
+  ax.set_ylabel("validation perplexity")
+  ax.set_ylim(top=min(ax.get_ylim()[1], 200))
+  ax.grid(True, alpha=0.3)
+  ax.legend(fontsize=8)
+  ax.set_title(f"{spec.title}\n(dotted: the paper's final validation perplexity)", fontsize=9)
+  fig.tight_layout()
+  fig.savefig(png, dpi=100)
+  plt.close(fig)
+  return png
+
+
+def provenance(name: str, spec: ReportSpec, by_config: dict[str, list[dict]]) -> str:
+  """Markdown list: per run, the command, code commit, machine, wall time and throughput."""
+  lines = []
+  for row in spec.rows:
+    for r in by_config.get(row.config, []):
+      host = r.get("host") or {}
+      machine = (f"{host.get('cpu', '?')}, {host.get('cpu_count', '?')} cores" if host
+                 else "not recorded")
+      cmd = spec.command.format(config=r["config"], seed=r["seed"], workdir=f"runs/{name}/{r['_dir']}")
+      commit = (r.get("versions") or {}).get("wt_jax_commit") or "not recorded"
+      lines.append(
+          f"- `{r['_dir']}`: `{cmd}` — commit `{commit}`, machine: {machine}; "
+          f"{r['epochs']:.0f} epochs, {r['wall_s'] / 60:.0f} min wall, "
+          f"{r['train_tokens_per_s']:,.0f} train tokens/s"
+          + (f", resumed from step {r['resumed_from_step']}" if r.get("resumed_from_step") else ""))
+  return "\n".join(lines)
+
+
+def splice_readme(readme: Path, name: str, body: str) -> bool:
+  """Replace the text between the report's markers in `readme`; False if the markers are absent."""
+  begin, end = f"<!-- report:{name}:begin -->", f"<!-- report:{name}:end -->"
+  text = readme.read_text()
+  if begin not in text or end not in text:
+    return False
+  head, rest = text.split(begin, 1)
+  _, tail = rest.split(end, 1)
+  readme.write_text(f"{head}{begin}\n{body}\n{end}{tail}")
+  return True
+
+
+def build(name: str, out_root: Path, runs_dir: Path | None = None, readme: Path | None = None) -> str:
+  """Import (optionally), then write the report; returns the table."""
+  spec = REPORTS[name]
+  report_dir = out_root / name
+  report_dir.mkdir(parents=True, exist_ok=True)
+  if runs_dir is not None:
+    if not runs_dir.is_dir():
+      raise FileNotFoundError(f"--runs={runs_dir} is not a directory")
+    logging.info("imported %s", import_runs(runs_dir, report_dir))
+  by_config = load_runs(report_dir)
+  unknown = sorted(set(by_config) - {row.config for row in spec.rows})
+  if unknown:
+    raise ValueError(f"{report_dir} holds runs of configs not in report {name!r}: {unknown}")
+  tab = table(spec, by_config)
+  png = figure(spec, by_config, report_dir / "valid_curves.png")
+  prov = provenance(name, spec, by_config)
+  local_fig = f"\n\n![validation curves]({png.name})" if png else ""
+  (report_dir / "README.md").write_text(
+      f"# {spec.title}\n\nPaper: {spec.source}. Ours: test perplexity is the batch-1 protocol "
+      f"(`test_ppl`); several seeds are shown as mean (each seed).\n\n{tab}{local_fig}\n\n"
+      f"Rebuild: `python -m experiments.report {name}`\n\n## Runs\n\n{prov}\n")
+  if readme is not None:
+    rel = lambda p: Path(os.path.relpath(p.resolve(), readme.resolve().parent)).as_posix()
+    fig = f"\n\n![validation curves]({rel(png)})" if png else ""
+    body = f"{tab}{fig}\n\nRuns, commands, code commits and machine: `{rel(report_dir / 'README.md')}`."
+    if not splice_readme(readme, name, body):
+      logging.warning("%s has no <!-- report:%s:begin/end --> markers; README not updated", readme, name)
+  return tab
+
+
+def main(argv):
+  if len(argv) != 2 or argv[1] not in REPORTS:
+    raise app.UsageError(f"usage: python -m experiments.report {{{','.join(REPORTS)}}} [--runs=DIR]")
+  tab = build(argv[1], Path(_OUT.value), Path(_RUNS.value) if _RUNS.value else None,
+              Path(_README.value) if _README.value else None)
+  print(tab)
+
+
+if __name__ == "__main__":
+  app.run(main)
