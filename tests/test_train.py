@@ -182,7 +182,11 @@ def test_entry_point_end_to_end(tiny_corpus, tmp_path):
   res = json.loads((tmp_path / "results.json").read_text())
   assert res["config"] == "small_tied" and res["steps"] == 5
   assert res["num_params"] == 31 * 8 + 31 + 2 * (4 * 16 * 8 + 4 * 8)
-  assert set(res["versions"]) == {"jax", "flax", "optax"}
+  assert set(res["versions"]) == {"jax", "flax", "optax", "wt_jax_commit"}
+  head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+  if head.returncode == 0:  # a git checkout: the run records the commit it came from
+    assert res["versions"]["wt_jax_commit"].split("+")[0] == head.stdout.strip()
+  assert res["host"]["cpu_count"] >= 1 and res["host"]["platform"] == "cpu"
 
 
 def test_entry_point_rejects_unknown_config_key(tiny_corpus, tmp_path):
