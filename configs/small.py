@@ -29,6 +29,8 @@ def get_config():
   c.decay_after_epoch = 4     # Zaremba small: max_epoch 4 (epochs 1-5 at lr 1; see wt_jax/train/optim.py)
   c.num_epochs = 13           # Zaremba small: max_max_epoch 13
   c.clip_norm = 5.0           # Zaremba small: global-norm clip 5
+  c.weight_decay = 0.0        # Zaremba: none
+  c.weight_decay_mode = "decoupled"  # decoupled: p <- (p + u)(1 - wd) per step; loss: + wd/2 |theta|^2
   c.batch_size = 20           # Zaremba: batch 20
   c.bptt = 20                 # Zaremba small: num_steps 20
   c.seed = 0
@@ -39,6 +41,8 @@ def get_config():
   c.download = True
   c.eval_batch_size = 20      # validation as the reference: 20 streams, bptt windows
   c.test_window = 200         # batch-1 test: window length (state carried, so it only affects speed)
+  c.test_params = "final"     # Zaremba / Press & Wolf code: test the final parameters ("best": by valid)
+  c.eval_mc_samples = 0       # >0: also test with Monte-Carlo dropout (Gal 2015), this many passes
   # Bookkeeping.
   c.log_every = 200           # steps between progress lines
   c.checkpoint_every_steps = 500  # mid-epoch checkpoints (0: only at epoch ends)

@@ -92,7 +92,7 @@ def main(argv):
   state = {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)}
   carry = model.initial_carry(B)
   acc = loop._zero_acc()
-  step_fn = loop.make_train_step(model, tx, dropout_key)
+  step_fn = loop.make_train_step(model, tx, dropout_key, optim.weight_decay_on_loss(config))
 
   t0 = time.perf_counter()
   step_fn = step_fn.lower(state, carry, acc, windows.x[0], windows.y[0]).compile()

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-from wt_jax.models import lstm_lm
+from wt_jax.models import bd_lstm_lm, lstm_lm, rhn_lm
 
 _REGISTRY: dict[str, Callable] = {
-    "lstm_lm": lstm_lm.from_config,
+    "lstm_lm": lstm_lm.from_config,        # Zaremba et al. (2014)
+    "bd_lstm_lm": bd_lstm_lm.from_config,  # Gal (2015) variational dropout, as in Press & Wolf Table 5
+    "rhn_lm": rhn_lm.from_config,          # Zilly et al. (2017)
 }
 
 

@@ -56,8 +56,11 @@ def init_params(model, rng: jax.Array, batch_size: int, bptt: int):
   return variables["params"]
 
 
-def make_train_step(model, tx: optax.GradientTransformation, dropout_key: jax.Array):
+def make_train_step(model, tx: optax.GradientTransformation, dropout_key: jax.Array, l2_on_loss: float = 0.0):
   """Returns step(state, carry, acc, x[B,T], y[B,T]) → (state, carry, acc, norms), jit-compiled.
+
+  The cost is Σ_t mean_b NLL + Σ penalties / B + l2_on_loss·½‖θ‖² (the last is the RHN code's weight decay;
+  decoupled weight decay lives in the optimizer, see `optim.make_optimizer`).
 
   state: {'params', 'opt_state', 'step'}; acc: running {'nll', 'tokens', 'nonfinite'} sums; norms: this
   step's global L2 norm of the gradient (before clipping) and the norm of the gradient of each embedding
@@ -70,6 +73,8 @@ def make_train_step(model, tx: optax.GradientTransformation, dropout_key: jax.Ar
     nll = losses.token_nll(logits, y)
     batch = x.shape[0]
     cost = losses.zaremba_cost(nll) + losses.total_penalty(aux.get(tying.PENALTIES, {})) / batch
+    if l2_on_loss:
+      cost = cost + l2_on_loss * 0.5 * sum(jnp.sum(jnp.square(p)) for p in jax.tree_util.tree_leaves(params))
     return cost, (carry, jnp.sum(nll))
 
   def step(state, carry, acc, x, y):
@@ -114,6 +119,31 @@ def evaluate(model, eval_window, params, stream: np.ndarray, batch_size: int, bp
     total = total + nll
   total = float(total)
   return {"ppl": perplexity(total, w.num_tokens), "nll": total, "tokens": w.num_tokens}
+
+
+def evaluate_mc(model, params, stream: np.ndarray, batch_size: int, bptt: int, samples: int,
+                key: jax.Array) -> dict:
+  """Monte-Carlo dropout evaluation (Gal 2015; Zilly et al.'s `evaluate_mc`): `samples` passes over the
+  stream, each with one dropout draw kept for the whole pass; the per-token probabilities of the targets
+  are averaged over the passes before taking logs. Returns {'ppl', 'nll', 'tokens', 'samples'}."""
+
+  @jax.jit
+  def window_logp(params, carry, x, y, k):
+    logits, carry = model.apply({"params": params}, x, carry, train=True, rngs={"dropout": k})
+    return -losses.token_nll(logits, y), carry
+
+  w = batching.lm_windows(stream, batch_size, bptt, drop_remainder=False)
+  per_pass = []
+  for k in jax.random.split(key, samples):
+    carry, logps = model.initial_carry(batch_size), []
+    for i in range(len(w)):
+      logp, carry = window_logp(params, carry, w.x[i], w.y[i], k)  # the same draw for every window
+      logps.append(np.asarray(logp))
+    per_pass.append(np.stack(logps))
+  mask = np.asarray(w.mask, bool)
+  logp = jax.nn.logsumexp(jnp.stack(per_pass), axis=0) - math.log(samples)  # log of the mean probability
+  total = float(-np.asarray(logp)[mask].sum())
+  return {"ppl": perplexity(total, w.num_tokens), "nll": total, "tokens": w.num_tokens, "samples": samples}
 
 
 @contextlib.contextmanager
@@ -216,7 +246,7 @@ def fit(config, corpus, workdir: str | Path) -> dict:
   logging.info("%s: %s parameters, %d steps/epoch, %d steps in all; versions %s.", config.name,
                f"{num_params:,}", steps_per_epoch, total_steps, _versions())
 
-  train_step = make_train_step(model, tx, dropout_key)
+  train_step = make_train_step(model, tx, dropout_key, optim.weight_decay_on_loss(config))
   eval_window = make_eval_window(model)
   param_norm = jax.jit(optax.tree.norm)
   step = int(state["step"])
@@ -312,10 +342,18 @@ def fit(config, corpus, workdir: str | Path) -> dict:
     valid_ppl = evaluate(model, eval_window, state["params"], corpus.valid, config.eval_batch_size, T,
                          drop_remainder=True)["ppl"]
     save("last")
-  test_batched = evaluate(model, eval_window, state["params"], corpus.test, config.eval_batch_size, T,
+  test_params, test_params_kind = state["params"], config.test_params
+  if test_params_kind == "best" and ckpts.latest_step("best") is not None:
+    test_params = ckpts.restore("best", {**state, "carry": carry})[0]["params"]
+  elif test_params_kind not in ("final", "best"):
+    raise ValueError(f"Unknown test_params {test_params_kind!r}; expected 'final' or 'best'.")
+  test_batched = evaluate(model, eval_window, test_params, corpus.test, config.eval_batch_size, T,
                           drop_remainder=True)
-  test_single = evaluate(model, eval_window, state["params"], corpus.test, 1, config.test_window,
+  test_single = evaluate(model, eval_window, test_params, corpus.test, 1, config.test_window,
                          drop_remainder=False)
+  mc_samples = config.eval_mc_samples
+  test_mc = (evaluate_mc(model, test_params, corpus.test, 1, config.test_window, mc_samples,
+                         jax.random.fold_in(dropout_key, 2**31 - 1)) if mc_samples else None)
   results = {
       "config": config.name,
       "model": config.model,
@@ -328,6 +366,10 @@ def fit(config, corpus, workdir: str | Path) -> dict:
       "test_protocol": ("test_ppl: one stream (batch 1), all N-1 targets, as the reference reports it "
                         "(the README's tables use it); test_ppl_batched: "
                         f"{config.eval_batch_size} streams x {T}-step windows, tail dropped"),
+      "test_params": test_params_kind,  # 'final' parameters (Zaremba/Press & Wolf) or 'best' by valid (RHN)
+      "eval_dropout": "off (deterministic)" + (f"; test_ppl_mc: MC dropout, {mc_samples} samples, batch 1"
+                                               if mc_samples else ""),
+      **({"test_ppl_mc": test_mc["ppl"]} if test_mc else {}),
       "best_valid_ppl": meta["best_valid_ppl"],
       "best_epoch": meta["best_epoch"],
       "epochs": step / steps_per_epoch,

@@ -10,6 +10,7 @@ so epochs 1 … max_epoch + 1 run at lr₀ and the decay applies from epoch max_
 """
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import optax
 
@@ -30,8 +31,34 @@ def zaremba_schedule(base_lr: float, decay: float, decay_after_epoch: int,
   return schedule
 
 
+def decay_after_update(rate: float) -> optax.GradientTransformation:
+  """Decoupled weight decay applied after the step, as Gal's / Press & Wolf's Torch code does:
+  p ← (p + u)·(1 − rate) for the update u computed so far — once per leaf, so a tied matrix once."""
+
+  def update_fn(updates, state, params):
+    if params is None:
+      raise ValueError("decay_after_update needs the parameters")
+    return jax.tree_util.tree_map(lambda u, p: u - rate * (p + u), updates, params), state
+
+  return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)
+
+
+def weight_decay_on_loss(config) -> float:
+  """The coefficient of wd·½‖θ‖² that the train step adds to its cost (Zilly et al.'s RHN code), or 0."""
+  check_weight_decay_mode(config)
+  return float(config.weight_decay) if config.weight_decay_mode == "loss" else 0.0
+
+
+def check_weight_decay_mode(config) -> None:
+  if config.weight_decay_mode not in ("decoupled", "loss"):
+    raise ValueError(f"Unknown weight_decay_mode {config.weight_decay_mode!r}; expected 'decoupled' "
+                     "(p ← (p + u)(1 − wd) after each step, Gal / Press & Wolf) or 'loss' "
+                     "(wd·½‖θ‖² added to the cost, Zilly et al.).")
+
+
 def make_optimizer(config, steps_per_epoch: int) -> optax.GradientTransformation:
-  """Global-norm clipping then the optimiser named by `config.optimizer` ('sgd', as the papers, or 'adam')."""
+  """Global-norm clipping, then the optimiser named by `config.optimizer` ('sgd', as the papers, or 'adam'),
+  then decoupled weight decay when `config.weight_decay_mode == 'decoupled'` and `weight_decay` > 0."""
   lr = zaremba_schedule(config.learning_rate, config.lr_decay, config.decay_after_epoch, steps_per_epoch)
   if config.optimizer == "sgd":
     opt = optax.sgd(lr)
@@ -39,4 +66,8 @@ def make_optimizer(config, steps_per_epoch: int) -> optax.GradientTransformation
     opt = optax.adam(lr)
   else:
     raise ValueError(f"Unknown optimizer {config.optimizer!r}; expected 'sgd' or 'adam'.")
-  return optax.chain(optax.clip_by_global_norm(config.clip_norm), opt)
+  check_weight_decay_mode(config)
+  chain = [optax.clip_by_global_norm(config.clip_norm), opt]
+  if config.weight_decay > 0 and config.weight_decay_mode == "decoupled":
+    chain.append(decay_after_update(config.weight_decay))
+  return optax.chain(*chain)

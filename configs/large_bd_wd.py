@@ -1,0 +1,14 @@
+"""Large BD LSTM LM with weight decay, untied — Press & Wolf (2017) Table 5, "Large + BD + WD".
+
+    python -m experiments.ptb --config=configs/large_bd_wd.py --workdir=runs/large_bd_wd
+
+Paper: 66M parameters, valid 78.1 / test 75.2.
+"""
+from configs import large_bd
+
+
+def get_config():
+  c = large_bd.get_config()
+  c.name = "large_bd_wd"
+  c.weight_decay = 1e-7       # Gal / Press & Wolf code: weight_decay 1e-7, decoupled, once per step
+  return c

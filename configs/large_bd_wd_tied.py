@@ -1,0 +1,15 @@
+"""Large BD LSTM LM with weight decay and weight tying — Press & Wolf (2017) Table 5, "Large + BD + WT"
+(`BayesianRNN/1500_yes_decay_main_new_dropout_SOTA_WT_loggingplus.lua`).
+
+    python -m experiments.ptb --config=configs/large_bd_wd_tied.py --workdir=runs/large_bd_wd_tied
+
+Paper: 51M parameters, valid 75.8 / test 73.2. The decay touches the tied matrix once per step.
+"""
+from configs import large_bd_wd
+
+
+def get_config():
+  c = large_bd_wd.get_config()
+  c.name = "large_bd_wd_tied"
+  c.tying = "tied"
+  return c

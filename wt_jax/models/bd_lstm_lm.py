@@ -1,0 +1,127 @@
+"""Variational-dropout ("Bayesian", BD) LSTM language model — Gal (2015) as run by Press & Wolf (2017), Table 5.
+
+    ids[B, T] → embedding · word-type mask → L × LSTM (per-gate variational masks on its input and its
+    recurrent state) → · output mask → output layer (tied or not) → logits[B, T, V]
+
+Follows Gal's Torch code as modified by Press & Wolf (`BayesianRNN/*_WT_*.lua`):
+- each of the four gates (i, j, f, o) has its own Linear for the input and for the recurrent state, each with
+  a bias — so 8H biases per layer, not 4H as in the Zaremba cell — and sees its *own* dropout mask of the
+  input (`dropout_i`) and of the previous hidden state (`dropout_h`);
+- masks are sampled once per bptt window and reused at every time step; the embedding mask drops whole word
+  types (`dropout_x`); the top layer's output is masked by `dropout_o` before the output layer;
+- every parameter, biases included, starts from U(−init_scale, init_scale);
+- the layer-l input is layer l−1's output (no extra between-layer dropout: the next layer's input masks
+  are it).
+Dropout is off at evaluation (no masks). The carry is (c, h), each [L, B, H], as in `lstm_lm`.
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from wt_jax import tying
+from wt_jax.models import variational
+
+Carry = tuple[jax.Array, jax.Array]
+
+
+class VariationalLSTMLayer(nn.Module):
+  """x[T, B, I], c, h[B, H], masks → y[T, B, H], c, h. Masks: x_mask[G, B, I], h_mask[G, B, H] with G = 4
+  (one per gate) or 1 (shared), or None (no dropout)."""
+
+  hidden: int
+  init_scale: float
+
+  @nn.compact
+  def __call__(self, x_TxBxI, c_BxH, h_BxH, x_mask=None, h_mask=None):
+    H, I = self.hidden, x_TxBxI.shape[-1]
+    init = tying.uniform_init(self.init_scale)
+    w_ih = self.param("w_ih", init, (I, 4 * H))
+    b_ih = self.param("b_ih", init, (4 * H,))
+    w_hh = self.param("w_hh", init, (H, 4 * H))
+    b_hh = self.param("b_hh", init, (4 * H,))
+    T, B = x_TxBxI.shape[:2]
+
+    def gates_from(v_xBxK, mask_GxBxK, w_Kx4H):
+      """Σ over gates g of (v · mask_g) @ w[:, g] → [..., B, 4H] (mask_g = 1 when there is no mask)."""
+      if mask_GxBxK is None:
+        return v_xBxK @ w_Kx4H
+      G, K = mask_GxBxK.shape[0], w_Kx4H.shape[0]
+      if G == 1:
+        return (v_xBxK * mask_GxBxK[0]) @ w_Kx4H
+      masked = v_xBxK[..., None, :, :] * mask_GxBxK  # [..., 4, B, K]
+      out = jnp.einsum("...gbk,kgh->...bgh", masked, w_Kx4H.reshape(K, 4, H))
+      return out.reshape(*out.shape[:-2], 4 * H)
+
+    xw_TxBx4H = gates_from(x_TxBxI, x_mask, w_ih) + b_ih + b_hh  # input part for all steps, hoisted
+
+    def cell(carry, xw_Bx4H):
+      c, h = carry
+      z = xw_Bx4H + gates_from(h, h_mask, w_hh)
+      i, j, f, o = jnp.split(z, 4, axis=-1)
+      c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(j)
+      h = jax.nn.sigmoid(o) * jnp.tanh(c)
+      return (c, h), h
+
+    (c, h), y_TxBxH = jax.lax.scan(cell, (c_BxH, h_BxH), xw_TxBx4H)
+    return y_TxBxH, c, h
+
+
+class BDLSTMLM(nn.Module):
+  """__call__(ids[B, T], carry, train) → (logits[B, T, V], carry). Dropout rates are drop probabilities."""
+
+  vocab_size: int
+  hidden: int
+  num_layers: int = 2
+  dropout_x: float = 0.0   # word types of the embedding
+  dropout_i: float = 0.0   # each layer's input, per gate
+  dropout_h: float = 0.0   # each layer's recurrent state, per gate
+  dropout_o: float = 0.0   # top layer's output
+  mask_per_gate: bool = True
+  init_scale: float = 0.04
+  tying: str = "tied"
+  pr_lambda: float = 1.0 / 6.5
+  proj_bias: bool = True
+
+  def setup(self):
+    self.words = tying.WordEmbeddings(vocab_size=self.vocab_size, dim=self.hidden, mode=self.tying,
+                                      init_scale=self.init_scale, pr_lambda=self.pr_lambda,
+                                      proj_bias=self.proj_bias)
+    self.layers = [VariationalLSTMLayer(self.hidden, self.init_scale, name=f"lstm_{l}")
+                   for l in range(self.num_layers)]
+
+  def initial_carry(self, batch_size: int) -> Carry:
+    shape = (self.num_layers, batch_size, self.hidden)
+    return (jnp.zeros(shape, jnp.float32), jnp.zeros(shape, jnp.float32))
+
+  def __call__(self, ids_BxT: jax.Array, carry: Carry, *, train: bool = False):
+    c_LxBxH, h_LxBxH = carry
+    B, L, H = ids_BxT.shape[0], self.num_layers, self.hidden
+    x = self.words.embed(ids_BxT.T)  # [T, B, H]
+    rates = (self.dropout_x, self.dropout_i, self.dropout_h, self.dropout_o)
+    masks_on = train and any(r > 0 for r in rates)
+    if masks_on:
+      kx, ki, kh, ko = jax.random.split(self.make_rng("dropout"), 4)
+      G = 4 if self.mask_per_gate else 1
+      x = x * variational.word_type_mask(kx, self.dropout_x, ids_BxT, self.vocab_size).T[..., None]
+      x_masks = variational.keep_mask(ki, self.dropout_i, (L, G, B, H))
+      h_masks = variational.keep_mask(kh, self.dropout_h, (L, G, B, H))
+    cs, hs = [], []
+    for l, layer in enumerate(self.layers):
+      x, c, h = layer(x, c_LxBxH[l], h_LxBxH[l], x_masks[l] if masks_on else None,
+                      h_masks[l] if masks_on else None)
+      cs.append(c)
+      hs.append(h)
+    if masks_on:
+      x = x * variational.keep_mask(ko, self.dropout_o, (B, H))
+    logits_BxTxV = self.words.logits(jnp.swapaxes(x, 0, 1))
+    return logits_BxTxV, (jnp.stack(cs), jnp.stack(hs))
+
+
+def from_config(config) -> BDLSTMLM:
+  return BDLSTMLM(
+      vocab_size=config.vocab_size, hidden=config.hidden_size, num_layers=config.num_layers,
+      dropout_x=config.dropout_x, dropout_i=config.dropout_i, dropout_h=config.dropout_h,
+      dropout_o=config.dropout_o, mask_per_gate=config.mask_per_gate, init_scale=config.init_scale,
+      tying=config.tying, pr_lambda=config.pr_lambda, proj_bias=config.proj_bias)
