@@ -13,6 +13,7 @@ compile time of the train step, steady-state train ms/step and tokens/s (median 
 """
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -41,6 +42,20 @@ _TORCH_SCRIPT = flags.DEFINE_string(
     "The PyTorch reference benchmark script.")
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Interleaved rounds (with --torch_python).")
 flags.mark_flag_as_required("config")
+
+
+def _memory(compiled) -> dict:
+  """XLA's memory analysis of the compiled train step, in MiB: live temporaries (activations kept for the
+  backward pass, workspace) and the arguments/outputs (parameters, optimizer state, batch)."""
+  try:
+    m = compiled.memory_analysis()
+  except Exception:  # not every backend implements it
+    return {}
+  if m is None:
+    return {}
+  mib = lambda b: round(b / 2**20, 1)
+  return {"step_temp_mib": mib(m.temp_size_in_bytes), "step_args_mib": mib(m.argument_size_in_bytes),
+          "step_output_mib": mib(m.output_size_in_bytes)}
 
 
 def _json_line(cmd: list[str]) -> dict:
@@ -97,6 +112,7 @@ def main(argv):
   t0 = time.perf_counter()
   step_fn = step_fn.lower(state, carry, acc, windows.x[0], windows.y[0]).compile()
   compile_s = time.perf_counter() - t0
+  memory = _memory(step_fn)
 
   i = 0
 
@@ -131,6 +147,7 @@ def main(argv):
       "train_ms_per_step_all": [round(1000 * t, 2) for t in times],
       "train_tok_per_s": round(B * T / (ms / 1000), 1), "compile_s": round(compile_s, 2),
       "eval_tokens": ev["tokens"], "eval_tok_per_s": round(ev["tokens"] / eval_s, 1),
+      **memory, "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
       "jax": jax.__version__, "devices": [str(d) for d in jax.devices()],
   }))
 
