@@ -42,6 +42,7 @@ def get_config():
   c.eval_batch_size = 20      # validation as the reference: 20 streams, bptt windows
   c.test_window = 200         # batch-1 test: window length (state carried, so it only affects speed)
   c.test_params = "final"     # Zaremba / Press & Wolf code: test the final parameters ("best": by valid)
+  c.eval_max_tokens = 0       # >0: evaluate on only the first N valid/test tokens (smoke runs; recorded)
   c.eval_mc_samples = 0       # >0: also test with Monte-Carlo dropout (Gal 2015), this many passes
   # Bookkeeping.
   c.log_every = 200           # steps between progress lines

@@ -223,7 +223,7 @@ def test_rhn_parameter_count_formula():
 
 @pytest.mark.parametrize("config_name,extra", [
     ("rhn_tied", ["--config.depth=2"]),
-    ("large_bd_wd_tied", ["--config.num_layers=2"])])
+    ("large_bd_wd_tied", ["--config.num_layers=2", "--config.eval_max_tokens=300"])])
 def test_entry_point_runs_regularised_configs(tmp_path, config_name, extra):
   import json
   from tests.conftest import write_corpus
@@ -238,6 +238,8 @@ def test_entry_point_runs_regularised_configs(tmp_path, config_name, extra):
   assert proc.returncode == 0, proc.stderr[-3000:]
   res = json.loads((work / "results.json").read_text())
   assert res["config"] == config_name and res["steps"] == 4 and math.isfinite(res["test_ppl"])
+  assert res["eval_max_tokens"] == (300 if "--config.eval_max_tokens=300" in extra else None)
+  assert res["test_params"] == ("best" if config_name.startswith("rhn") else "final")
 
 
 def test_mc_dropout_evaluation_and_best_params(tmp_path):

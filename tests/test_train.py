@@ -159,6 +159,14 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_corpus, tmp_path):
   assert res["resumed_from_step"] == 5 and math.isfinite(res["valid_ppl"])
 
 
+def test_max_steps_on_a_checkpoint_step_finishes(tiny_corpus, tmp_path):
+  """A smoke run whose last step is also a mid-epoch checkpoint step must not write that step twice."""
+  corpus, _ = tiny_corpus
+  res = loop.fit(tiny_config(max_steps=4, checkpoint_every_steps=2), corpus, tmp_path)
+  assert res["steps"] == 4 and math.isfinite(res["valid_ppl"])
+  assert sorted(p.name for p in (tmp_path / "checkpoints" / "last").iterdir()) == ["4"]
+
+
 def test_vocab_mismatch_is_reported(tiny_corpus, tmp_path):
   corpus, _ = tiny_corpus
   with pytest.raises(ValueError, match="vocab_size"):

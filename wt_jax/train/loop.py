@@ -20,6 +20,7 @@ anything is saved, so the last good checkpoint survives.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -220,6 +221,9 @@ def fit(config, corpus, workdir: str | Path) -> dict:
   model = models.build(config)
   B, T = config.batch_size, config.bptt
   train = batching.lm_windows(corpus.train, B, T)
+  if config.eval_max_tokens:  # smoke runs of big models: evaluate on a prefix of valid and test only
+    corpus = dataclasses.replace(corpus, valid=corpus.valid[:config.eval_max_tokens],
+                                 test=corpus.test[:config.eval_max_tokens])
   steps_per_epoch = len(train)
   total_steps = steps_per_epoch * config.num_epochs
   if config.max_steps:
@@ -341,7 +345,8 @@ def fit(config, corpus, workdir: str | Path) -> dict:
     train_ppl = perplexity(nll, tok) if tok else float("nan")
     valid_ppl = evaluate(model, eval_window, state["params"], corpus.valid, config.eval_batch_size, T,
                          drop_remainder=True)["ppl"]
-    save("last")
+    if ckpts.latest_step() != step:  # (a mid-epoch checkpoint may have just been written at this step)
+      save("last")
   test_params, test_params_kind = state["params"], config.test_params
   if test_params_kind == "best" and ckpts.latest_step("best") is not None:
     test_params = ckpts.restore("best", {**state, "carry": carry})[0]["params"]
@@ -366,6 +371,7 @@ def fit(config, corpus, workdir: str | Path) -> dict:
       "test_protocol": ("test_ppl: one stream (batch 1), all N-1 targets, as the reference reports it "
                         "(the README's tables use it); test_ppl_batched: "
                         f"{config.eval_batch_size} streams x {T}-step windows, tail dropped"),
+      "eval_max_tokens": config.eval_max_tokens or None,  # None: the whole valid and test sets
       "test_params": test_params_kind,  # 'final' parameters (Zaremba/Press & Wolf) or 'best' by valid (RHN)
       "eval_dropout": "off (deterministic)" + (f"; test_ppl_mc: MC dropout, {mc_samples} samples, batch 1"
                                                if mc_samples else ""),
