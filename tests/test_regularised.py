@@ -239,7 +239,8 @@ def test_entry_point_runs_regularised_configs(tmp_path, config_name, extra):
   res = json.loads((work / "results.json").read_text())
   assert res["config"] == config_name and res["steps"] == 4 and math.isfinite(res["test_ppl"])
   assert res["eval_max_tokens"] == (300 if "--config.eval_max_tokens=300" in extra else None)
-  assert res["test_params"] == ("best" if config_name.startswith("rhn") else "final")
+  assert res["test_params"] == ("final (test_params='best', but no epoch has ended yet)"
+                                if config_name.startswith("rhn") else "final")
 
 
 def test_mc_dropout_evaluation_and_best_params(tmp_path):
@@ -254,7 +255,7 @@ def test_mc_dropout_evaluation_and_best_params(tmp_path):
                                               "dropout_o", "transform_bias", "remat")})
   config.num_layers, config.test_params, config.eval_mc_samples, config.num_epochs = 1, "best", 3, 1
   res = loop.fit(config, corpus, tmp_path / "run")
-  assert res["test_params"] == "best" and "MC dropout, 3 samples" in res["eval_dropout"]
+  assert res["test_params"] == "best (epoch 1)" and "MC dropout, 3 samples" in res["eval_dropout"]
   assert math.isfinite(res["test_ppl_mc"]) and res["test_ppl_mc"] != res["test_ppl"]
   for k in ("dropout_x", "dropout_i", "dropout_h", "dropout_o"):
     config[k] = 0.0

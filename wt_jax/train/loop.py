@@ -215,6 +215,8 @@ def fit(config, corpus, workdir: str | Path) -> dict:
   t_start = time.time()
   workdir = Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
+  if config.test_params not in ("final", "best"):
+    raise ValueError(f"Unknown test_params {config.test_params!r}; expected 'final' or 'best'.")
   if corpus.vocab_size != config.vocab_size:
     raise ValueError(f"config.vocab_size={config.vocab_size} but the corpus has {corpus.vocab_size} "
                      f"types; set --config.vocab_size={corpus.vocab_size}.")
@@ -350,8 +352,9 @@ def fit(config, corpus, workdir: str | Path) -> dict:
   test_params, test_params_kind = state["params"], config.test_params
   if test_params_kind == "best" and ckpts.latest_step("best") is not None:
     test_params = ckpts.restore("best", {**state, "carry": carry})[0]["params"]
-  elif test_params_kind not in ("final", "best"):
-    raise ValueError(f"Unknown test_params {test_params_kind!r}; expected 'final' or 'best'.")
+    test_params_kind = f"best (epoch {meta['best_epoch']})"
+  elif test_params_kind == "best":
+    test_params_kind = "final (test_params='best', but no epoch has ended yet)"
   test_batched = evaluate(model, eval_window, test_params, corpus.test, config.eval_batch_size, T,
                           drop_remainder=True)
   test_single = evaluate(model, eval_window, test_params, corpus.test, 1, config.test_window,
