@@ -249,8 +249,9 @@ def fit(config, corpus, workdir: str | Path) -> dict:
     state = restored
     resumed_from = int(state["step"])
     logging.info("Resumed from %s at step %d.", ckpts.directory / "last", resumed_from)
+  versions = _versions()  # taken now: the code this process runs, even if the checkout changes later
   logging.info("%s: %s parameters, %d steps/epoch, %d steps in all; versions %s.", config.name,
-               f"{num_params:,}", steps_per_epoch, total_steps, _versions())
+               f"{num_params:,}", steps_per_epoch, total_steps, versions)
 
   train_step = make_train_step(model, tx, dropout_key, optim.weight_decay_on_loss(config))
   eval_window = make_eval_window(model)
@@ -390,7 +391,7 @@ def fit(config, corpus, workdir: str | Path) -> dict:
       "resumed_from_step": resumed_from,
       "seed": config.seed,
       "history": history,
-      "versions": _versions(),
+      "versions": versions,
       "devices": [str(d) for d in jax.devices()],
       "host": _host(),
   }
