@@ -8,6 +8,7 @@ Writes <workdir>/results.json, metrics.jsonl, curves.png and checkpoints/ (resum
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from wt_jax import parallel
 from wt_jax.data import ptb
 from wt_jax.train import loop
 from wt_jax.train import metrics
@@ -22,6 +23,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   config = _CONFIG.value
+  parallel.initialize_distributed()  # only if WT_JAX_COORDINATOR / WT_JAX_DISTRIBUTED ask for it
   metrics.quiet_library_logs()
   if config.dataset != "ptb":
     raise app.UsageError(f"experiments.ptb trains on PTB; this config has dataset={config.dataset!r}.")

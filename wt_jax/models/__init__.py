@@ -3,7 +3,8 @@
 A language model plugs into `wt_jax.train.loop` through one interface:
   module.init(rngs, ids[B, T], carry, train=False)       → variables ({'params': ...})
   module.apply(variables, ids[B, T], carry, train=...)   → (logits[B, T, V], carry)
-  module.initial_carry(batch_size)                        → carry (a pytree whose leaves are [..., B, ...])
+  module.initial_carry(batch_size)                        → carry (a pytree whose leaves are [L, B, ...]:
+                                                            the batch on axis CARRY_BATCH_AXIS = 1)
 Regularisers are sown into the `penalties` collection (see wt_jax.tying). The loop never looks at the name.
 """
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from typing import Callable
 
 from wt_jax.models import bd_lstm_lm, lstm_lm, rhn_lm
+
+CARRY_BATCH_AXIS = 1  # where the batch sits in every leaf of a carry (data parallelism shards it there)
 
 _REGISTRY: dict[str, Callable] = {
     "lstm_lm": lstm_lm.from_config,        # Zaremba et al. (2014)

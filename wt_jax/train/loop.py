@@ -39,7 +39,7 @@ import numpy as np
 import optax
 from absl import logging
 
-from wt_jax import losses, models, tying
+from wt_jax import losses, models, parallel, tying
 from wt_jax.data import batching
 from wt_jax.train import metrics as metrics_lib
 from wt_jax.train import optim
@@ -57,8 +57,13 @@ def init_params(model, rng: jax.Array, batch_size: int, bptt: int):
   return variables["params"]
 
 
-def make_train_step(model, tx: optax.GradientTransformation, dropout_key: jax.Array, l2_on_loss: float = 0.0):
+def make_train_step(model, tx: optax.GradientTransformation, dropout_key: jax.Array, l2_on_loss: float = 0.0,
+                    dp: parallel.DataParallel | None = None):
   """Returns step(state, carry, acc, x[B,T], y[B,T]) → (state, carry, acc, norms), jit-compiled.
+
+  With `dp`, the step is compiled for that mesh: x, y and the carry sharded along the batch, the state,
+  acc and norms replicated (pass arrays placed by `dp`). The cost is written for the global batch, so the
+  gradient equals the single-device one (XLA adds the all-reduce).
 
   The cost is Σ_t mean_b NLL + Σ penalties / B + l2_on_loss·½‖θ‖² (the last is the RHN code's weight decay;
   decoupled weight decay lives in the optimizer, see `optim.make_optimizer`).
@@ -95,11 +100,16 @@ def make_train_step(model, tx: optax.GradientTransformation, dropout_key: jax.Ar
     state = {"params": params, "opt_state": opt_state, "step": state["step"] + 1}
     return state, carry, acc, norms
 
-  return jax.jit(step, donate_argnums=(0, 1, 2))
+  if dp is None:
+    return jax.jit(step, donate_argnums=(0, 1, 2))
+  rep, rows, carry_rows = dp.replicated, dp.batch_sharding(0), dp.batch_sharding(models.CARRY_BATCH_AXIS)
+  return jax.jit(step, donate_argnums=(0, 1, 2), in_shardings=(rep, carry_rows, rep, rows, rows),
+                 out_shardings=(rep, carry_rows, rep, rep))
 
 
 def make_eval_window(model):
-  """Returns f(params, carry, x, y, mask) → (Σ mask·NLL, carry), jit-compiled; dropout off, no penalties."""
+  """Returns f(params, carry, x, y, mask) → (Σ mask·NLL, carry), jit-compiled; dropout off, no penalties.
+  (Sharding follows the inputs: `evaluate` places them.)"""
 
   @jax.jit
   def f(params, carry, x, y, mask):
@@ -110,20 +120,25 @@ def make_eval_window(model):
 
 
 def evaluate(model, eval_window, params, stream: np.ndarray, batch_size: int, bptt: int,
-             drop_remainder: bool) -> dict:
-  """Perplexity of `params` on a token stream, state carried across windows. Returns {'ppl', 'nll', 'tokens'}."""
+             drop_remainder: bool, dp: parallel.DataParallel | None = None) -> dict:
+  """Perplexity of `params` on a token stream, state carried across windows. Returns {'ppl', 'nll', 'tokens'}.
+
+  With `dp` the streams are split over the devices when batch_size divides by their number; otherwise
+  (e.g. the batch-1 test stream) every device computes the whole batch."""
   w = batching.lm_windows(stream, batch_size, bptt, drop_remainder=drop_remainder)
-  carry = model.initial_carry(batch_size)
-  total = jnp.zeros((), jnp.float32)
+  place = ((lambda t, axis=0: t) if dp is None else
+           (lambda t, axis=0: dp.shard_or_replicate(t, batch_size, axis)))
+  carry = place(model.initial_carry(batch_size), models.CARRY_BATCH_AXIS)
+  total = 0.0
   for i in range(len(w)):
-    nll, carry = eval_window(params, carry, w.x[i], w.y[i], w.mask[i])
+    nll, carry = eval_window(params, carry, *place((w.x[i], w.y[i], w.mask[i])))
     total = total + nll
   total = float(total)
   return {"ppl": perplexity(total, w.num_tokens), "nll": total, "tokens": w.num_tokens}
 
 
 def evaluate_mc(model, params, stream: np.ndarray, batch_size: int, bptt: int, samples: int,
-                key: jax.Array) -> dict:
+                key: jax.Array, dp: parallel.DataParallel | None = None) -> dict:
   """Monte-Carlo dropout evaluation (Gal 2015; Zilly et al.'s `evaluate_mc`): `samples` passes over the
   stream, each with one dropout draw kept for the whole pass; the per-token probabilities of the targets
   are averaged over the passes before taking logs. Returns {'ppl', 'nll', 'tokens', 'samples'}."""
@@ -134,16 +149,17 @@ def evaluate_mc(model, params, stream: np.ndarray, batch_size: int, bptt: int, s
     return -losses.token_nll(logits, y), carry
 
   w = batching.lm_windows(stream, batch_size, bptt, drop_remainder=False)
+  place = (lambda t, axis=0: t) if dp is None else (lambda t, axis=0: dp.shard_or_replicate(t, batch_size, axis))
+  xs, ys = place((w.x, w.y), 1)
   per_pass = []
   for k in jax.random.split(key, samples):
-    carry, logps = model.initial_carry(batch_size), []
+    carry, logps = place(model.initial_carry(batch_size), models.CARRY_BATCH_AXIS), []
     for i in range(len(w)):
-      logp, carry = window_logp(params, carry, w.x[i], w.y[i], k)  # the same draw for every window
-      logps.append(np.asarray(logp))
-    per_pass.append(np.stack(logps))
-  mask = np.asarray(w.mask, bool)
+      logp, carry = window_logp(params, carry, xs[i], ys[i], k)  # the same draw for every window
+      logps.append(logp)
+    per_pass.append(jnp.stack(logps))
   logp = jax.nn.logsumexp(jnp.stack(per_pass), axis=0) - math.log(samples)  # log of the mean probability
-  total = float(-np.asarray(logp)[mask].sum())
+  total = float(-jnp.sum(jnp.where(place(w.mask, 1) > 0, logp, 0.0)))  # (on device: works multi-host)
   return {"ppl": perplexity(total, w.num_tokens), "nll": total, "tokens": w.num_tokens, "samples": samples}
 
 
@@ -172,6 +188,18 @@ def perplexity(nll_sum: float, tokens: int) -> float:
   """exp(mean NLL), inf rather than an OverflowError for a diverged model."""
   mean = nll_sum / max(tokens, 1)
   return math.exp(mean) if mean < 700 else float("inf")
+
+
+def _initial_state(model, tx, rng, batch_size, bptt):
+  params = init_params(model, rng, batch_size, bptt)
+  return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)}
+
+
+class _NoWriter:
+  """Stands in for the metrics writer in processes other than 0."""
+
+  def write(self, **record):
+    pass
 
 
 def _zero_acc():
@@ -222,6 +250,8 @@ def fit(config, corpus, workdir: str | Path) -> dict:
                      f"types; set --config.vocab_size={corpus.vocab_size}.")
   model = models.build(config)
   B, T = config.batch_size, config.bptt
+  dp = parallel.DataParallel.create(num_devices=config.num_devices)  # the batch is split over the devices
+  dp.check_batch(B)
   train = batching.lm_windows(corpus.train, B, T)
   if config.eval_max_tokens:  # smoke runs of big models: evaluate on a prefix of valid and test only
     corpus = dataclasses.replace(corpus, valid=corpus.valid[:config.eval_max_tokens],
@@ -233,15 +263,16 @@ def fit(config, corpus, workdir: str | Path) -> dict:
   tx = optim.make_optimizer(config, steps_per_epoch)
 
   init_key, dropout_key = jax.random.split(jax.random.key(config.seed))
-  params = init_params(model, init_key, B, T)
-  num_params = tying.count_params(params)
-  state = {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)}
-  carry = model.initial_carry(B)
+  # Built on the devices, replicated (every process computes the same initial parameters from the seed).
+  state = jax.jit(lambda k: _initial_state(model, tx, k, B, T), out_shardings=dp.replicated)(init_key)
+  num_params = tying.count_params(state["params"])
+  new_carry = lambda: dp.shard_batch(model.initial_carry(B), models.CARRY_BATCH_AXIS)
+  carry = new_carry()
   meta = {"config": config.to_dict(), "history": [], "epoch_nll": 0.0, "epoch_tokens": 0,
           "best_valid_ppl": None, "best_epoch": None, "train_s": 0.0, "wall_s": 0.0}
 
   ckpts = Checkpoints(workdir / "checkpoints")
-  writer = metrics_lib.MetricsWriter(workdir / "metrics.jsonl")
+  writer = metrics_lib.MetricsWriter(workdir / "metrics.jsonl") if parallel.is_writer() else _NoWriter()
   resumed_from = None
   if ckpts.latest_step() is not None:
     restored, meta = ckpts.restore("last", {**state, "carry": carry})
@@ -250,14 +281,16 @@ def fit(config, corpus, workdir: str | Path) -> dict:
     resumed_from = int(state["step"])
     logging.info("Resumed from %s at step %d.", ckpts.directory / "last", resumed_from)
   versions = _versions()  # taken now: the code this process runs, even if the checkout changes later
-  logging.info("%s: %s parameters, %d steps/epoch, %d steps in all; versions %s.", config.name,
-               f"{num_params:,}", steps_per_epoch, total_steps, versions)
+  logging.info("%s: %s parameters, %d steps/epoch, %d steps in all; %d device(s) in %d process(es); "
+               "versions %s.", config.name, f"{num_params:,}", steps_per_epoch, total_steps, dp.num_devices,
+               jax.process_count(), versions)
 
-  train_step = make_train_step(model, tx, dropout_key, optim.weight_decay_on_loss(config))
+  train_step = make_train_step(model, tx, dropout_key, optim.weight_decay_on_loss(config), dp)
   eval_window = make_eval_window(model)
   param_norm = jax.jit(optax.tree.norm)
   step = int(state["step"])
-  acc = _zero_acc()
+  zero_acc = lambda: dp.replicate(_zero_acc())
+  acc = zero_acc()
   acc_base = {"nll": meta["epoch_nll"], "tokens": meta["epoch_tokens"]}  # epoch sums before a resume
   clock = {"t0": time.time(), "step0": step}  # the current stretch of pure training
   wall_before = meta["wall_s"]
@@ -293,9 +326,9 @@ def fit(config, corpus, workdir: str | Path) -> dict:
       pos = step % steps_per_epoch
       epoch = step // steps_per_epoch + 1
       if pos == 0:
-        carry = model.initial_carry(B)
-        acc, acc_base = _zero_acc(), {"nll": 0.0, "tokens": 0}
-      state, carry, acc, norms = train_step(state, carry, acc, train.x[pos], train.y[pos])
+        carry = new_carry()
+        acc, acc_base = zero_acc(), {"nll": 0.0, "tokens": 0}
+      state, carry, acc, norms = train_step(state, carry, acc, *dp.shard_batch((train.x[pos], train.y[pos])))
       step += 1
       if interrupted.is_set():  # Ctrl-C: keep what was trained since the last checkpoint, then stop
         tick()
@@ -319,7 +352,7 @@ def fit(config, corpus, workdir: str | Path) -> dict:
         nll, tok = epoch_sums()
         t0 = time.time()
         valid = evaluate(model, eval_window, state["params"], corpus.valid, config.eval_batch_size, T,
-                         drop_remainder=True)
+                         drop_remainder=True, dp=dp)
         record = {"epoch": epoch, "step": step, "train_ppl": perplexity(nll, tok), "valid_ppl": valid["ppl"],
                   "lr": optim.epoch_lr(epoch, config.learning_rate, config.lr_decay,
                                        config.decay_after_epoch)}
@@ -347,7 +380,7 @@ def fit(config, corpus, workdir: str | Path) -> dict:
     nll, tok = epoch_sums()
     train_ppl = perplexity(nll, tok) if tok else float("nan")
     valid_ppl = evaluate(model, eval_window, state["params"], corpus.valid, config.eval_batch_size, T,
-                         drop_remainder=True)["ppl"]
+                         drop_remainder=True, dp=dp)["ppl"]
     if ckpts.latest_step() != step:  # (a mid-epoch checkpoint may have just been written at this step)
       save("last")
   test_params, test_params_kind = state["params"], config.test_params
@@ -357,12 +390,12 @@ def fit(config, corpus, workdir: str | Path) -> dict:
   elif test_params_kind == "best":
     test_params_kind = "final (test_params='best', but no epoch has ended yet)"
   test_batched = evaluate(model, eval_window, test_params, corpus.test, config.eval_batch_size, T,
-                          drop_remainder=True)
+                          drop_remainder=True, dp=dp)
   test_single = evaluate(model, eval_window, test_params, corpus.test, 1, config.test_window,
-                         drop_remainder=False)
+                         drop_remainder=False, dp=dp)
   mc_samples = config.eval_mc_samples
   test_mc = (evaluate_mc(model, test_params, corpus.test, 1, config.test_window, mc_samples,
-                         jax.random.fold_in(dropout_key, 2**31 - 1)) if mc_samples else None)
+                         jax.random.fold_in(dropout_key, 2**31 - 1), dp) if mc_samples else None)
   results = {
       "config": config.name,
       "model": config.model,
@@ -393,8 +426,12 @@ def fit(config, corpus, workdir: str | Path) -> dict:
       "history": history,
       "versions": versions,
       "devices": [str(d) for d in jax.devices()],
+      "num_devices": dp.num_devices,
+      "num_processes": jax.process_count(),
       "host": _host(),
   }
+  if not parallel.is_writer():
+    return results
   (workdir / "results.json").write_text(json.dumps(results, indent=2))
   if config.plot:
     metrics_lib.plot_curves(workdir / "metrics.jsonl", workdir / "curves.png", title=config.name)

@@ -1,0 +1,73 @@
+"""Helper process for tests/test_parallel.py (not a test): trains tiny models with `loop.fit` on N devices.
+
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m tests.dp_worker \
+        --data=DIR --workdir=DIR --out=FILE.json --runs=lstm:1,lstm:2,rhn:4
+
+For each MODEL:N it runs `fit` (config.num_devices = N) and records, per step, the running train
+perplexity, then the valid/test perplexities and the final parameters (flattened, from the checkpoint).
+With WT_JAX_COORDINATOR etc. set it is one process of a multi-process run (`parallel.initialize_distributed`);
+then N = 0 (all devices of all processes) and only process 0 writes --out.
+"""
+import argparse
+import json
+from pathlib import Path
+
+from wt_jax import parallel
+
+parallel.initialize_distributed()  # before anything touches a device
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import orbax.checkpoint as ocp  # noqa: E402
+
+from tests.conftest import tiny_config  # noqa: E402
+from wt_jax.data import ptb  # noqa: E402
+from wt_jax.train import loop  # noqa: E402
+
+# Tiny versions of each model family (dropout on, so the masks must not depend on the sharding).
+MODELS = {
+    "lstm": dict(model="lstm_lm", tying="tied_projection", dropout=0.3),
+    "bd": dict(model="bd_lstm_lm", tying="tied", dropout_x=0.2, dropout_i=0.2, dropout_h=0.2, dropout_o=0.2,
+               mask_per_gate=True, weight_decay=1e-4),
+    "rhn": dict(model="rhn_lm", tying="tied", num_layers=1, depth=2, dropout_x=0.2, dropout_i=0.2,
+                dropout_h=0.2, dropout_o=0.2, transform_bias=-2.0, remat=False),
+}
+
+
+def model_config(name: str, vocab_size: int):
+  c = tiny_config(vocab_size=vocab_size, batch_size=8, eval_batch_size=8, num_epochs=1, max_steps=24,
+                  log_every=1, learning_rate=0.5, **MODELS[name])
+  return c
+
+
+def main():
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--data", required=True)
+  ap.add_argument("--workdir", required=True)
+  ap.add_argument("--out", required=True)
+  ap.add_argument("--runs", default="lstm:1", help="MODEL:NUM_DEVICES,...")
+  args = ap.parse_args()
+  corpus = ptb.load(args.data, download=False)
+  out = {}
+  for run in args.runs.split(","):
+    name, n = run.split(":")
+    config = model_config(name, corpus.vocab_size)
+    config.num_devices = int(n)
+    workdir = Path(args.workdir) / f"{name}_{n}"
+    results = loop.fit(config, corpus, workdir)
+    ckpt = workdir / "checkpoints" / "last" / str(results["steps"]) / "state"
+    params = ocp.StandardCheckpointer().restore(ckpt.absolute())["params"]  # (every process: orbax syncs)
+    if not parallel.is_writer():
+      continue
+    steps = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
+    flat = np.concatenate([np.ravel(np.asarray(p)) for p in jax.tree_util.tree_leaves(params)])
+    out[run] = {"train_ppl": [r["train_ppl"] for r in steps if r["kind"] == "train"],
+                   "valid_ppl": results["valid_ppl"], "test_ppl": results["test_ppl"],
+                   "num_devices": results["num_devices"], "num_processes": results["num_processes"],
+                   "params": flat.tolist()}
+  if parallel.is_writer():
+    Path(args.out).write_text(json.dumps(out))
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,102 @@
+"""Data parallelism (wt_jax.parallel through loop.fit) on simulated CPU devices, and two real processes.
+
+The tiny models train for 24 steps with dropout on; 1, 2, 4 and 8 devices (and 2 processes × 2 devices)
+must give the single-device loss trajectory and final parameters to float32 rounding. Each configuration
+runs in a helper process (tests/dp_worker.py) because the device count is fixed when JAX starts.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO, write_corpus
+
+RUNS = ["lstm:1", "lstm:2", "lstm:4", "lstm:8", "rhn:1", "rhn:4"]  # (bd_lstm_lm: same loop, same masks module)
+TIMEOUT_S = 600
+
+
+def _env(devices: int, **extra) -> dict:
+  env = {k: v for k, v in os.environ.items() if not k.startswith("WT_JAX_") or k == "WT_JAX_DATA"}
+  env.update(XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu", **extra)
+  return env
+
+
+def _worker(args, env):
+  return subprocess.Popen([sys.executable, "-m", "tests.dp_worker", *args], cwd=REPO, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait(procs):
+  try:
+    outs = [p.communicate(timeout=TIMEOUT_S)[0] for p in procs]
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+  for p, out in zip(procs, outs):
+    assert p.returncode == 0, out[-3000:]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+  root = tmp_path_factory.mktemp("dp_data")
+  write_corpus(root / "ptb")
+  return root
+
+
+@pytest.fixture(scope="module")
+def single_process(data, tmp_path_factory):
+  tmp = tmp_path_factory.mktemp("dp")
+  out = tmp / "out.json"
+  _wait([_worker([f"--data={data}", f"--workdir={tmp}", f"--out={out}", f"--runs={','.join(RUNS)}"],
+                 _env(8))])
+  return json.loads(out.read_text())
+
+
+def _assert_same_training(got, want):
+  np.testing.assert_allclose(got["train_ppl"], want["train_ppl"], rtol=1e-5)
+  np.testing.assert_allclose(got["params"], want["params"], rtol=0, atol=1e-5)
+  assert got["valid_ppl"] == pytest.approx(want["valid_ppl"], rel=1e-5)
+  assert got["test_ppl"] == pytest.approx(want["test_ppl"], rel=1e-5)
+
+
+@pytest.mark.parametrize("run", [r for r in RUNS if not r.endswith(":1")])
+def test_devices_reproduce_single_device(single_process, run):
+  name, n = run.split(":")
+  got, want = single_process[run], single_process[f"{name}:1"]
+  assert got["num_devices"] == int(n) and want["num_devices"] == 1
+  assert len(want["train_ppl"]) == 24
+  assert want["train_ppl"][-1] < 0.95 * want["train_ppl"][0]  # it learned something worth comparing
+  _assert_same_training(got, want)
+
+
+def test_two_processes_reproduce_single_process(single_process, data, tmp_path):
+  """Two processes on loopback (gloo collectives), 2 simulated devices each: 4 devices in all."""
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  out = tmp_path / "out.json"
+  procs = [_worker([f"--data={data}", f"--workdir={tmp_path}", f"--out={out}", "--runs=lstm:0"],
+                   _env(2, WT_JAX_COORDINATOR=f"127.0.0.1:{port}", WT_JAX_NUM_PROCESSES="2",
+                        WT_JAX_PROCESS_ID=str(i)))
+           for i in range(2)]
+  _wait(procs)
+  got = json.loads(out.read_text())["lstm:0"]
+  assert got["num_devices"] == 4 and got["num_processes"] == 2
+  _assert_same_training(got, single_process["lstm:1"])
+
+
+def test_batch_not_divisible_by_devices_is_a_clear_error():
+  code = ("from wt_jax import parallel\n"
+          "dp = parallel.DataParallel.create()\n"
+          "assert dp.num_devices == 3, dp.num_devices\n"
+          "dp.check_batch(20)\n")
+  r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_env(3), capture_output=True, text=True,
+                     timeout=120)
+  assert r.returncode != 0
+  assert "batch_size=20 cannot be split over 3 devices" in r.stderr, r.stderr[-2000:]
+  assert "--config.batch_size=18" in r.stderr

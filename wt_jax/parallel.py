@@ -1,0 +1,132 @@
+"""Data parallelism for every trainer: one 1-D device mesh, the batch axis sharded, everything else replicated.
+
+    dp = DataParallel.create()                      # all devices of all processes, mesh axis 'data'
+    dp.check_batch(config.batch_size)               # clear error if B is not divisible by the devices
+    params = dp.replicate(params)                   # identical copy on every device
+    x = dp.shard_batch(x_BxT)                       # rows b·B/D … split over the devices (leading axis)
+    step = jax.jit(fn, in_shardings=..., out_shardings=...)   # GSPMD inserts the gradient all-reduce
+
+Because the step is written for the *global* batch (the loss is a mean over all B rows), the gradient XLA
+computes from the sharded batch is exactly the single-device gradient: no manual averaging, and the
+Zaremba cost Σ_t mean_b stays a mean over the global batch. Random numbers (dropout masks) are the same
+whatever the sharding (`jax_threefry_partitionable`, on by default), so 1, 2, 4, 8 devices train the same
+model up to float rounding.
+
+Multi-host (TPU VM pods, several GPU hosts): `initialize_distributed()` calls `jax.distributed.initialize`
+when the environment asks for it; every host holds the same host-side arrays (the token stream of PTB is a
+few MB) and transfers only the rows its own devices hold (`jax.make_array_from_callback`). Only process 0
+writes files other than checkpoints (`is_writer`); orbax coordinates the checkpoint writes of all processes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+DATA_AXIS = "data"
+
+
+def initialize_distributed() -> bool:
+  """Start JAX's multi-process runtime when the environment says so; returns True if it did.
+
+  - WT_JAX_COORDINATOR=host:port with WT_JAX_NUM_PROCESSES and WT_JAX_PROCESS_ID: an explicit cluster
+    (e.g. two processes on one machine, or GPU hosts without a scheduler JAX knows).
+  - WT_JAX_DISTRIBUTED=1: let JAX detect the cluster itself (Cloud TPU VM pods, Slurm, Open MPI).
+  Otherwise nothing happens (one process). Call it before anything touches a device.
+  """
+  coordinator = os.environ.get("WT_JAX_COORDINATOR")
+  if coordinator:
+    try:
+      num, pid = int(os.environ["WT_JAX_NUM_PROCESSES"]), int(os.environ["WT_JAX_PROCESS_ID"])
+    except (KeyError, ValueError) as e:
+      raise ValueError("WT_JAX_COORDINATOR is set, so WT_JAX_NUM_PROCESSES and WT_JAX_PROCESS_ID must be "
+                       "integers too.") from e
+    local = os.environ.get("WT_JAX_LOCAL_DEVICE_IDS")
+    jax.distributed.initialize(coordinator_address=coordinator, num_processes=num, process_id=pid,
+                               local_device_ids=[int(i) for i in local.split(",")] if local else None)
+    return True
+  if os.environ.get("WT_JAX_DISTRIBUTED", "").lower() in ("1", "true", "yes"):
+    jax.distributed.initialize()
+    return True
+  return False
+
+
+def is_writer() -> bool:
+  """True in the one process that writes metrics, results and plots (process 0)."""
+  return jax.process_index() == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class DataParallel:
+  """A 1-D mesh over devices with the batch (leading) axis sharded over it."""
+
+  mesh: Mesh
+
+  @classmethod
+  def create(cls, num_devices: int = 0) -> "DataParallel":
+    """The first `num_devices` devices (0: all devices of all processes) in one mesh axis named 'data'."""
+    devices = jax.devices()
+    if num_devices:
+      if num_devices > len(devices):
+        raise ValueError(f"num_devices={num_devices} but only {len(devices)} devices are visible: "
+                         f"{devices}.")
+      if jax.process_count() > 1 and num_devices != len(devices):
+        raise ValueError(f"num_devices={num_devices}: with {jax.process_count()} processes data "
+                         f"parallelism uses every device ({len(devices)}); set num_devices=0.")
+      devices = devices[:num_devices]
+    return cls(Mesh(np.asarray(devices), (DATA_AXIS,)))
+
+  @property
+  def num_devices(self) -> int:
+    return self.mesh.size
+
+  @property
+  def replicated(self) -> NamedSharding:
+    return NamedSharding(self.mesh, P())
+
+  def batch_sharding(self, batch_axis: int = 0) -> NamedSharding:
+    """Sharding with axis `batch_axis` split over the devices (the other axes whole)."""
+    return NamedSharding(self.mesh, P(*([None] * batch_axis), DATA_AXIS))
+
+  def divides(self, batch_size: int) -> bool:
+    return batch_size % self.num_devices == 0
+
+  def check_batch(self, batch_size: int, name: str = "batch_size") -> None:
+    """Raise a clear ValueError unless `batch_size` splits evenly over the devices."""
+    if not self.divides(batch_size):
+      d = self.num_devices
+      raise ValueError(
+          f"{name}={batch_size} cannot be split over {d} devices (data parallelism shards the batch; it "
+          f"must be a multiple of {d}). Use e.g. --config.{name}={max(d, batch_size // d * d)}, or fewer "
+          f"devices (CUDA_VISIBLE_DEVICES, or XLA_FLAGS=--xla_force_host_platform_device_count on CPU).")
+
+  def put(self, tree: Any, sharding: NamedSharding) -> Any:
+    """Host values (numpy or single-device arrays, the same in every process) → global arrays with
+    `sharding`; each process transfers only the pieces its own devices hold."""
+
+    def one(x):
+      x = np.asarray(x)
+      return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+    return jax.tree_util.tree_map(one, tree)
+
+  def replicate(self, tree: Any) -> Any:
+    return self.put(tree, self.replicated)
+
+  def shard_batch(self, tree: Any, batch_axis: int = 0) -> Any:
+    """Every leaf split over the devices along `batch_axis` (its size must divide by the device count)."""
+    return self.put(tree, self.batch_sharding(batch_axis))
+
+  def shard_or_replicate(self, tree: Any, batch_size: int, batch_axis: int = 0) -> Any:
+    """Shard along the batch axis if the batch divides over the devices, else replicate (e.g. the batch-1
+    test stream, which every device then computes whole)."""
+    if self.divides(batch_size):
+      return self.shard_batch(tree, batch_axis)
+    return self.replicate(tree)
+
+  def sharding_for(self, batch_size: int, batch_axis: int = 0) -> NamedSharding:
+    return self.batch_sharding(batch_axis) if self.divides(batch_size) else self.replicated
