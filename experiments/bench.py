@@ -9,7 +9,9 @@ compare only within one interleaved run).
 
 Measures, on the PTB training stream (or a random stream of the same vocabulary with --synthetic), the
 compile time of the train step, steady-state train ms/step and tokens/s (median over --repeats blocks of
---steps steps, after --warmup steps), and eval tokens/s of the batched validation pass.
+--steps steps, after --warmup steps), eval tokens/s of the batched validation pass, and the step's matmul
+FLOPs (formula) with the fraction of this machine's measured float32 matmul rate they reach
+(`floor_ms_per_step` = FLOPs / peak: the time the step would take at that rate).
 """
 import json
 import os
@@ -41,6 +43,7 @@ _TORCH_SCRIPT = flags.DEFINE_string(
     "torch_script", str(Path(__file__).resolve().parents[1].parent / "shared" / "bench" / "torch_small_lm.py"),
     "The PyTorch reference benchmark script.")
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Interleaved rounds (with --torch_python).")
+_PEAK = flags.DEFINE_bool("peak", True, "Measure the float32 matmul peak and report the fraction reached.")
 flags.mark_flag_as_required("config")
 
 
@@ -56,6 +59,46 @@ def _memory(compiled) -> dict:
   mib = lambda b: round(b / 2**20, 1)
   return {"step_temp_mib": mib(m.temp_size_in_bytes), "step_args_mib": mib(m.argument_size_in_bytes),
           "step_output_mib": mib(m.output_size_in_bytes)}
+
+
+def matmul_flops_per_step(config) -> int | None:
+  """Matmul FLOPs of one training step (forward + backward = 3 × forward; 2 per multiply-add), by formula.
+
+  Forward per token: LSTM layer 2·(I + H)·4H; RHN layer 2·(I·2H + depth·H·2H); projection (PR) 2·H²; output
+  layer 2·H·V. (XLA's own `cost_analysis` counts the body of a `lax.scan` once, not once per time step, so
+  it under-counts the recurrences; it is reported beside this as `xla_flops_per_step`.)
+  """
+  H, V, L, tokens = config.hidden_size, config.vocab_size, config.num_layers, config.batch_size * config.bptt
+  if config.model in ("lstm_lm", "bd_lstm_lm"):
+    body = L * 2 * (H + H) * 4 * H
+  elif config.model == "rhn_lm":
+    body = L * 2 * (H * 2 * H + config.depth * H * 2 * H)
+  else:
+    return None
+  head = 2 * H * V + (2 * H * H if config.tying in ("projection", "tied_projection") else 0)
+  return 3 * tokens * (body + head)
+
+
+def matmul_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
+  """Measured float32 matmul rate of this machine through XLA ([n, n] @ [n, n], median of `repeats`)."""
+  a = jnp.asarray(np.random.default_rng(0).standard_normal((n, n)), jnp.float32)
+  f = jax.jit(lambda a, b: a @ b)
+  f(a, a).block_until_ready()
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    f(a, a).block_until_ready()
+    times.append(time.perf_counter() - t0)
+  return 2 * n**3 / statistics.median(times) / 1e9
+
+
+def _xla_flops(compiled) -> float | None:
+  try:
+    cost = compiled.cost_analysis()
+  except Exception:  # not every backend implements it
+    return None
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  return (cost or {}).get("flops")
 
 
 def _json_line(cmd: list[str]) -> dict:
@@ -113,6 +156,7 @@ def main(argv):
   step_fn = step_fn.lower(state, carry, acc, windows.x[0], windows.y[0]).compile()
   compile_s = time.perf_counter() - t0
   memory = _memory(step_fn)
+  xla_flops = _xla_flops(step_fn)
 
   i = 0
 
@@ -140,6 +184,10 @@ def main(argv):
   ev = loop.evaluate(model, eval_window, state["params"], stream, config.eval_batch_size, T, True)
   eval_s = time.perf_counter() - t0
 
+  flops = matmul_flops_per_step(config)
+  peak = matmul_peak_gflops() if _PEAK.value else None
+  floor = ({"matmul_peak_gflops": round(peak, 1), "floor_ms_per_step": round(flops / peak / 1e6, 2),
+            "fraction_of_peak": round(flops / peak / 1e6 / ms, 3)} if flops and peak else {})
   print(json.dumps({
       "bench": "wt_jax_lm", "config": config.name, "num_params": tying.count_params(params),
       "batch": B, "bptt": T, "hidden": config.hidden_size, "steps": _STEPS.value,
@@ -147,6 +195,8 @@ def main(argv):
       "train_ms_per_step_all": [round(1000 * t, 2) for t in times],
       "train_tok_per_s": round(B * T / (ms / 1000), 1), "compile_s": round(compile_s, 2),
       "eval_tokens": ev["tokens"], "eval_tok_per_s": round(ev["tokens"] / eval_s, 1),
+      "matmul_flops_per_step": flops, "xla_flops_per_step": xla_flops,
+      "achieved_gflops": round(flops / ms / 1e6, 1) if flops else None, **floor,
       **memory, "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
       "jax": jax.__version__, "devices": [str(d) for d in jax.devices()],
   }))

@@ -1,0 +1,36 @@
+"""The benchmark entry point: its FLOP formula and one tiny run (its timings are not asserted)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+sys.path.insert(0, str(REPO))
+from configs import rhn_tied, small, small_tied_pr  # noqa: E402
+from experiments import bench  # noqa: E402
+
+
+def test_flop_formula_small_model():
+  """Zaremba small: per token 2·(200+200)·800 per layer × 2 layers + 2·200·10,000 for the output layer,
+  × 400 tokens × 3 (forward + backward) = 6.336 GFLOP (the issue's ≈ 6.3)."""
+  assert bench.matmul_flops_per_step(small.get_config()) == 3 * 400 * (2 * 2 * 400 * 800 + 2 * 200 * 10_000)
+  pr = small_tied_pr.get_config()
+  assert bench.matmul_flops_per_step(pr) - bench.matmul_flops_per_step(small.get_config()) == 3 * 400 * 2 * 200**2
+  c = rhn_tied.get_config()  # 1 layer, depth 10, H 830, 20 × 35 tokens
+  assert bench.matmul_flops_per_step(c) == 3 * 700 * (2 * (830 * 1660 + 10 * 830 * 1660) + 2 * 830 * 10_000)
+
+
+def test_bench_prints_one_json_line():
+  r = subprocess.run(
+      [sys.executable, "-m", "experiments.bench", "--config=configs/small_tied.py", "--synthetic",
+       "--steps=2", "--warmup=1", "--repeats=1", "--eval_windows=2", "--peak=false",
+       "--config.hidden_size=16", "--config.vocab_size=50"],
+      cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0, r.stderr[-2000:]
+  out = json.loads(r.stdout.strip().splitlines()[-1])
+  assert out["matmul_flops_per_step"] == 3 * 400 * (2 * 2 * 32 * 64 + 2 * 16 * 50)
+  assert out["xla_flops_per_step"] > 0
+  assert out["train_ms_per_step"] > 0 and out["eval_tok_per_s"] > 0
+  assert "fraction_of_peak" not in out  # --peak=false
