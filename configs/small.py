@@ -22,6 +22,7 @@ def get_config():
   c.pr_lambda = 1.0 / 6.5     # Press & Wolf code: l2_loss(P) / (batch * 6.5); the paper rounds to 0.15
   c.proj_bias = True          # Press & Wolf code: proj_b (a bias after P)
   c.logit_scale = False       # optional D^-1/2 logit scale; not used by the papers
+  c.compute_dtype = "float32"  # ours; "bfloat16": bf16 matmul inputs, f32 sums (wt_jax/precision.py)
   # Optimisation.
   c.optimizer = "sgd"         # Zaremba: plain SGD
   c.learning_rate = 1.0       # Zaremba: lr 1

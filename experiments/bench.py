@@ -109,7 +109,10 @@ def _json_line(cmd: list[str]) -> dict:
 def compare_with_torch(config) -> None:
   """Alternate reference and wt_jax runs in separate processes; print all runs and the medians."""
   tied = ["--tied"] if config.tying in ("tied", "tied_projection") else []
-  torch_cmd = [_TORCH_PYTHON.value, _TORCH_SCRIPT.value, *tied, "--steps", str(_STEPS.value),
+  # Equal precisions: with compute_dtype=bfloat16 the reference runs under CPU autocast to bfloat16.
+  autocast = ([str(Path(__file__).with_name("torch_autocast.py"))] if config.compute_dtype == "bfloat16"
+              else [])
+  torch_cmd = [_TORCH_PYTHON.value, *autocast, _TORCH_SCRIPT.value, *tied, "--steps", str(_STEPS.value),
                "--warmup", str(_WARMUP.value), "--batch", str(config.batch_size), "--bptt",
                str(config.bptt), "--hidden", str(config.hidden_size), "--eval-batches", str(_EVAL_WINDOWS.value)]
   ours_cmd = [sys.executable, "-m", "experiments.bench", *[a for a in sys.argv[1:]
@@ -121,6 +124,7 @@ def compare_with_torch(config) -> None:
   med = lambda k, key: statistics.median(r[key] for r in runs[k])
   print(json.dumps({
       "bench": "interleaved", "config": config.name, "rounds": _ROUNDS.value,
+      "compute_dtype": config.compute_dtype, "torch_autocast_bf16": bool(autocast),
       "torch_train_ms_per_step_median": med("torch", "train_ms_per_step"),
       "wt_jax_train_ms_per_step_median": med("wt_jax", "train_ms_per_step"),
       "torch_eval_tok_per_s_median": med("torch", "eval_tok_per_s"),

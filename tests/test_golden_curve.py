@@ -7,9 +7,11 @@ schedule and its off-by-one (epochs 1–2 at lr 1, epoch 3 at 0.5), tying, clipp
 It compares the running train NLL at every 25th step and the validation NLL after each epoch with
 `tests/golden/ptb_small_tied.json`.
 
-Tolerance: 0.02 nats (≈ 2% in perplexity). Runs on one machine reproduce the values exactly; the slack is
-for other CPUs' float rounding. Breaking the loss scaling, the schedule's off-by-one or tying each moves the
-curve by far more (measured: see BUILD_NOTES.md, "Golden curve").
+Tolerance: 0.06 nats (≈ 6% in perplexity). Runs on one machine reproduce the values exactly; the slack is
+for float rounding in a different order (other CPUs' kernels, a rewritten but equal matmul): writing the
+LSTM's matmuls differently but equivalently moved one point, the running mean of only 25 steps at step 125,
+by 0.034 nats (BUILD_NOTES.md). Breaking the loss scaling, the schedule's off-by-one or tying moves the curve
+by 0.15–0.85 nats (measured: see BUILD_NOTES.md, "Golden curve").
 
 Regenerate after an intended change of the numerics (and say why in the commit):
     WT_JAX_REGEN_GOLDEN=1 python -m pytest -q tests/test_golden_curve.py
@@ -27,7 +29,7 @@ from wt_jax.data import ptb
 from wt_jax.train import loop, metrics
 
 GOLDEN = Path(__file__).parent / "golden" / "ptb_small_tied.json"
-TOLERANCE_NATS = 0.02
+TOLERANCE_NATS = 0.06
 
 
 def golden_config():

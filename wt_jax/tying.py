@@ -29,6 +29,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from wt_jax import precision
+
 MODES = ("untied", "tied", "projection", "tied_projection")
 PENALTIES = "penalties"  # the linen collection that regularisers sow into
 
@@ -60,6 +62,7 @@ class WordEmbeddings(nn.Module):
     proj_bias: whether the projection has a bias p_b (the authors' code has one).
     output_bias: whether the softmax has a bias b (Inan et al.'s "reused embeddings" fix it at zero: False).
     logit_scale: multiply logits by D^-½ (off in the papers; an option for experimentation).
+    dtype: matmul input dtype of the output layer (None / float32, or bfloat16; see wt_jax.precision).
   """
 
   vocab_size: int
@@ -70,6 +73,7 @@ class WordEmbeddings(nn.Module):
   proj_bias: bool = True
   output_bias: bool = True
   logit_scale: bool = False
+  dtype: Any = None
 
   def setup(self):
     check_mode(self.mode)
@@ -100,12 +104,12 @@ class WordEmbeddings(nn.Module):
   def logits(self, h: jax.Array) -> jax.Array:
     """h[..., D] → logits[..., V]; sows the projection penalty when there is a projection."""
     if self.mode in ("projection", "tied_projection"):
-      h = h @ self.proj_kernel
+      h = precision.dot(h, self.proj_kernel, self.dtype)
       if self.proj_bias:
         h = h + self.proj_b
       penalty = self.pr_lambda * 0.5 * jnp.sum(jnp.square(self.proj_kernel))
       self.sow(PENALTIES, "projection_l2", penalty, init_fn=lambda: 0.0, reduce_fn=lambda a, b: a + b)
-    out = h @ self.output_matrix().T
+    out = precision.dot(h, self.output_matrix().T, self.dtype)
     if self.logit_scale:
       out = out * (1.0 / math.sqrt(self.dim))
     if self.output_bias:

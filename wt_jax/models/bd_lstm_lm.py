@@ -16,11 +16,13 @@ Dropout is off at evaluation (no masks). The carry is (c, h), each [L, B, H], as
 """
 from __future__ import annotations
 
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from wt_jax import tying
+from wt_jax import precision, tying
 from wt_jax.models import variational
 
 Carry = tuple[jax.Array, jax.Array]
@@ -83,11 +85,12 @@ class BDLSTMLM(nn.Module):
   tying: str = "tied"
   pr_lambda: float = 1.0 / 6.5
   proj_bias: bool = True
+  dtype: Any = None  # output-layer matmul input dtype (config.compute_dtype; the gates stay float32)
 
   def setup(self):
     self.words = tying.WordEmbeddings(vocab_size=self.vocab_size, dim=self.hidden, mode=self.tying,
                                       init_scale=self.init_scale, pr_lambda=self.pr_lambda,
-                                      proj_bias=self.proj_bias)
+                                      proj_bias=self.proj_bias, dtype=self.dtype)
     self.layers = [VariationalLSTMLayer(self.hidden, self.init_scale, name=f"lstm_{l}")
                    for l in range(self.num_layers)]
 
@@ -124,4 +127,5 @@ def from_config(config) -> BDLSTMLM:
       vocab_size=config.vocab_size, hidden=config.hidden_size, num_layers=config.num_layers,
       dropout_x=config.dropout_x, dropout_i=config.dropout_i, dropout_h=config.dropout_h,
       dropout_o=config.dropout_o, mask_per_gate=config.mask_per_gate, init_scale=config.init_scale,
-      tying=config.tying, pr_lambda=config.pr_lambda, proj_bias=config.proj_bias)
+      tying=config.tying, pr_lambda=config.pr_lambda, proj_bias=config.proj_bias,
+      dtype=precision.compute_dtype(config.compute_dtype))

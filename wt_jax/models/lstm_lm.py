@@ -17,11 +17,14 @@ The recurrent state ("carry") is a pair (c, h), each [L, B, H]; it is carried ac
 """
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from wt_jax import tying
+from wt_jax import precision, tying
 
 Carry = tuple[jax.Array, jax.Array]  # (c[L, B, H], h[L, B, H])
 
@@ -31,16 +34,17 @@ def _gate_scale(hidden: int) -> jax.Array:
   return jnp.concatenate([jnp.ones(hidden), jnp.full(hidden, 2.0), jnp.ones(2 * hidden)])
 
 
-def _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH):
+def _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype):
   """The recurrence; also returns what the backward pass needs: σ-activations a[T, B, 4H] and c[T, B, H]."""
   H = w_hh.shape[0]
   scale = _gate_scale(H)
+  w_hh = w_hh.astype(dtype) if precision.is_low(dtype) else w_hh  # cast once, not at every step
 
   def cell(carry, xw_Bx4H):
     c, h = carry
     # One σ over all four gates: tanh(z) = 2σ(2z) − 1, so j is computed from σ(2·z_j). Mathematically the
     # TF cell exactly; one fused elementwise op instead of four slices is ~2× faster on CPU.
-    a = jax.nn.sigmoid((xw_Bx4H + h @ w_hh) * scale)
+    a = jax.nn.sigmoid((xw_Bx4H + precision.matmul(h, w_hh, dtype)) * scale)
     i, j, f, o = jnp.split(a, 4, axis=-1)
     c = f * c + i * (2.0 * j - 1.0)
     h = o * jnp.tanh(c)
@@ -50,30 +54,32 @@ def _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH):
   return hs, c, h, acts, cs
 
 
-@jax.custom_vjp
-def lstm_recurrence(xw_TxBx4H, w_hh, c0_BxH, h0_BxH):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def lstm_recurrence(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype=None):
   """LSTM over time given the precomputed input part of the gates xw = x·W_ih + b.
 
-  xw[T, B, 4H], w_hh[H, 4H], c0, h0[B, H] → (h[T, B, H], c_T[B, H], h_T[B, H]).
+  xw[T, B, 4H], w_hh[H, 4H], c0, h0[B, H] → (h[T, B, H], c_T[B, H], h_T[B, H]). `dtype`: the input dtype
+  of the recurrent matmuls, forward and backward (None: float32; see wt_jax.precision).
 
   The custom VJP runs the backward recurrence for the gate gradients only and then forms ∂W_hh as one
   [H, T·B]×[T·B, 4H] matmul, instead of accumulating a [H, 4H] gradient inside the loop at every step as
   plain autodiff of `lax.scan` does (the cuDNN strategy; ~3× faster backward on CPU).
   """
-  hs, c, h, _, _ = _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH)
+  hs, c, h, _, _ = _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype)
   return hs, c, h
 
 
-def _recurrence_fwd(xw_TxBx4H, w_hh, c0_BxH, h0_BxH):
-  hs, c, h, acts, cs = _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH)
+def _recurrence_fwd(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype):
+  hs, c, h, acts, cs = _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype)
   return (hs, c, h), (w_hh, c0_BxH, h0_BxH, hs, acts, cs)
 
 
-def _recurrence_bwd(res, cotangents):
+def _recurrence_bwd(dtype, res, cotangents):
   w_hh, c0, h0, hs, acts, cs = res
   d_hs, d_cT, d_hT = cotangents
   c_prev = jnp.concatenate([c0[None], cs[:-1]], axis=0)
   h_prev = jnp.concatenate([h0[None], hs[:-1]], axis=0)
+  w_hh_T = w_hh.T.astype(dtype) if precision.is_low(dtype) else w_hh.T
 
   def step(carry, inputs):
     dh_next, dc_next = carry
@@ -86,10 +92,11 @@ def _recurrence_bwd(res, cotangents):
     # ∂/∂z of σ is a(1 − a) for every gate; for j, d(2σ(2z) − 1)/dz = 4a(1 − a).
     upstream = jnp.concatenate([dc * g, 4.0 * dc * i, dc * cp, dh * tc], axis=-1)
     dz = upstream * a * (1.0 - a)
-    return (dz @ w_hh.T, dc * f), dz
+    return (precision.matmul(dz, w_hh_T, dtype), dc * f), dz
 
   (dh0, dc0), dz_TxBx4H = jax.lax.scan(step, (d_hT, d_cT), (d_hs, acts, cs, c_prev), reverse=True)
-  dw_hh = jnp.einsum("tbh,tbg->hg", h_prev, dz_TxBx4H)
+  H = w_hh.shape[0]
+  dw_hh = precision.matmul(h_prev.reshape(-1, H).T, dz_TxBx4H.reshape(-1, 4 * H), dtype)
   return dz_TxBx4H, dw_hh, dc0, dh0
 
 
@@ -101,6 +108,7 @@ class LSTMLayer(nn.Module):
 
   hidden: int
   init_scale: float
+  dtype: Any = None  # matmul input dtype (None: float32; see wt_jax.precision)
 
   @nn.compact
   def __call__(self, x_TxBxI: jax.Array, c_BxH: jax.Array, h_BxH: jax.Array):
@@ -109,8 +117,8 @@ class LSTMLayer(nn.Module):
     w_ih = self.param("w_ih", w_init, (I, 4 * H))
     w_hh = self.param("w_hh", w_init, (H, 4 * H))
     bias = self.param("bias", nn.initializers.zeros, (4 * H,))
-    xw_TxBx4H = jnp.einsum("tbi,ig->tbg", x_TxBxI, w_ih) + bias
-    y_TxBxH, c, h = lstm_recurrence(xw_TxBx4H, w_hh, c_BxH, h_BxH)
+    xw_TxBx4H = precision.dot(x_TxBxI, w_ih, self.dtype) + bias
+    y_TxBxH, c, h = lstm_recurrence(xw_TxBx4H, w_hh, c_BxH, h_BxH, self.dtype)
     return y_TxBxH, c, h
 
 
@@ -129,12 +137,13 @@ class LSTMLM(nn.Module):
   pr_lambda: float = 1.0 / 6.5
   proj_bias: bool = True
   logit_scale: bool = False
+  dtype: Any = None  # matmul input dtype: None (float32) or bfloat16 (config.compute_dtype)
 
   def setup(self):
     self.words = tying.WordEmbeddings(
         vocab_size=self.vocab_size, dim=self.hidden, mode=self.tying, init_scale=self.init_scale,
-        pr_lambda=self.pr_lambda, proj_bias=self.proj_bias, logit_scale=self.logit_scale)
-    self.layers = [LSTMLayer(self.hidden, self.init_scale, name=f"lstm_{l}")
+        pr_lambda=self.pr_lambda, proj_bias=self.proj_bias, logit_scale=self.logit_scale, dtype=self.dtype)
+    self.layers = [LSTMLayer(self.hidden, self.init_scale, self.dtype, name=f"lstm_{l}")
                    for l in range(self.num_layers)]
     self.drop = nn.Dropout(self.dropout)
 
@@ -160,4 +169,5 @@ def from_config(config) -> LSTMLM:
   return LSTMLM(
       vocab_size=config.vocab_size, hidden=config.hidden_size, num_layers=config.num_layers,
       dropout=config.dropout, init_scale=config.init_scale, tying=config.tying,
-      pr_lambda=config.pr_lambda, proj_bias=config.proj_bias, logit_scale=config.logit_scale)
+      pr_lambda=config.pr_lambda, proj_bias=config.proj_bias, logit_scale=config.logit_scale,
+      dtype=precision.compute_dtype(config.compute_dtype))

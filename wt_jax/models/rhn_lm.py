@@ -22,11 +22,13 @@ activations (memory ∝ T·B·H instead of T·d·B·H).
 """
 from __future__ import annotations
 
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from wt_jax import tying
+from wt_jax import precision, tying
 from wt_jax.models import variational
 
 
@@ -49,6 +51,7 @@ class RHNLayer(nn.Module):
   init_scale: float
   transform_bias: float = -2.0
   remat: bool = False
+  dtype: Any = None  # matmul input dtype (None: float32; see wt_jax.precision)
 
   @nn.compact
   def __call__(self, x_TxBxI, s_BxH, x_mask=None, s_mask=None):
@@ -59,11 +62,11 @@ class RHNLayer(nn.Module):
     b = self.param("bias", _bias_init(self.init_scale, self.transform_bias), (d, 2 * H))
     if x_mask is not None:
       x_TxBxI = x_TxBxI * x_mask
-    xw_TxBx2H = jnp.einsum("tbi,ik->tbk", x_TxBxI, w)
+    xw_TxBx2H = precision.dot(x_TxBxI, w, self.dtype)
 
     def step(s, xw_Bx2H):
       for l in range(d):  # d is small and static: unrolled inside the scan body
-        z = (s * s_mask if s_mask is not None else s) @ r[l] + b[l]
+        z = precision.dot(s * s_mask if s_mask is not None else s, r[l], self.dtype) + b[l]
         if l == 0:
           z = z + xw_Bx2H
         h, t = jnp.tanh(z[:, :H]), jax.nn.sigmoid(z[:, H:])
@@ -93,13 +96,14 @@ class RHNLM(nn.Module):
   remat: bool = False
   pr_lambda: float = 1.0 / 6.5
   proj_bias: bool = True
+  dtype: Any = None  # matmul input dtype: None (float32) or bfloat16 (config.compute_dtype)
 
   def setup(self):
     self.words = tying.WordEmbeddings(vocab_size=self.vocab_size, dim=self.hidden, mode=self.tying,
                                       init_scale=self.init_scale, pr_lambda=self.pr_lambda,
-                                      proj_bias=self.proj_bias)
+                                      proj_bias=self.proj_bias, dtype=self.dtype)
     self.layers = [RHNLayer(self.hidden, self.depth, self.init_scale, self.transform_bias, self.remat,
-                            name=f"rhn_{l}") for l in range(self.num_layers)]
+                            self.dtype, name=f"rhn_{l}") for l in range(self.num_layers)]
 
   def initial_carry(self, batch_size: int) -> jax.Array:
     return jnp.zeros((self.num_layers, batch_size, self.hidden), jnp.float32)
@@ -128,4 +132,5 @@ def from_config(config) -> RHNLM:
       num_layers=config.num_layers, dropout_x=config.dropout_x, dropout_i=config.dropout_i,
       dropout_h=config.dropout_h, dropout_o=config.dropout_o, init_scale=config.init_scale,
       transform_bias=config.transform_bias, tying=config.tying, remat=config.remat,
-      pr_lambda=config.pr_lambda, proj_bias=config.proj_bias)
+      pr_lambda=config.pr_lambda, proj_bias=config.proj_bias,
+      dtype=precision.compute_dtype(config.compute_dtype))

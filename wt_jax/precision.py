@@ -1,0 +1,70 @@
+"""Matmul precision: `config.compute_dtype` = "float32" (default) or "bfloat16".
+
+With bfloat16 the *inputs* of the big matmuls are rounded to bfloat16 and the products accumulated and
+returned in float32 (`preferred_element_type`), in the forward and in the backward pass; parameters,
+optimizer state, activations between matmuls, the softmax and the loss stay float32. This is the TPU's
+default matmul precision; on CPUs with AVX-512 BF16 / AMX, XLA's bfloat16 matmul is several times faster.
+
+    y = dot(x, w, dtype)        # x[..., K] @ w[K, N] → float32[..., N]
+
+`dot` has its own VJP so that the backward matmuls (∂x = g·wᵀ, ∂w = xᵀ·g) also take bfloat16 inputs;
+plain autodiff would pair a float32 cotangent with a bfloat16 operand and run them in float32.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+def compute_dtype(name: str):
+  """The dtype named by `config.compute_dtype`; a clear error for anything else."""
+  if name not in DTYPES:
+    raise ValueError(f"Unknown compute_dtype {name!r}; expected one of {', '.join(DTYPES)}.")
+  return DTYPES[name]
+
+
+def is_low(dtype) -> bool:
+  return dtype is not None and jnp.dtype(dtype) != jnp.float32
+
+
+def matmul(a: jax.Array, b: jax.Array, dtype) -> jax.Array:
+  """a @ b with inputs cast to `dtype`, float32 result (no custom gradient: for hand-written backward
+  passes, e.g. inside `lstm_lm.lstm_recurrence`)."""
+  if not is_low(dtype):
+    return a @ b
+  return jnp.matmul(a.astype(dtype), b.astype(dtype), preferred_element_type=jnp.float32)
+
+
+def dot(x: jax.Array, w: jax.Array, dtype=None) -> jax.Array:
+  """x[..., K] @ w[K, N] → float32[..., N], computed from `dtype` inputs (None or float32: plain x @ w)."""
+  if not is_low(dtype):
+    return x @ w
+  return _low_dot(x, w, jnp.dtype(dtype))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _low_dot(x, w, dtype):
+  return matmul(x, w, dtype)
+
+
+def _low_dot_fwd(x, w, dtype):
+  xl, wl = x.astype(dtype), w.astype(dtype)
+  # (residuals must be arrays: empty ones carry the primal dtypes the cotangents must have)
+  return matmul(xl, wl, dtype), (xl, wl, jnp.empty((0,), x.dtype), jnp.empty((0,), w.dtype))
+
+
+def _low_dot_bwd(dtype, res, g):
+  xl, wl, x_like, w_like = res
+  x_dtype, w_dtype = x_like.dtype, w_like.dtype
+  gl = g.astype(dtype)
+  dx = matmul(gl, wl.T, dtype)
+  K, N = wl.shape
+  dw = matmul(xl.reshape(-1, K).T, gl.reshape(-1, N), dtype)
+  return dx.astype(x_dtype), dw.astype(w_dtype)
+
+
+_low_dot.defvjp(_low_dot_fwd, _low_dot_bwd)
