@@ -19,6 +19,7 @@ setup(
         "ml_collections>=0.1.1",
         "numpy>=1.24",
         "matplotlib>=3.7",  # learning-curve plots (see BUILD_NOTES.md)
+        "scipy>=1.10",  # Spearman ρ for the embedding analyses (already a dependency of jax)
     ],
     extras_require={
         "test": ["pytest>=7"],

@@ -1,0 +1,1 @@
+"""Analyses of trained embeddings (word similarity, Table-4 correlations, subspace distance)."""
