@@ -25,10 +25,11 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from absl import app, flags
 from ml_collections import config_flags
 
-from wt_jax import models, tying
+from wt_jax import losses, models, precision, tying
 from wt_jax.data import batching, ptb
 from wt_jax.train import loop, optim
 
@@ -43,6 +44,8 @@ _TORCH_SCRIPT = flags.DEFINE_string(
     "torch_script", str(Path(__file__).resolve().parents[1].parent / "shared" / "bench" / "torch_small_lm.py"),
     "The PyTorch reference benchmark script.")
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Interleaved rounds (with --torch_python).")
+_BREAKDOWN = flags.DEFINE_bool("breakdown", False, "Also time the output layer + loss (forward and backward) "
+                                 "and the optimizer update alone, to show where a step's time goes.")
 _PEAK = flags.DEFINE_bool("peak", True, "Measure the float32 matmul peak and report the fraction reached.")
 flags.mark_flag_as_required("config")
 
@@ -99,6 +102,47 @@ def _xla_flops(compiled) -> float | None:
     return None
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   return (cost or {}).get("flops")
+
+
+def _median_ms(f, *args, repeats: int = 30) -> float:
+  jax.block_until_ready(f(*args))
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    jax.block_until_ready(f(*args))
+    times.append(time.perf_counter() - t0)
+  return 1000 * statistics.median(times)
+
+
+def breakdown(config, params, tx) -> dict:
+  """ms of the parts of a train step, each compiled alone: the output layer with the loss (forward and
+  backward, on random hidden states of the step's shape) and the optimizer update (clip + SGD on a
+  gradient-shaped tree). The rest of the step (embedding lookup, recurrence, glue) is what remains."""
+  B, T, H = config.batch_size, config.bptt, config.hidden_size
+  head = tying.WordEmbeddings(vocab_size=config.vocab_size, dim=H, mode=config.tying,
+                              init_scale=config.init_scale, pr_lambda=config.pr_lambda,
+                              proj_bias=config.proj_bias, dtype=precision.compute_dtype(config.compute_dtype))
+  h = jax.random.normal(jax.random.key(0), (B, T, H))
+  y = jax.random.randint(jax.random.key(1), (B, T), 0, config.vocab_size)
+  head_params = head.init(jax.random.key(2), h, method=head.logits)["params"]
+
+  def head_cost(p, h):
+    logits, _ = head.apply({"params": p}, h, method=head.logits, mutable=[tying.PENALTIES])
+    return losses.zaremba_cost(losses.token_nll(logits, y))
+
+  head_fwd = jax.jit(head_cost)
+  head_fwd_bwd = jax.jit(jax.value_and_grad(head_cost, argnums=(0, 1)))
+  opt_state = tx.init(params)
+  grads = jax.tree_util.tree_map(lambda p: 1e-3 * jnp.ones_like(p), params)
+
+  @jax.jit
+  def update(params, opt_state, grads):
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
+
+  return {"head_loss_fwd_ms": round(_median_ms(head_fwd, head_params, h), 2),
+          "head_loss_fwd_bwd_ms": round(_median_ms(head_fwd_bwd, head_params, h), 2),
+          "optimizer_update_ms": round(_median_ms(update, params, opt_state, grads), 2)}
 
 
 def _json_line(cmd: list[str]) -> dict:
@@ -188,6 +232,7 @@ def main(argv):
   ev = loop.evaluate(model, eval_window, state["params"], stream, config.eval_batch_size, T, True)
   eval_s = time.perf_counter() - t0
 
+  parts = breakdown(config, state["params"], tx) if _BREAKDOWN.value else {}
   flops = matmul_flops_per_step(config)
   peak = matmul_peak_gflops() if _PEAK.value else None
   floor = ({"matmul_peak_gflops": round(peak, 1), "floor_ms_per_step": round(flops / peak / 1e6, 2),
@@ -200,7 +245,8 @@ def main(argv):
       "train_tok_per_s": round(B * T / (ms / 1000), 1), "compile_s": round(compile_s, 2),
       "eval_tokens": ev["tokens"], "eval_tok_per_s": round(ev["tokens"] / eval_s, 1),
       "matmul_flops_per_step": flops, "xla_flops_per_step": xla_flops,
-      "achieved_gflops": round(flops / ms / 1e6, 1) if flops else None, **floor,
+      "achieved_gflops": round(flops / ms / 1e6, 1) if flops else None, **floor, **parts,
+      "compute_dtype": config.compute_dtype,
       **memory, "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
       "jax": jax.__version__, "devices": [str(d) for d in jax.devices()],
   }))
