@@ -1,0 +1,73 @@
+"""Skip-gram model: one leaf when tied, and the losses and gradients against hand computations."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from wt_jax.models.skipgram import SkipGram
+
+V, D = 12, 4
+
+
+def _init(tying):
+  model = SkipGram(vocab_size=V, dim=D, tying=tying)
+  c, o, n = jnp.array([1]), jnp.array([2]), jnp.array([[3, 4]])
+  return model, model.init(jax.random.key(0), c, o, n)["params"]
+
+
+def _sig(x):
+  return 1 / (1 + np.exp(-x))
+
+
+def test_tied_has_one_leaf_untied_two():
+  _, tied = _init("tied")
+  _, untied = _init("untied")
+  assert len(jax.tree_util.tree_leaves(tied)) == 1
+  assert set(untied["words"]) == {"embedding", "out_embedding"} and set(tied["words"]) == {"embedding"}
+  assert np.abs(np.asarray(tied["words"]["embedding"])).max() <= 0.5 / D
+  with pytest.raises(ValueError, match="Unknown skip-gram tying"):
+    SkipGram(V, D, "projection").init(jax.random.key(0), jnp.array([1]), jnp.array([2]), jnp.array([[3]]))
+
+
+@pytest.mark.parametrize("tying", ["untied", "tied"])
+def test_negative_sampling_loss_and_gradient_by_hand(tying):
+  model, params = _init(tying)
+  params = jax.tree_util.tree_map(lambda p: jax.random.normal(jax.random.key(3), p.shape), params)
+  U = np.asarray(params["words"]["embedding"], np.float64)
+  Vm = np.asarray(params["words"]["out_embedding"] if tying == "untied" else U, np.float64)
+  c, o, negs = 1, 2, [3, 4]
+  loss, grads = jax.value_and_grad(lambda p: model.apply({"params": p}, jnp.array([c]), jnp.array([o]),
+                                                          jnp.array([negs]), method=model.negative_sampling))(params)
+  want = -np.log(_sig(U[c] @ Vm[o])) - sum(np.log(_sig(-U[c] @ Vm[k])) for k in negs)
+  assert float(loss) == pytest.approx(want, rel=1e-5)
+  # ∂/∂u_c = (σ(u·v_o) − 1) v_o + Σ_k σ(u·v_k) v_k; ∂/∂v_o = (σ(u·v_o) − 1) u; ∂/∂v_k = σ(u·v_k) u
+  g_in = np.zeros((V, D))
+  g_out = np.zeros((V, D))
+  g_in[c] = (_sig(U[c] @ Vm[o]) - 1) * Vm[o] + sum(_sig(U[c] @ Vm[k]) * Vm[k] for k in negs)
+  g_out[o] += (_sig(U[c] @ Vm[o]) - 1) * U[c]
+  for k in negs:
+    g_out[k] += _sig(U[c] @ Vm[k]) * U[c]
+  if tying == "untied":
+    np.testing.assert_allclose(grads["words"]["embedding"], g_in, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(grads["words"]["out_embedding"], g_out, rtol=1e-4, atol=1e-6)
+  else:  # the one leaf gets both roles' gradients, summed
+    np.testing.assert_allclose(grads["words"]["embedding"], g_in + g_out, rtol=1e-4, atol=1e-6)
+
+
+def test_full_softmax_gradient_is_p_minus_onehot_times_u():
+  model, params = _init("untied")
+  params = jax.tree_util.tree_map(lambda p: jax.random.normal(jax.random.key(4), p.shape), params)
+  U = np.asarray(params["words"]["embedding"], np.float64)
+  Vm = np.asarray(params["words"]["out_embedding"], np.float64)
+  c, o = 5, 7
+  loss, grads = jax.value_and_grad(lambda p: model.apply({"params": p}, jnp.array([c]), jnp.array([o]),
+                                                          method=model.full_softmax))(params)
+  logits = Vm @ U[c]
+  p = np.exp(logits - logits.max())
+  p /= p.sum()
+  assert float(loss) == pytest.approx(-np.log(p[o]), rel=1e-5)
+  onehot = np.eye(V)[o]
+  np.testing.assert_allclose(grads["words"]["out_embedding"], np.outer(p - onehot, U[c]), rtol=1e-4, atol=1e-6)
+  g_u = np.zeros((V, D))
+  g_u[c] = Vm.T @ (p - onehot)  # only the input word's row of U moves
+  np.testing.assert_allclose(grads["words"]["embedding"], g_u, rtol=1e-4, atol=1e-6)

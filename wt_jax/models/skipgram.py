@@ -1,0 +1,67 @@
+"""word2vec skip-gram (Mikolov et al. 2013), untied (input U, output V) or tied (one matrix S).
+
+    model = SkipGram(vocab_size=V, dim=D, tying="tied")
+    loss = model.apply(variables, centers[N], contexts[N], negatives[N, K], method=model.negative_sampling)
+    loss = model.apply(variables, centers[N], contexts[N], method=model.full_softmax)
+
+The embeddings live in `tying.WordEmbeddings` (no output bias), so a tied model holds one `embedding` leaf
+used both for the centre word (input role) and for the scored words (output role).
+
+Negative sampling: Σ_n [−log σ(u_c·v_o) − Σ_k log σ(−u_c·v_{n_k})], **summed** over the N pairs, so that
+an SGD step with learning rate α moves each row as word2vec.c's per-pair updates with the same α would
+(applied at once rather than one pair after another). Full softmax: Σ_n −log softmax(u_c Vᵀ)_o, the
+variant Press & Wolf's Section 3 analyses.
+
+Initialisation: word2vec.c and gensim draw U ~ U(−0.5/D, 0.5/D) and set V = 0. A tied model cannot start
+at zero (S = 0 has zero gradient), so every matrix here, U, V and S alike, starts at U(−0.5/D, 0.5/D);
+the untied model therefore differs from gensim's in its starting V (BUILD_NOTES.md).
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from wt_jax import tying
+
+MODES = ("untied", "tied")
+
+
+class SkipGram(nn.Module):
+  vocab_size: int
+  dim: int
+  tying: str = "untied"
+
+  def setup(self):
+    if self.tying not in MODES:
+      raise ValueError(f"Unknown skip-gram tying {self.tying!r}; expected one of {', '.join(MODES)}.")
+    self.words = tying.WordEmbeddings(vocab_size=self.vocab_size, dim=self.dim, mode=self.tying,
+                                      init_scale=0.5 / self.dim, output_bias=False)
+
+  def __call__(self, centers, contexts, negatives):
+    return self.negative_sampling(centers, contexts, negatives)
+
+  def input_vectors(self, ids: jax.Array) -> jax.Array:
+    """ids[...] → u[..., D] (rows of U, or of S when tied)."""
+    return self.words.embed(ids)
+
+  def output_vectors(self, ids: jax.Array) -> jax.Array:
+    """ids[...] → v[..., D] (rows of V, or of S when tied)."""
+    return jnp.take(self.words.output_matrix(), ids, axis=0)
+
+  def negative_sampling(self, centers: jax.Array, contexts: jax.Array, negatives: jax.Array) -> jax.Array:
+    """centers[N], contexts[N], negatives[N, K] int → the summed loss (scalar)."""
+    u = self.input_vectors(centers)                                 # [N, D]
+    pos = jnp.einsum("nd,nd->n", u, self.output_vectors(contexts))  # [N]
+    neg = jnp.einsum("nd,nkd->nk", u, self.output_vectors(negatives))  # [N, K]
+    return -(jnp.sum(jax.nn.log_sigmoid(pos)) + jnp.sum(jax.nn.log_sigmoid(-neg)))
+
+  def full_softmax(self, centers: jax.Array, contexts: jax.Array) -> jax.Array:
+    """centers[N], contexts[N] int → Σ_n −log softmax(u_c Vᵀ)_o (scalar)."""
+    logits = self.words.logits(self.input_vectors(centers))  # [N, V]
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    return -jnp.sum(jnp.take_along_axis(logp, contexts[:, None], axis=-1))
+
+
+def from_config(config) -> SkipGram:
+  return SkipGram(vocab_size=config.vocab_size, dim=config.dim, tying=config.tying)
