@@ -72,8 +72,8 @@ def fetch(folder: Path, url: str = URL) -> None:
     raise paths.DataUnavailableError(f"{url} did not contain ptb.{{{','.join(missing)}}}.txt")
 
 
-def load(data_dir: str | None = None, download: bool = True, url: str = URL) -> Corpus:
-  """Read PTB from `<root>/ptb` (root resolved by `paths.data_root(data_dir)`), downloading if allowed."""
+def ensure(data_dir: str | None = None, download: bool = True, url: str = URL) -> Path:
+  """The folder holding the three PTB files (`<root>/ptb`), downloading them first if allowed."""
   folder = paths.data_root(data_dir) / "ptb"
   if any(split_file(folder, s) is None for s in SPLITS):
     if not download:
@@ -81,6 +81,24 @@ def load(data_dir: str | None = None, download: bool = True, url: str = URL) -> 
           f"PTB not found in {folder} (expected ptb.{{train,valid,test}}.txt[.gz]). Set the environment "
           f"variable {paths.ENV_VAR} (or --config.data_dir) to the folder that holds ptb/.")
     fetch(folder, url)
+  return folder
+
+
+def sentences(split: str = "train", data_dir: str | None = None, download: bool = True) -> list[list[str]]:
+  """The lines of a split as word lists (no `<eos>`): word2vec's sentences."""
+  path = split_file(ensure(data_dir, download), split)
+  opener = gzip.open if path.suffix == ".gz" else open
+  with opener(path, "rt", encoding="utf-8") as f:
+    out = [line.split() for line in f]
+  out = [s for s in out if s]
+  if not out:
+    raise ValueError(f"PTB {split} split at {path} contains no words.")
+  return out
+
+
+def load(data_dir: str | None = None, download: bool = True, url: str = URL) -> Corpus:
+  """Read PTB from `<root>/ptb` (root resolved by `paths.data_root(data_dir)`), downloading if allowed."""
+  folder = ensure(data_dir, download, url)
   streams = {}
   for s in SPLITS:
     streams[s] = read_tokens(split_file(folder, s))

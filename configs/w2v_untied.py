@@ -1,0 +1,31 @@
+"""word2vec skip-gram with negative sampling, untied (input U and output V) — Press & Wolf (2017) Table 2.
+
+    python -m experiments.word2vec --config=configs/w2v_untied.py --workdir=runs/w2v_untied
+
+Defaults are word2vec.c's for skip-gram (`-cbow 0`), which gensim shares.
+"""
+import ml_collections
+
+
+def get_config():
+  c = ml_collections.ConfigDict()
+  c.name = "w2v_untied"
+  c.model = "skipgram"
+  c.tying = "untied"          # untied | tied (one matrix for both roles)
+  c.dim = 100                 # word2vec.c -size 100 (gensim vector_size=100)
+  c.window = 5                # word2vec.c -window 5: dynamic window b ~ U{1..5}
+  c.min_count = 5             # word2vec.c -min-count 5
+  c.sample = 1e-3             # word2vec.c -sample 1e-3 (frequent-word subsampling)
+  c.negatives = 5             # word2vec.c -negative 5
+  c.noise_power = 0.75        # word2vec.c: unigram^0.75 noise
+  c.learning_rate = 0.025     # word2vec.c skip-gram -alpha 0.025, decaying linearly to 1e-4 of it
+  c.num_epochs = 5            # word2vec.c -iter 5
+  c.batch_size = 256          # ours: pairs per SGD step (word2vec.c updates after every pair)
+  c.seed = 0
+  c.num_devices = 0           # data parallelism over the first N devices; 0: all
+  # Data.
+  c.dataset = "ptb"           # ptb (train split, one sentence per line); text8 and wikitext2 to come
+  c.data_dir = ""             # "" -> $WT_JAX_DATA -> ~/.cache/wt_jax
+  c.download = True
+  c.log_every = 500
+  return c

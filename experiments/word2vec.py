@@ -1,0 +1,36 @@
+"""Train word2vec skip-gram (negative sampling), tied or untied.
+
+    python -m experiments.word2vec --config=configs/w2v_untied.py --workdir=runs/w2v_untied
+    python -m experiments.word2vec --config=configs/w2v_tied.py --workdir=runs/w2v_tied
+
+Writes <workdir>/results.json, metrics.jsonl, vocab.txt and checkpoints/ (resumes at epoch ends).
+"""
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from wt_jax import parallel
+from wt_jax.data import ptb
+from wt_jax.train import metrics, skipgram_loop
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file in configs/.",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+DATASETS = {"ptb": lambda c: ptb.sentences("train", c.data_dir or None, c.download)}
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  config = _CONFIG.value
+  parallel.initialize_distributed()
+  metrics.quiet_library_logs()
+  if config.dataset not in DATASETS:
+    raise app.UsageError(f"Unknown dataset {config.dataset!r}; known: {', '.join(DATASETS)}.")
+  logging.info("Config:\n%s", config)
+  skipgram_loop.fit_skipgram(config, DATASETS[config.dataset](config), _WORKDIR.value)
+
+
+if __name__ == "__main__":
+  app.run(main)
