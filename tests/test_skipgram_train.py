@@ -46,3 +46,21 @@ def test_learning_rate_schedule():
   assert skipgram_loop.learning_rate(0.025, 0.0) == 0.025
   assert skipgram_loop.learning_rate(0.025, 0.5) == pytest.approx(0.0125)
   assert skipgram_loop.learning_rate(0.025, 1.0) == pytest.approx(0.025e-4)
+
+
+def test_ptb_sentences_and_entry_point(tmp_path):
+  import subprocess
+  import sys
+  from tests.conftest import write_corpus
+  from wt_jax.data import ptb
+  write_corpus(tmp_path / "ptb", gz=True)
+  sents = ptb.sentences("train", str(tmp_path), download=False)
+  assert all(3 <= len(s) <= 8 for s in sents) and "<eos>" not in sents[0]
+  run = lambda *a: subprocess.run([sys.executable, "-m", "experiments.word2vec", "--config=configs/w2v_tied.py",
+                                   f"--workdir={tmp_path / 'run'}", f"--config.data_dir={tmp_path}", *a],
+                                  cwd=REPO, capture_output=True, text=True, timeout=300)
+  r = run("--config.dataset=text9")
+  assert r.returncode != 0 and "Unknown dataset 'text9'" in r.stderr
+  r = run("--config.num_epochs=1", "--config.batch_size=64", "--config.min_count=1", "--config.dim=8")
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert json.loads((tmp_path / "run" / "results.json").read_text())["tying"] == "tied"
