@@ -22,7 +22,7 @@ import orbax.checkpoint as ocp  # noqa: E402
 
 from tests.conftest import tiny_config  # noqa: E402
 from wt_jax.data import ptb  # noqa: E402
-from wt_jax.train import loop  # noqa: E402
+from wt_jax.train import loop, skipgram_loop  # noqa: E402
 
 # Tiny versions of each model family (dropout on, so the masks must not depend on the sharding).
 MODELS = {
@@ -40,6 +40,16 @@ def model_config(name: str, vocab_size: int):
   return c
 
 
+def w2v_config():
+  import sys
+  sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+  from configs import w2v_untied
+  c = w2v_untied.get_config()
+  c.dim, c.num_epochs, c.batch_size, c.log_every, c.min_count, c.learning_rate = 8, 1, 256, 1, 1, 0.1
+  c.sample = 0.0  # (keep every token of the tiny corpus)
+  return c
+
+
 def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--data", required=True)
@@ -51,20 +61,28 @@ def main():
   out = {}
   for run in args.runs.split(","):
     name, n = run.split(":")
-    config = model_config(name, corpus.vocab_size)
-    config.num_devices = int(n)
     workdir = Path(args.workdir) / f"{name}_{n}"
-    results = loop.fit(config, corpus, workdir)
-    ckpt = workdir / "checkpoints" / "last" / str(results["steps"]) / "state"
+    if name == "w2v":  # the skip-gram trainer: loss per pair at every step, no perplexities
+      config = w2v_config()
+      config.num_devices = int(n)
+      results = skipgram_loop.fit_skipgram(config, ptb.sentences("train", args.data, download=False), workdir)
+      step = results["steps"]
+      curve, valid, test, processes = "loss_per_pair", None, None, jax.process_count()
+    else:
+      config = model_config(name, corpus.vocab_size)
+      config.num_devices = int(n)
+      results = loop.fit(config, corpus, workdir)
+      step = results["steps"]
+      curve, valid, test, processes = "train_ppl", results["valid_ppl"], results["test_ppl"], results["num_processes"]
+    ckpt = workdir / "checkpoints" / "last" / str(step) / "state"
     params = ocp.StandardCheckpointer().restore(ckpt.absolute())["params"]  # (every process: orbax syncs)
     if not parallel.is_writer():
       continue
     steps = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
     flat = np.concatenate([np.ravel(np.asarray(p)) for p in jax.tree_util.tree_leaves(params)])
-    out[run] = {"train_ppl": [r["train_ppl"] for r in steps if r["kind"] == "train"],
-                   "valid_ppl": results["valid_ppl"], "test_ppl": results["test_ppl"],
-                   "num_devices": results["num_devices"], "num_processes": results["num_processes"],
-                   "params": flat.tolist()}
+    out[run] = {"train_ppl": [r[curve] for r in steps if r["kind"] == "train"],
+                "valid_ppl": valid, "test_ppl": test, "num_devices": results["num_devices"],
+                "num_processes": processes, "params": flat.tolist()}
   if parallel.is_writer():
     Path(args.out).write_text(json.dumps(out))
 

@@ -15,7 +15,8 @@ import pytest
 
 from tests.conftest import REPO, write_corpus
 
-RUNS = ["lstm:1", "lstm:2", "lstm:4", "lstm:8", "rhn:1", "rhn:4"]  # (bd_lstm_lm: same loop, same masks module)
+# (bd_lstm_lm: same loop, same masks module as rhn; w2v: the skip-gram trainer, negatives drawn on device)
+RUNS = ["lstm:1", "lstm:2", "lstm:4", "lstm:8", "rhn:1", "rhn:4", "w2v:1", "w2v:4"]
 TIMEOUT_S = 600
 
 
@@ -60,8 +61,9 @@ def single_process(data, tmp_path_factory):
 def _assert_same_training(got, want):
   np.testing.assert_allclose(got["train_ppl"], want["train_ppl"], rtol=1e-5)
   np.testing.assert_allclose(got["params"], want["params"], rtol=0, atol=1e-5)
-  assert got["valid_ppl"] == pytest.approx(want["valid_ppl"], rel=1e-5)
-  assert got["test_ppl"] == pytest.approx(want["test_ppl"], rel=1e-5)
+  if want["valid_ppl"] is not None:
+    assert got["valid_ppl"] == pytest.approx(want["valid_ppl"], rel=1e-5)
+    assert got["test_ppl"] == pytest.approx(want["test_ppl"], rel=1e-5)
 
 
 @pytest.mark.parametrize("run", [r for r in RUNS if not r.endswith(":1")])
@@ -69,7 +71,7 @@ def test_devices_reproduce_single_device(single_process, run):
   name, n = run.split(":")
   got, want = single_process[run], single_process[f"{name}:1"]
   assert got["num_devices"] == int(n) and want["num_devices"] == 1
-  assert len(want["train_ppl"]) == 24
+  assert len(want["train_ppl"]) == (24 if name != "w2v" else len(got["train_ppl"])) > 5
   assert want["train_ppl"][-1] < 0.95 * want["train_ppl"][0]  # it learned something worth comparing
   _assert_same_training(got, want)
 

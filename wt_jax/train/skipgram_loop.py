@@ -127,7 +127,8 @@ def fit_skipgram(config, sentences: Sequence[Sequence[str]], workdir: str | Path
 
   results = {"config": config.name, "tying": config.tying, "vocab_size": V, "tokens": int(len(ids)),
              "dim": config.dim, "num_params": int(sum(x.size for x in jax.tree_util.tree_leaves(state["params"]))),
-             "epochs": meta["epoch"], "history": meta["history"], "train_s": meta["train_s"],
+             "epochs": meta["epoch"], "steps": int(state["step"]), "history": meta["history"],
+             "train_s": meta["train_s"],
              "words_per_s": len(ids) * meta["epoch"] / max(meta["train_s"], 1e-9),
              "wall_s": time.time() - t_start, "num_devices": dp.num_devices}
   if parallel.is_writer():
