@@ -132,6 +132,10 @@ def evaluate(model, eval_window, params, stream: np.ndarray, batch_size: int, bp
   total = 0.0
   for i in range(len(w)):
     nll, carry = eval_window(params, carry, *place((w.x[i], w.y[i], w.mask[i])))
+    if dp is not None and dp.num_devices > 1:
+      # Wait for each window: with several (simulated) CPU devices, a long queue of asynchronously
+      # dispatched windows deadlocked in XLA's collective rendezvous (BUILD_NOTES §7).
+      nll = jax.block_until_ready(nll)
     total = total + nll
   total = float(total)
   return {"ppl": perplexity(total, w.num_tokens), "nll": total, "tokens": w.num_tokens}
