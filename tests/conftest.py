@@ -1,5 +1,10 @@
 """Shared test fixtures: tiny configs and corpora, and the location of the real shared data."""
+import contextlib
+import functools
+import http.server
 import os
+import socket
+import threading
 from pathlib import Path
 
 import jax
@@ -44,6 +49,29 @@ def write_corpus(folder: Path, n_train: int = 3000, n_valid: int = 600, n_test: 
     else:
       (folder / f"ptb.{split}.txt").write_text(text)
   return folder
+
+
+@contextlib.contextmanager
+def serve_folder(folder: Path):
+  """A local HTTP server for the files of `folder` (loopback only); yields its base URL."""
+  handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+  server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+  thread = threading.Thread(target=server.serve_forever, daemon=True)
+  thread.start()
+  try:
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+  finally:
+    server.shutdown()
+    server.server_close()
+
+
+def unused_port() -> int:
+  """A loopback port nothing listens on: a download from it fails at once, as with no network."""
+  s = socket.socket()
+  s.bind(("127.0.0.1", 0))
+  port = s.getsockname()[1]
+  s.close()
+  return port
 
 
 def tiny_config(**overrides):

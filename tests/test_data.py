@@ -1,14 +1,11 @@
 """PTB reading, data-directory resolution, download, and Zaremba batching."""
-import functools
-import http.server
 import io
 import tarfile
-import threading
 
 import numpy as np
 import pytest
 
-from tests.conftest import write_corpus
+from tests.conftest import serve_folder, unused_port, write_corpus
 from wt_jax.data import batching, paths, ptb
 
 
@@ -47,14 +44,8 @@ def test_missing_data_without_download_names_the_env_var(tmp_path):
 
 
 def test_no_network_fails_with_clear_message(tmp_path):
-  # A port nothing listens on: the download fails at once, as with no network.
-  import socket
-  s = socket.socket()
-  s.bind(("127.0.0.1", 0))
-  port = s.getsockname()[1]
-  s.close()
   with pytest.raises(paths.DataUnavailableError, match=paths.ENV_VAR):
-    ptb.load(str(tmp_path), url=f"http://127.0.0.1:{port}/simple-examples.tgz")
+    ptb.load(str(tmp_path), url=f"http://127.0.0.1:{unused_port()}/simple-examples.tgz")
   assert not list((tmp_path / "ptb").glob("*.part"))  # no partial file left behind
 
 
@@ -71,16 +62,8 @@ def test_download_from_local_http_server(tmp_path):
   src = write_corpus(tmp_path / "src")
   (tmp_path / "www").mkdir()
   (tmp_path / "www" / "simple-examples.tgz").write_bytes(_tgz_of(src))
-  handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "www"))
-  server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-  thread = threading.Thread(target=server.serve_forever, daemon=True)
-  thread.start()
-  try:
-    url = f"http://127.0.0.1:{server.server_address[1]}/simple-examples.tgz"
-    corpus = ptb.load(str(tmp_path / "cache"), url=url)
-  finally:
-    server.shutdown()
-    server.server_close()
+  with serve_folder(tmp_path / "www") as base:
+    corpus = ptb.load(str(tmp_path / "cache"), url=f"{base}/simple-examples.tgz")
   got = sorted(p.name for p in (tmp_path / "cache" / "ptb").iterdir())
   assert got == ["ptb.test.txt", "ptb.train.txt", "ptb.valid.txt"]
   assert (tmp_path / "cache" / "ptb" / "ptb.train.txt").read_bytes() == (src / "ptb.train.txt").read_bytes()
