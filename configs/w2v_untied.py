@@ -24,7 +24,8 @@ def get_config():
   c.seed = 0
   c.num_devices = 0           # data parallelism over the first N devices; 0: all
   # Data.
-  c.dataset = "ptb"           # ptb (train split, one sentence per line); text8 and wikitext2 to come
+  c.dataset = "ptb"           # ptb (train split, a line a sentence) | wikitext2 (train, a paragraph a sentence)
+                              # | text8 (Press & Wolf's corpus for Table 2; 1,000-word pieces as word2vec.c)
   c.data_dir = ""             # "" -> $WT_JAX_DATA -> ~/.cache/wt_jax
   c.download = True
   c.log_every = 500

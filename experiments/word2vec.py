@@ -9,7 +9,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from wt_jax import parallel
-from wt_jax.data import ptb
+from wt_jax.data import ptb, text8, wikitext2
 from wt_jax.train import metrics, skipgram_loop
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file in configs/.",
@@ -17,7 +17,11 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
 flags.mark_flags_as_required(["config", "workdir"])
 
-DATASETS = {"ptb": lambda c: ptb.sentences("train", c.data_dir or None, c.download)}
+DATASETS = {  # config.dataset → word2vec's sentences
+    "ptb": lambda c: ptb.sentences("train", c.data_dir or None, c.download),              # one per line
+    "wikitext2": lambda c: wikitext2.sentences("train", c.data_dir or None, c.download),  # one per paragraph
+    "text8": lambda c: text8.sentences(c.data_dir or None, c.download),                   # 1,000-word pieces
+}
 
 
 def main(argv):

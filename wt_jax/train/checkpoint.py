@@ -79,6 +79,19 @@ class Checkpoints:
                                                           meta=ocp.args.JsonRestore()))
     return restored["state"], restored["meta"]
 
+  def restore_saved(self, kind: str = "last", step: int | None = None) -> tuple[Any, dict]:
+    """(state, meta) exactly as saved, as host arrays, without a target tree: for analyses that only read
+    the parameters of a finished run (`experiments.embeddings`)."""
+    mngr = self._managers[kind]
+    step = mngr.latest_step() if step is None else step
+    if step is None:
+      raise FileNotFoundError(f"No {kind!r} checkpoint in {self.directory}.")
+    saved = mngr.item_metadata(step)["state"]
+    abstract = jax.tree_util.tree_map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), saved)
+    restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
+                                                          meta=ocp.args.JsonRestore()))
+    return jax.device_get(restored["state"]), restored["meta"]
+
   def close(self) -> None:
     for m in self._managers.values():
       m.close()
