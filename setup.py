@@ -22,6 +22,7 @@ setup(
         "scipy>=1.10",  # Spearman ρ for the embedding analyses (already a dependency of jax)
     ],
     extras_require={
-        "test": ["pytest>=7"],
+        # nbclient/nbformat/ipykernel: the test suite executes experiments/notebooks/*.ipynb
+        "test": ["pytest>=7", "nbclient>=0.7", "nbformat>=5.7", "ipykernel>=6"],
     },
 )

@@ -1,0 +1,21 @@
+"""The update-rules notebook runs end to end (tiny settings), so it cannot rot."""
+import pytest
+
+from tests.conftest import REPO
+
+NOTEBOOK = REPO / "experiments" / "notebooks" / "update_rules.ipynb"
+
+
+def test_update_rules_notebook_executes(shared_data_root, monkeypatch):
+  nbformat = pytest.importorskip("nbformat")
+  nbclient = pytest.importorskip("nbclient")
+  nb = nbformat.read(NOTEBOOK, as_version=4)
+  monkeypatch.setenv("WT_JAX_NOTEBOOK_TINY", "1")  # the kernel inherits the environment
+  monkeypatch.setenv("WT_JAX_DATA", str(shared_data_root))
+  nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                          resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+  outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+  assert not [o for o in outputs if o.output_type == "error"]
+  text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+  assert "TINY=True" in text and "steps of each model" in text
+  assert sum("image/png" in o.get("data", {}) for o in outputs) == 3  # the three figures were drawn
