@@ -2,7 +2,7 @@
 
     python -m experiments.embeddings --w2v_untied=runs/w2v_untied --w2v_tied=runs/w2v_tied \\
         --lm_untied=runs/ptb_table6/small_seed1 --lm_tied=runs/ptb_table6/small_tied_seed1 --lm_corpus=ptb \\
-        --out=results/embeddings/ptb
+        --tables_dir=results/embeddings/ptb
 
 Each pair of workdirs (an untied and a tied run of the same config family) gives three embeddings: the
 untied model's input U and output V and the tied model's S. For each:
@@ -36,7 +36,7 @@ _LM_UNTIED = flags.DEFINE_string("lm_untied", None, "Workdir of an untied LM run
 _LM_TIED = flags.DEFINE_string("lm_tied", None, "Workdir of the tied LM run (e.g. configs/small_tied.py).")
 _LM_CORPUS = flags.DEFINE_enum("lm_corpus", "ptb", ["ptb", "wikitext2"], "The LM runs' corpus.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Data root (default: $WT_JAX_DATA, else the cache).")
-_OUT = flags.DEFINE_string("out", "results/embeddings", "Folder for tables.json and tables.md.")
+_OUT = flags.DEFINE_string("tables_dir", "results/embeddings", "Folder for tables.json and tables.md.")
 
 LM_CORPORA = {"ptb": ptb.load, "wikitext2": wikitext2.load}
 

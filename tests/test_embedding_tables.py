@@ -82,7 +82,7 @@ def test_wrong_pairs_fail_clearly(runs):
 
 def test_entry_point(runs, tmp_path):
   r = subprocess.run([sys.executable, "-m", "experiments.embeddings", f"--w2v_untied={runs / 'w2v_untied'}",
-                      f"--w2v_tied={runs / 'w2v_tied'}", f"--data_dir={runs}", f"--out={tmp_path}"],
+                      f"--w2v_tied={runs / 'w2v_tied'}", f"--data_dir={runs}", f"--tables_dir={tmp_path}"],
                      cwd=REPO, capture_output=True, text=True, timeout=300)
   assert r.returncode == 0, r.stderr[-2000:]
   assert "Table 2: word2vec" in r.stdout and (tmp_path / "tables.json").is_file()
