@@ -29,7 +29,7 @@ from wt_jax.data import ptb
 from wt_jax.train import loop, metrics
 
 GOLDEN = Path(__file__).parent / "golden" / "ptb_small_tied.json"
-TOLERANCE_NATS = 0.06
+TOLERANCE_NATS = 0.08  # measured run-to-run drift up to 0.060 (step 125); smallest deliberate break 0.149
 
 
 def golden_config():
