@@ -20,6 +20,8 @@ setup(
         "numpy>=1.24",
         "matplotlib>=3.7",  # learning-curve plots (see BUILD_NOTES.md)
         "scipy>=1.10",  # Spearman ρ for the embedding analyses (already a dependency of jax)
+        "sentencepiece>=0.1.99",  # joint BPE subwords for NMT
+        "sacrebleu>=2.3",  # BLEU for NMT
     ],
     extras_require={
         # nbclient/nbformat/ipykernel: the test suite executes experiments/notebooks/*.ipynb

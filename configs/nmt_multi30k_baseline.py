@@ -1,0 +1,10 @@
+"""Attention NMT on Multi30k EN→DE (EN→FR with --config.tgt_lang=fr), tying `none` — Press & Wolf (2017)
+Table 8, row "baseline" (the paper's numbers are on WMT; see configs/nmt_multi30k.py).
+
+    python -m experiments.nmt --config=configs/nmt_multi30k_baseline.py --workdir=runs/nmt/ende_baseline
+"""
+from configs import nmt_multi30k
+
+
+def get_config():
+  return nmt_multi30k.get_config("none")

@@ -1,0 +1,10 @@
+"""Attention NMT on Multi30k EN→DE (EN→FR with --config.tgt_lang=fr), tying `three_way` — Press & Wolf (2017)
+Table 8, row "three-way WT" (the paper's numbers are on WMT; see configs/nmt_multi30k.py).
+
+    python -m experiments.nmt --config=configs/nmt_multi30k_three_way.py --workdir=runs/nmt/ende_three_way
+"""
+from configs import nmt_multi30k
+
+
+def get_config():
+  return nmt_multi30k.get_config("three_way")

@@ -1,0 +1,41 @@
+"""Train and evaluate an attention NMT model, untied, decoder-tied or three-way tied (Press & Wolf Table 8).
+
+    python -m experiments.nmt --config=configs/nmt_multi30k_baseline.py --workdir=runs/nmt/ende_baseline
+    python -m experiments.nmt --config=configs/nmt_multi30k_three_way.py --config.tgt_lang=fr --workdir=...
+
+Writes <workdir>/results.json (parameters, vocabulary sizes, Table 1 subword overlap, valid/test BLEU with
+the sacrebleu signature), {valid,test}.hyp.txt (beam-search translations), metrics.jsonl, curves.png,
+subwords.{model,json} and checkpoints/ (resumes after the last finished epoch).
+"""
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from wt_jax import parallel
+from wt_jax.data import multi30k
+from wt_jax.train import metrics, nmt_loop
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file in configs/.",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, translations and results.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def load_data(config) -> dict:
+  """{split: (source sentences, target sentences)} with the splits nmt_loop expects."""
+  if config.dataset == "multi30k":
+    return multi30k.load_pair(config.src_lang, config.tgt_lang, config.data_dir or None, config.download)
+  raise app.UsageError(f"Unknown dataset {config.dataset!r}; known: multi30k.")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  config = _CONFIG.value
+  parallel.initialize_distributed()
+  metrics.quiet_library_logs()
+  logging.info("Config:\n%s", config)
+  nmt_loop.fit_nmt(config, load_data(config), _WORKDIR.value)
+
+
+if __name__ == "__main__":
+  app.run(main)
