@@ -51,6 +51,27 @@ def write_corpus(folder: Path, n_train: int = 3000, n_valid: int = 600, n_test: 
   return folder
 
 
+WORDS = ["cat", "dog", "house", "tree", "red", "small", "runs", "sees", "the", "a", "blue", "big"]
+GERMAN = ["katze", "hund", "haus", "baum", "rot", "klein", "rennt", "sieht", "der", "ein", "blau", "gross"]
+
+
+def write_parallel(folder: Path, n_train: int = 400, n_eval: int = 40, seed: int = 0, gz: bool = True) -> Path:
+  """A Multi30k-format EN/DE corpus (`<split>.<lang>[.gz]`) of a word-for-word 'translation' (a toy task)."""
+  import gzip
+  rng = np.random.default_rng(seed)
+  folder.mkdir(parents=True, exist_ok=True)
+  for split, n in (("train", n_train), ("val", n_eval), ("test_2016_flickr", n_eval)):
+    idx = [rng.integers(len(WORDS), size=rng.integers(2, 6)) for _ in range(n)]
+    for lang, vocab in (("en", WORDS), ("de", GERMAN)):
+      text = "".join(" ".join(vocab[i] for i in s).capitalize() + ".\n" for s in idx)
+      if gz:
+        with gzip.open(folder / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
+          f.write(text)
+      else:
+        (folder / f"{split}.{lang}").write_text(text)
+  return folder
+
+
 @contextlib.contextmanager
 def serve_folder(folder: Path):
   """A local HTTP server for the files of `folder` (loopback only); yields its base URL."""

@@ -50,6 +50,19 @@ def w2v_config():
   return c
 
 
+def nmt_config():
+  import sys
+  sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+  from configs import nmt_multi30k
+  c = nmt_multi30k.get_config("decoder")
+  c.bpe_vocab_size, c.emb_size, c.hidden_size, c.init_scale = 80, 16, 16, 0.1
+  c.dropout = 0.2  # the masks must not depend on the sharding
+  c.optimizer, c.learning_rate = "adadelta", 30.0  # (Adam turned rounding of ~0 gradients into 2e-4 diffs)
+  c.batch_size, c.eval_batch_size, c.num_epochs = 20, 20, 1
+  c.buckets, c.max_len, c.beam_size, c.log_every, c.plot = (16,), 15, 2, 1, False
+  return c
+
+
 def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--data", required=True)
@@ -62,7 +75,18 @@ def main():
   for run in args.runs.split(","):
     name, n = run.split(":")
     workdir = Path(args.workdir) / f"{name}_{n}"
-    if name == "w2v":  # the skip-gram trainer: loss per pair at every step, no perplexities
+    if name == "nmt":  # the translation trainer, on a generated Multi30k-format corpus
+      from tests.conftest import write_parallel
+      from wt_jax.data import multi30k
+      from wt_jax.train import nmt_loop
+      write_parallel(Path(args.workdir) / "nmt_data" / "multi30k", n_train=200, n_eval=20)
+      config = nmt_config()
+      config.num_devices = int(n)
+      results = nmt_loop.fit_nmt(config, multi30k.load_pair("en", "de", str(Path(args.workdir) / "nmt_data")),
+                                 workdir)
+      step = results["history"][-1]["step"]
+      curve, valid, test, processes = "train_ppl", results["valid_ppl"], results["test_ppl"], jax.process_count()
+    elif name == "w2v":  # the skip-gram trainer: loss per pair at every step, no perplexities
       config = w2v_config()
       config.num_devices = int(n)
       results = skipgram_loop.fit_skipgram(config, ptb.sentences("train", args.data, download=False), workdir)

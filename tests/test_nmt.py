@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, serve_folder, unused_port
+from tests.conftest import REPO, serve_folder, unused_port, write_parallel
 from wt_jax import decode, tying
 from wt_jax.data import multi30k, paths, subwords, translation
 from wt_jax.data.subwords import BOS, EOS, PAD
@@ -146,26 +146,6 @@ def test_beam_search_is_exact_when_the_beam_holds_everything():
 
 
 # ---------------------------------------------------------------------------------------------- data
-
-WORDS = ["cat", "dog", "house", "tree", "red", "small", "runs", "sees", "the", "a", "blue", "big"]
-GERMAN = ["katze", "hund", "haus", "baum", "rot", "klein", "rennt", "sieht", "der", "ein", "blau", "gross"]
-
-
-def write_parallel(folder, n_train=400, n_eval=40, seed=0, gz=True):
-  """A Multi30k-format EN/DE corpus of a word-for-word 'translation' (a learnable toy task)."""
-  rng = np.random.default_rng(seed)
-  folder.mkdir(parents=True, exist_ok=True)
-  for split, n in (("train", n_train), ("val", n_eval), ("test_2016_flickr", n_eval)):
-    idx = [rng.integers(len(WORDS), size=rng.integers(2, 6)) for _ in range(n)]
-    for lang, vocab in (("en", WORDS), ("de", GERMAN)):
-      text = "".join(" ".join(vocab[i] for i in s).capitalize() + ".\n" for s in idx)
-      if gz:
-        with gzip.open(folder / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
-          f.write(text)
-      else:
-        (folder / f"{split}.{lang}").write_text(text)
-  return folder
-
 
 def test_multi30k_reader_download_and_errors(tmp_path):
   write_parallel(tmp_path / "www", gz=True)
