@@ -26,5 +26,7 @@ setup(
     extras_require={
         # nbclient/nbformat/ipykernel: the test suite executes experiments/notebooks/*.ipynb
         "test": ["pytest>=7", "nbclient>=0.7", "nbformat>=5.7", "ipykernel>=6"],
+        # WMT14/15 for NMT through tensorflow-datasets, whose translation builders need TensorFlow
+        "wmt": ["tensorflow-datasets>=4.9", "tensorflow>=2.15"],
     },
 )

@@ -2,6 +2,7 @@
 
     python -m experiments.nmt --config=configs/nmt_multi30k_baseline.py --workdir=runs/nmt/ende_baseline
     python -m experiments.nmt --config=configs/nmt_multi30k_three_way.py --config.tgt_lang=fr --workdir=...
+    python -m experiments.nmt --config=configs/nmt_wmt.py:three_way,wmt15_ende --workdir=...   # '.[wmt]' extra
 
 Writes <workdir>/results.json (parameters, vocabulary sizes, Table 1 subword overlap, valid/test BLEU with
 the sacrebleu signature), {valid,test}.hyp.txt (beam-search translations), metrics.jsonl, curves.png,
@@ -11,7 +12,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from wt_jax import parallel
-from wt_jax.data import multi30k
+from wt_jax.data import multi30k, wmt
 from wt_jax.train import metrics, nmt_loop
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file in configs/.",
@@ -24,7 +25,10 @@ def load_data(config) -> dict:
   """{split: (source sentences, target sentences)} with the splits nmt_loop expects."""
   if config.dataset == "multi30k":
     return multi30k.load_pair(config.src_lang, config.tgt_lang, config.data_dir or None, config.download)
-  raise app.UsageError(f"Unknown dataset {config.dataset!r}; known: multi30k.")
+  if config.dataset in wmt.BUILDERS:  # tensorflow-datasets (optional extra '.[wmt]')
+    return wmt.load_pair(config.dataset, config.src_lang, config.tgt_lang, config.data_dir or None,
+                         config.download, config.get("max_train_pairs", 0))
+  raise app.UsageError(f"Unknown dataset {config.dataset!r}; known: multi30k, {', '.join(wmt.BUILDERS)}.")
 
 
 def main(argv):

@@ -261,7 +261,7 @@ def test_training_learns_the_toy_translation_resumes_and_stops_on_nan(tmp_path):
   # Measured: ~28 after 8 epochs (47 after 25); a broken decoder or misaligned references give ~0-3.
   assert res["test_bleu"] > 15, res
   hyps = (work / "test.hyp.txt").read_text().splitlines()
-  assert len(hyps) == 40 and sum(h == r for h, r in zip(hyps, data["test_2016_flickr"][1])) >= 4
+  assert len(hyps) == 40 and sum(h == r for h, r in zip(hyps, data["test"][1])) >= 4
   # A separate-vocabulary config cannot reuse this run's joint subword model.
   with pytest.raises(ValueError, match="new --workdir"):
     nmt_loop.fit_nmt(_tiny_config("decoder"), data, work)
@@ -271,3 +271,56 @@ def test_training_learns_the_toy_translation_resumes_and_stops_on_nan(tmp_path):
     nmt_loop.fit_nmt(_tiny_config("three_way", learning_rate=float("nan"), num_epochs=9), data, work)
   assert Checkpoints(work / "checkpoints").latest_step() == step
   assert json.loads((work / "results.json").read_text()) == saved
+
+
+# ------------------------------------------------------------------------------------ entry point, WMT
+
+def test_configs_and_entry_point_data(tmp_path):
+  import sys
+  sys.path.insert(0, str(REPO))
+  from configs import nmt_multi30k_baseline, nmt_multi30k_dec_tied, nmt_multi30k_three_way, nmt_wmt
+  from experiments import nmt as entry
+  assert [m.get_config().tying for m in (nmt_multi30k_baseline, nmt_multi30k_dec_tied, nmt_multi30k_three_way)] \
+      == ["none", "decoder", "three_way"]
+  assert nmt_multi30k_three_way.get_config().joint_vocab and not nmt_multi30k_baseline.get_config().joint_vocab
+  c = nmt_wmt.get_config("three_way,wmt14_enfr")
+  assert (c.tying, c.dataset, c.tgt_lang, c.emb_size, c.hidden_size, c.optimizer) == \
+      ("three_way", "wmt14_enfr", "fr", 500, 1000, "adadelta")
+  c = nmt_multi30k_dec_tied.get_config()
+  c.data_dir = str(write_parallel(tmp_path / "multi30k").parent)
+  data = entry.load_data(c)
+  assert sorted(data) == ["test", "train", "valid"] and len(data["valid"][1]) == 40
+  c.dataset = "wmt99"
+  with pytest.raises(Exception, match="Unknown dataset 'wmt99'"):
+    entry.load_data(c)
+
+
+def test_wmt_through_tensorflow_datasets(monkeypatch, tmp_path):
+  """The TFDS path with a stand-in tensorflow_datasets module (the real one needs TensorFlow and a network)."""
+  import sys
+  import types
+  from wt_jax.data import wmt
+  monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # not installed
+  with pytest.raises(paths.DataUnavailableError, match=r"\.\[wmt\]"):
+    wmt.load_pair("wmt15_ende", "en", "de", str(tmp_path))
+  calls = []
+
+  def load(name, split, data_dir, download):
+    calls.append((name, split, data_dir, download))
+    if not download:
+      raise AssertionError("Dataset wmt15_translate not found")
+    n = 5 if split == "train" else 2
+    return [{"en": f"the {split} {i}".encode(), "de": f"das {split} {i}".encode()} for i in range(n)]
+
+  fake = types.SimpleNamespace(load=load, as_numpy=lambda ds: iter(ds))
+  monkeypatch.setitem(sys.modules, "tensorflow_datasets", fake)
+  monkeypatch.delenv("TFDS_DATA_DIR", raising=False)
+  data = wmt.load_pair("wmt15_ende", "en", "de", str(tmp_path), max_train=3)
+  assert data["train"] == (["the train 0", "the train 1", "the train 2"], ["das train 0", "das train 1", "das train 2"])
+  assert data["test"][1] == ["das test 0", "das test 1"]
+  assert calls[0] == ("wmt15_translate/de-en", "train", str(tmp_path / "tfds"), True)
+  assert [c[1] for c in calls] == ["train", "validation", "test"]
+  with pytest.raises(paths.DataUnavailableError, match="could not provide wmt15_translate"):
+    wmt.load_pair("wmt15_ende", "en", "de", str(tmp_path), download=False)
+  with pytest.raises(ValueError, match="not en→fr"):
+    wmt.load_pair("wmt15_ende", "en", "fr", str(tmp_path))

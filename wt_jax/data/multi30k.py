@@ -2,8 +2,9 @@
 
 Files live in `<data root>/multi30k/` as `<split>.<lang>.gz` (raw, untokenised text, one sentence a line;
 line i of every language of a split is one parallel tuple), the layout of the `multi30k/dataset` repository's
-`data/task1/raw/`. Splits: `train` (29,000), `val` (1,014), `test_2016_flickr` (1,000). When missing, files
-are downloaded from that repository (raw.githubusercontent.com).
+`data/task1/raw/`. Splits: `train` (29,000), `val` (1,014) and `test_2016_flickr` (1,000), which `load_pair`
+returns as 'train', 'valid' and 'test' (the split names every translation corpus here uses). When missing,
+files are downloaded from that repository (raw.githubusercontent.com).
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from pathlib import Path
 from wt_jax.data import paths
 
 URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
-SPLITS = ("train", "val", "test_2016_flickr")
+FILES = {"train": "train", "valid": "val", "test": "test_2016_flickr"}  # split → file stem
+SPLITS = tuple(FILES)
 LANGS = ("en", "de", "fr")
 
 
@@ -28,7 +30,7 @@ def ensure(langs: tuple[str, ...], data_dir: str | None = None, download: bool =
     if lang not in LANGS:
       raise ValueError(f"Unknown Multi30k language {lang!r}; expected one of {', '.join(LANGS)}.")
   folder = paths.data_root(data_dir) / "multi30k"
-  missing = [(s, l) for s in SPLITS for l in langs if not split_file(folder, s, l)]
+  missing = [(s, l) for s in FILES.values() for l in langs if not split_file(folder, s, l)]
   if missing and not download:
     raise paths.DataUnavailableError(
         f"Multi30k files missing in {folder}: {', '.join(f'{s}.{l}.gz' for s, l in missing)}. Set the "
@@ -49,16 +51,16 @@ def read_lines(path: Path) -> list[str]:
 
 def load_pair(src: str, tgt: str, data_dir: str | None = None, download: bool = True,
               url: str = URL) -> dict[str, tuple[list[str], list[str]]]:
-  """{split: (source sentences, target sentences)}, each list aligned line by line."""
+  """{'train'|'valid'|'test': (source sentences, target sentences)}, each list aligned line by line."""
   if src == tgt:
     raise ValueError(f"Source and target language are both {src!r}.")
   folder = ensure((src, tgt), data_dir, download, url)
   out = {}
-  for s in SPLITS:
-    a, b = read_lines(split_file(folder, s, src)), read_lines(split_file(folder, s, tgt))
+  for split, stem in FILES.items():
+    a, b = read_lines(split_file(folder, stem, src)), read_lines(split_file(folder, stem, tgt))
     if len(a) != len(b):
-      raise ValueError(f"Multi30k {s}: {len(a)} {src} lines but {len(b)} {tgt} lines in {folder}.")
+      raise ValueError(f"Multi30k {stem}: {len(a)} {src} lines but {len(b)} {tgt} lines in {folder}.")
     if not a:
-      raise ValueError(f"Multi30k {s} split in {folder} is empty.")
-    out[s] = (a, b)
+      raise ValueError(f"Multi30k {stem} split in {folder} is empty.")
+    out[split] = (a, b)
   return out

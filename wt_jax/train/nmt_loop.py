@@ -4,7 +4,7 @@ JSON-lines metrics and curves.
 
     fit_nmt(config, data, workdir) → results (also <workdir>/results.json)
 
-`data` is {'train'|'val'|'test_2016_flickr': (source sentences, target sentences)} of raw text. The joint
+`data` is {'train'|'valid'|'test': (source sentences, target sentences)} of raw text. The joint
 BPE model is learned on the training text of both sides (wt_jax.data.subwords) and kept in the workdir,
 so a resumed run, and decoding later, use the same one. The cost of a batch is DL4MT's: target NLL summed
 over each sentence, averaged over the sentences. After every epoch: validation perplexity and greedy
@@ -33,7 +33,7 @@ from wt_jax.train import loop as lm_loop
 from wt_jax.train import metrics as metrics_lib
 from wt_jax.train.checkpoint import Checkpoints
 
-SPLITS = ("train", "val", "test_2016_flickr")
+SPLITS = ("train", "valid", "test")
 
 
 def make_optimizer(config) -> optax.GradientTransformation:
@@ -131,6 +131,9 @@ def fit_nmt(config, data: dict, workdir: str | Path) -> dict:
   workdir = Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   nmt.check_tying(config.tying)
+  for split in SPLITS:
+    if split not in data or not data[split][0]:
+      raise ValueError(f"The translation data has no {split!r} sentences (splits: {', '.join(data)}).")
   joint = config.joint_vocab or config.tying == "three_way"
   if config.tying == "three_way" and not config.joint_vocab:
     logging.info("three_way tying: using one joint vocabulary for source and target.")
@@ -182,8 +185,8 @@ def fit_nmt(config, data: dict, workdir: str | Path) -> dict:
                "(%d dropped by max_len=%d), %d batches per epoch; %d device(s).", config.name, config.tying,
                f"{num_params:,}", V_src, V_tgt, " (joint)" if joint else "", len(train_src),
                len(ids["train"][0]) - len(train_src), config.max_len, n_batches, dp.num_devices)
-  val_src, val_tgt = ids["val"]
-  val_refs = data["val"][1]
+  val_src, val_tgt = ids["valid"]
+  val_refs = data["valid"][1]
 
   for epoch in range(meta["epoch"] + 1, config.num_epochs + 1):
     rng = np.random.default_rng([config.seed, epoch])
@@ -233,11 +236,11 @@ def fit_nmt(config, data: dict, workdir: str | Path) -> dict:
              "src_vocab": V_src, "tgt_vocab": V_tgt, "bpe_vocab_size": config.bpe_vocab_size,
              "subword_overlap": table1, "epochs": meta["epoch"], "best_epoch": meta["best_epoch"],
              "beam": config.beam_size, "length_alpha": config.length_alpha, "history": meta["history"]}
-  for split, key in (("val", "valid"), ("test_2016_flickr", "test")):
-    s_ids, t_ids = ids[split]
+  for key in ("valid", "test"):
+    s_ids, t_ids = ids[key]
     t0 = time.time()
     hyps = translator.text(params, s_ids, config.beam_size, config.length_alpha)
-    score, signature = bleu(hyps, data[split][1])
+    score, signature = bleu(hyps, data[key][1])
     results[f"{key}_bleu"] = score
     results[f"{key}_decode_s"] = time.time() - t0
     results[f"{key}_ppl"] = evaluate_nll(eval_fn, params, s_ids, t_ids, config.eval_batch_size, dp, buckets)["ppl"]
