@@ -22,6 +22,12 @@ def get_config():
   c.pr_lambda = 1.0 / 6.5     # Press & Wolf code: l2_loss(P) / (batch * 6.5); the paper rounds to 0.15
   c.proj_bias = True          # Press & Wolf code: proj_b (a bias after P)
   c.logit_scale = False       # optional D^-1/2 logit scale; not used by the papers
+  c.output_bias = True        # softmax bias; Inan et al. (2017) "reused embeddings" (RE): tied and no bias
+  # Inan et al. (2017) augmented loss (AL): cost += α·KL(ỹ‖ŷ), ŷ = softmax(logits/τ), ỹ = softmax(L·u_y/τ).
+  c.al_gamma = 0.0            # α = γ·τ; 0 turns AL off (Inan: γ 0.5–0.8 on PTB, 1.0–1.5 on WikiText-2)
+  c.al_tau = 20.0             # τ, Inan: 20
+  c.al_embedding = "input"    # which matrix builds ỹ in an untied model: input (Inan's L) | output
+  c.al_target_gradient = False  # ours: ỹ is a fixed target (no gradient through it); the paper leaves it open
   c.compute_dtype = "float32"  # ours; "bfloat16": bf16 matmul inputs, f32 sums (wt_jax/precision.py)
   # Optimisation.
   c.optimizer = "sgd"         # Zaremba: plain SGD

@@ -33,3 +33,21 @@ def total_penalty(penalties: Any) -> jax.Array:
   """Sum of every value a model sowed into its `penalties` collection (0 if none)."""
   leaves = jax.tree_util.tree_leaves(penalties)
   return sum(leaves, jnp.zeros((), jnp.float32))
+
+
+def augmented_kl(logits: jax.Array, targets: jax.Array, embedding: jax.Array, tau: float,
+                 target_gradient: bool = False) -> jax.Array:
+  """Inan, Khosravi & Socher (2017)'s augmented loss term, per token: KL(ỹ ‖ ŷ) with
+
+      ŷ = softmax(logits / τ),    ỹ = softmax(L · u_y / τ),    u_y = L[y]
+
+  logits[B, T, V], targets[B, T], embedding L[V, D] → KL[B, T] in nats. ỹ puts mass on the words whose
+  embeddings are close to the target's. With `target_gradient=False`, ỹ is a constant target (the
+  gradient flows only through ŷ)."""
+  u = jnp.take(embedding, targets, axis=0)                            # [B, T, D]
+  target_logits = jnp.einsum("btd,vd->btv", u, embedding) / tau
+  if not target_gradient:
+    target_logits = jax.lax.stop_gradient(target_logits)
+  log_y_tilde = jax.nn.log_softmax(target_logits.astype(jnp.float32), axis=-1)
+  log_y_hat = jax.nn.log_softmax(logits.astype(jnp.float32) / tau, axis=-1)
+  return jnp.sum(jnp.exp(log_y_tilde) * (log_y_tilde - log_y_hat), axis=-1)

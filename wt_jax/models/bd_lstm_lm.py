@@ -85,12 +85,14 @@ class BDLSTMLM(nn.Module):
   tying: str = "tied"
   pr_lambda: float = 1.0 / 6.5
   proj_bias: bool = True
+  output_bias: bool = True  # False: Inan et al.'s reused embeddings (RE) fix the softmax bias at 0
   dtype: Any = None  # output-layer matmul input dtype (config.compute_dtype; the gates stay float32)
 
   def setup(self):
     self.words = tying.WordEmbeddings(vocab_size=self.vocab_size, dim=self.hidden, mode=self.tying,
                                       init_scale=self.init_scale, pr_lambda=self.pr_lambda,
-                                      proj_bias=self.proj_bias, dtype=self.dtype)
+                                      proj_bias=self.proj_bias, output_bias=self.output_bias,
+                                      dtype=self.dtype)
     self.layers = [VariationalLSTMLayer(self.hidden, self.init_scale, name=f"lstm_{l}")
                    for l in range(self.num_layers)]
 
@@ -128,4 +130,5 @@ def from_config(config) -> BDLSTMLM:
       dropout_x=config.dropout_x, dropout_i=config.dropout_i, dropout_h=config.dropout_h,
       dropout_o=config.dropout_o, mask_per_gate=config.mask_per_gate, init_scale=config.init_scale,
       tying=config.tying, pr_lambda=config.pr_lambda, proj_bias=config.proj_bias,
+      output_bias=config.output_bias,
       dtype=precision.compute_dtype(config.compute_dtype))

@@ -136,13 +136,15 @@ class LSTMLM(nn.Module):
   tying: str = "tied"
   pr_lambda: float = 1.0 / 6.5
   proj_bias: bool = True
+  output_bias: bool = True  # False: Inan et al.'s reused embeddings (RE) fix the softmax bias at 0
   logit_scale: bool = False
   dtype: Any = None  # matmul input dtype: None (float32) or bfloat16 (config.compute_dtype)
 
   def setup(self):
     self.words = tying.WordEmbeddings(
         vocab_size=self.vocab_size, dim=self.hidden, mode=self.tying, init_scale=self.init_scale,
-        pr_lambda=self.pr_lambda, proj_bias=self.proj_bias, logit_scale=self.logit_scale, dtype=self.dtype)
+        pr_lambda=self.pr_lambda, proj_bias=self.proj_bias, output_bias=self.output_bias,
+        logit_scale=self.logit_scale, dtype=self.dtype)
     self.layers = [LSTMLayer(self.hidden, self.init_scale, self.dtype, name=f"lstm_{l}")
                    for l in range(self.num_layers)]
     self.drop = nn.Dropout(self.dropout)
@@ -169,5 +171,6 @@ def from_config(config) -> LSTMLM:
   return LSTMLM(
       vocab_size=config.vocab_size, hidden=config.hidden_size, num_layers=config.num_layers,
       dropout=config.dropout, init_scale=config.init_scale, tying=config.tying,
-      pr_lambda=config.pr_lambda, proj_bias=config.proj_bias, logit_scale=config.logit_scale,
+      pr_lambda=config.pr_lambda, proj_bias=config.proj_bias, output_bias=config.output_bias,
+      logit_scale=config.logit_scale,
       dtype=precision.compute_dtype(config.compute_dtype))

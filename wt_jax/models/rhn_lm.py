@@ -96,12 +96,14 @@ class RHNLM(nn.Module):
   remat: bool = False
   pr_lambda: float = 1.0 / 6.5
   proj_bias: bool = True
+  output_bias: bool = True  # False: Inan et al.'s reused embeddings (RE) fix the softmax bias at 0
   dtype: Any = None  # matmul input dtype: None (float32) or bfloat16 (config.compute_dtype)
 
   def setup(self):
     self.words = tying.WordEmbeddings(vocab_size=self.vocab_size, dim=self.hidden, mode=self.tying,
                                       init_scale=self.init_scale, pr_lambda=self.pr_lambda,
-                                      proj_bias=self.proj_bias, dtype=self.dtype)
+                                      proj_bias=self.proj_bias, output_bias=self.output_bias,
+                                      dtype=self.dtype)
     self.layers = [RHNLayer(self.hidden, self.depth, self.init_scale, self.transform_bias, self.remat,
                             self.dtype, name=f"rhn_{l}") for l in range(self.num_layers)]
 
@@ -132,5 +134,5 @@ def from_config(config) -> RHNLM:
       num_layers=config.num_layers, dropout_x=config.dropout_x, dropout_i=config.dropout_i,
       dropout_h=config.dropout_h, dropout_o=config.dropout_o, init_scale=config.init_scale,
       transform_bias=config.transform_bias, tying=config.tying, remat=config.remat,
-      pr_lambda=config.pr_lambda, proj_bias=config.proj_bias,
+      pr_lambda=config.pr_lambda, proj_bias=config.proj_bias, output_bias=config.output_bias,
       dtype=precision.compute_dtype(config.compute_dtype))

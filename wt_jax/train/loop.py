@@ -57,8 +57,28 @@ def init_params(model, rng: jax.Array, batch_size: int, bptt: int):
   return variables["params"]
 
 
+def augmented_loss_settings(config) -> dict | None:
+  """Inan et al.'s augmented loss from the config (`al_*` fields), or None when it is off (al_gamma = 0)."""
+  gamma = config.get("al_gamma", 0.0)
+  if not gamma:
+    return None
+  if config.al_embedding not in ("input", "output"):
+    raise ValueError(f"Unknown al_embedding {config.al_embedding!r}; expected 'input' (Inan's L) or 'output'.")
+  if config.al_tau <= 0:
+    raise ValueError(f"al_tau must be positive, not {config.al_tau}.")
+  return {"alpha": gamma * config.al_tau, "tau": config.al_tau, "embedding": config.al_embedding,
+          "target_gradient": bool(config.al_target_gradient)}
+
+
+def _al_matrix(params, which: str) -> jax.Array:
+  """The V×D matrix that builds the augmented loss's target: the input embedding, or the output one
+  (the same leaf when tied)."""
+  words = params["words"]
+  return words["out_embedding"] if which == "output" and "out_embedding" in words else words["embedding"]
+
+
 def make_train_step(model, tx: optax.GradientTransformation, dropout_key: jax.Array, l2_on_loss: float = 0.0,
-                    dp: parallel.DataParallel | None = None):
+                    dp: parallel.DataParallel | None = None, augmented: dict | None = None):
   """Returns step(state, carry, acc, x[B,T], y[B,T]) → (state, carry, acc, norms), jit-compiled.
 
   With `dp`, the step is compiled for that mesh: x, y and the carry sharded along the batch, the state,
@@ -66,7 +86,9 @@ def make_train_step(model, tx: optax.GradientTransformation, dropout_key: jax.Ar
   gradient equals the single-device one (XLA adds the all-reduce).
 
   The cost is Σ_t mean_b NLL + Σ penalties / B + l2_on_loss·½‖θ‖² (the last is the RHN code's weight decay;
-  decoupled weight decay lives in the optimizer, see `optim.make_optimizer`).
+  decoupled weight decay lives in the optimizer, see `optim.make_optimizer`), plus, with `augmented`
+  (`augmented_loss_settings`), α·Σ_t mean_b KL(ỹ‖ŷ) (Inan et al. 2017; `losses.augmented_kl`). Perplexities
+  count the NLL only.
 
   state: {'params', 'opt_state', 'step'}; acc: running {'nll', 'tokens', 'nonfinite'} sums; norms: this
   step's global L2 norm of the gradient (before clipping) and the norm of the gradient of each embedding
@@ -79,6 +101,10 @@ def make_train_step(model, tx: optax.GradientTransformation, dropout_key: jax.Ar
     nll = losses.token_nll(logits, y)
     batch = x.shape[0]
     cost = losses.zaremba_cost(nll) + losses.total_penalty(aux.get(tying.PENALTIES, {})) / batch
+    if augmented:
+      kl = losses.augmented_kl(logits, y, _al_matrix(params, augmented["embedding"]), augmented["tau"],
+                               augmented["target_gradient"])
+      cost = cost + augmented["alpha"] * losses.zaremba_cost(kl)
     if l2_on_loss:
       cost = cost + l2_on_loss * 0.5 * sum(jnp.sum(jnp.square(p)) for p in jax.tree_util.tree_leaves(params))
     return cost, (carry, jnp.sum(nll))
@@ -289,7 +315,8 @@ def fit(config, corpus, workdir: str | Path) -> dict:
                "versions %s.", config.name, f"{num_params:,}", steps_per_epoch, total_steps, dp.num_devices,
                jax.process_count(), versions)
 
-  train_step = make_train_step(model, tx, dropout_key, optim.weight_decay_on_loss(config), dp)
+  train_step = make_train_step(model, tx, dropout_key, optim.weight_decay_on_loss(config), dp,
+                               augmented_loss_settings(config))
   eval_window = make_eval_window(model)
   param_norm = jax.jit(optax.tree.norm)
   step = int(state["step"])

@@ -1,0 +1,99 @@
+"""Inan, Khosravi & Socher (2017): the augmented loss (AL) and reused embeddings (RE) in the shared LM loop."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.conftest import tiny_config, write_corpus
+from wt_jax import losses, models, tying
+from wt_jax.data import ptb
+from wt_jax.train import loop, optim
+
+
+def _kl_reference(logits, y, L, tau):
+  """NumPy: KL(ỹ‖ŷ), ỹ = softmax(L·L[y]/τ), ŷ = softmax(logits/τ), per token."""
+  logits, L = np.asarray(logits, np.float64), np.asarray(L, np.float64)
+  def log_softmax(z):
+    z = z - z.max(-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(-1, keepdims=True))
+  lt = log_softmax(L[np.asarray(y)] @ L.T / tau)
+  lh = log_softmax(logits / tau)
+  return (np.exp(lt) * (lt - lh)).sum(-1)
+
+
+def test_augmented_kl_matches_its_definition():
+  k1, k2, k3 = jax.random.split(jax.random.key(0), 3)
+  L = jax.random.normal(k1, (11, 4))
+  logits = 3.0 * jax.random.normal(k2, (2, 3, 11))
+  y = jax.random.randint(k3, (2, 3), 0, 11)
+  for tau in (1.0, 20.0):
+    kl = losses.augmented_kl(logits, y, L, tau)
+    assert kl.shape == (2, 3) and np.all(np.asarray(kl) >= -1e-6)
+    np.testing.assert_allclose(kl, _kl_reference(logits, y, L, tau), rtol=1e-4, atol=1e-6)
+  # ŷ = ỹ exactly when the logits are L·u_y: then the KL is 0.
+  np.testing.assert_allclose(losses.augmented_kl(L[y] @ L.T, y, L, 20.0), 0.0, atol=1e-6)
+
+
+def test_augmented_kl_target_gradient_switch():
+  L = jax.random.normal(jax.random.key(1), (7, 3))
+  logits = jax.random.normal(jax.random.key(2), (1, 4, 7))
+  y = jnp.array([[1, 2, 3, 1]])
+  fixed = jax.grad(lambda m: losses.augmented_kl(logits, y, m, 2.0).sum())(L)
+  moving = jax.grad(lambda m: losses.augmented_kl(logits, y, m, 2.0, target_gradient=True).sum())(L)
+  assert np.all(np.asarray(fixed) == 0.0)  # L only builds ỹ here, and ỹ is a constant target
+  assert np.abs(np.asarray(moving)).sum() > 1e-3
+
+
+def test_reused_embeddings_drop_the_output_bias():
+  tied = models.build(tiny_config(tying="tied"))
+  re = models.build(tiny_config(tying="tied", output_bias=False))
+  p_tied = loop.init_params(tied, jax.random.key(0), 2, 3)
+  p_re = loop.init_params(re, jax.random.key(0), 2, 3)
+  assert "out_bias" in p_tied["words"] and sorted(p_re["words"]) == ["embedding"]
+  assert tying.count_params(p_tied) - tying.count_params(p_re) == 31
+
+
+@pytest.mark.parametrize("tying_mode,which", [("untied", "input"), ("untied", "output"), ("tied", "input")])
+def test_train_step_adds_alpha_times_the_augmented_loss(tying_mode, which):
+  """One SGD step (lr 1, no clipping) must equal params − ∇(Σ_t mean_b NLL + α·Σ_t mean_b KL)."""
+  config = tiny_config(tying=tying_mode, al_gamma=0.7, al_tau=5.0, al_embedding=which, clip_norm=1e9,
+                       output_bias=tying_mode == "untied")
+  model = models.build(config)
+  B, T = 4, 5
+  params = loop.init_params(model, jax.random.key(0), B, T)
+  x = jax.random.randint(jax.random.key(1), (B, T), 0, config.vocab_size)
+  y = jax.random.randint(jax.random.key(2), (B, T), 0, config.vocab_size)
+  settings = loop.augmented_loss_settings(config)
+  assert settings["alpha"] == pytest.approx(0.7 * 5.0)
+
+  def reference_cost(p):
+    logits, _ = model.apply({"params": p}, x, model.initial_carry(B))
+    name = "out_embedding" if which == "output" and tying_mode == "untied" else "embedding"
+    kl = losses.augmented_kl(logits, y, p["words"][name], 5.0)
+    return (losses.token_nll(logits, y).sum() + 3.5 * kl.sum()) / B
+
+  expected = jax.tree_util.tree_map(lambda p, g: p - g, params, jax.grad(reference_cost)(params))
+  tx = optim.make_optimizer(config, steps_per_epoch=100)
+  fresh = jax.tree_util.tree_map(jnp.copy, params)
+  state = {"params": fresh, "opt_state": tx.init(fresh), "step": jnp.zeros((), jnp.int32)}
+  step = loop.make_train_step(model, tx, jax.random.key(3), augmented=settings)
+  state, _, acc, _ = step(state, model.initial_carry(B), loop._zero_acc(), x, y)
+  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+                         state["params"], expected)
+  logits, _ = model.apply({"params": params}, x, model.initial_carry(B))
+  np.testing.assert_allclose(acc["nll"], losses.token_nll(logits, y).sum(), rtol=1e-5)  # NLL only
+
+
+def test_augmented_loss_settings_validate():
+  assert loop.augmented_loss_settings(tiny_config()) is None  # γ = 0: off
+  with pytest.raises(ValueError, match="al_embedding"):
+    loop.augmented_loss_settings(tiny_config(al_gamma=0.5, al_embedding="both"))
+  with pytest.raises(ValueError, match="al_tau"):
+    loop.augmented_loss_settings(tiny_config(al_gamma=0.5, al_tau=0.0))
+
+
+def test_fit_with_augmented_loss_and_reused_embeddings(tmp_path):
+  corpus = ptb.load(str(write_corpus(tmp_path / "data" / "ptb").parent), download=False)
+  res = loop.fit(tiny_config(tying="tied", output_bias=False, al_gamma=0.8, al_tau=20.0), corpus, tmp_path)
+  first, last = res["history"][0], res["history"][-1]
+  assert np.isfinite(last["valid_ppl"]) and last["valid_ppl"] < first["train_ppl"]
