@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from wt_jax.models import bd_lstm_lm, lstm_lm, rhn_lm
+from wt_jax.models import bd_lstm_lm, ffnn_lm, lstm_lm, rhn_lm
 
 CARRY_BATCH_AXIS = 1  # where the batch sits in every leaf of a carry (data parallelism shards it there)
 
@@ -19,6 +19,8 @@ _REGISTRY: dict[str, Callable] = {
     "lstm_lm": lstm_lm.from_config,        # Zaremba et al. (2014)
     "bd_lstm_lm": bd_lstm_lm.from_config,  # Gal (2015) variational dropout, as in Press & Wolf Table 5
     "rhn_lm": rhn_lm.from_config,          # Zilly et al. (2017)
+    "nnlm": ffnn_lm.nnlm_from_config,      # Bengio et al. (2003), feed-forward
+    "lbl": ffnn_lm.lbl_from_config,        # Mnih & Hinton (2007), log-bilinear
 }
 
 
