@@ -20,6 +20,7 @@ def get_config():
   c.dropout_h = 0.3           # ... recurrent state, one mask per gate: 0.3
   c.dropout_o = 0.5           # ... top layer's output: 0.5
   c.mask_per_gate = True      # Gal's code: separate masks per gate (its faster shared-mask variant is worse)
+  c.tie_state_masks = False   # True: Inan et al. (2017)'s VD-LSTM (one mask per state, up and across)
   c.init_scale = 0.04         # Gal code: every parameter, biases included, U(-0.04, 0.04)
   c.learning_rate = 1.0       # Gal code: lr 1
   c.lr_decay = 1.0 / 1.15     # Gal code: lr / 1.15 per epoch once decaying

@@ -97,3 +97,31 @@ def test_fit_with_augmented_loss_and_reused_embeddings(tmp_path):
   res = loop.fit(tiny_config(tying="tied", output_bias=False, al_gamma=0.8, al_tau=20.0), corpus, tmp_path)
   first, last = res["history"][0], res["history"][-1]
   assert np.isfinite(last["valid_ppl"]) and last["valid_ppl"] < first["train_ppl"]
+
+
+def test_vd_lstm_uses_one_mask_per_state_across_and_up():
+  """Inan et al.'s VD-LSTM (bd_lstm_lm with tie_state_masks): layer l's recurrent-state mask is the mask of
+  its output on the way to layer l+1 (and, for the top layer, to the output layer)."""
+  import flax.linen as nn
+  from wt_jax.models import bd_lstm_lm
+  model = bd_lstm_lm.BDLSTMLM(vocab_size=13, hidden=8, num_layers=3, dropout_h=0.5, dropout_i=0.0,
+                              mask_per_gate=False, tie_state_masks=True, tying="tied")
+  ids = jax.random.randint(jax.random.key(0), (4, 5), 0, 13)
+  params = model.init(jax.random.key(1), ids, model.initial_carry(4))["params"]
+  seen = []
+
+  def capture(next_fn, args, kwargs, context):
+    if isinstance(context.module, bd_lstm_lm.VariationalLSTMLayer) and context.method_name == "__call__":
+      seen.append((args[3], args[4]))  # x_mask, h_mask
+    return next_fn(*args, **kwargs)
+
+  with nn.intercept_methods(capture):
+    model.apply({"params": params}, ids, model.initial_carry(4), train=True, rngs={"dropout": jax.random.key(2)})
+  assert len(seen) == 3
+  np.testing.assert_array_equal(seen[0][0], 1.0)               # no dropout on the embedding (dropout_i = 0)
+  for l in (1, 2):
+    np.testing.assert_array_equal(seen[l][0], seen[l - 1][1])  # input of layer l = layer l−1's state mask
+  assert 0 < float(jnp.mean(seen[0][1] == 0)) < 1
+  with pytest.raises(ValueError, match="mask_per_gate=False"):
+    bd_lstm_lm.BDLSTMLM(vocab_size=13, hidden=8, dropout_h=0.5, tie_state_masks=True).apply(
+        {"params": params}, ids, model.initial_carry(4), train=True, rngs={"dropout": jax.random.key(2)})

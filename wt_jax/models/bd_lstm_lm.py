@@ -13,6 +13,11 @@ Follows Gal's Torch code as modified by Press & Wolf (`BayesianRNN/*_WT_*.lua`):
 - the layer-l input is layer l−1's output (no extra between-layer dropout: the next layer's input masks
   are it).
 Dropout is off at evaluation (no masks). The carry is (c, h), each [L, B, H], as in `lstm_lm`.
+
+`tie_state_masks=True` is Inan et al. (2017)'s VD-LSTM instead: one mask per layer state (rate `dropout_h`),
+used both where the state re-enters its own layer and where it is fed to the next layer (the top layer's:
+before the output layer); the embedding's mask is `dropout_i` on layer 0's input (Inan et al.: none, 0) and
+`dropout_x` still drops word types. It needs shared masks (`mask_per_gate=False`).
 """
 from __future__ import annotations
 
@@ -81,6 +86,7 @@ class BDLSTMLM(nn.Module):
   dropout_h: float = 0.0   # each layer's recurrent state, per gate
   dropout_o: float = 0.0   # top layer's output
   mask_per_gate: bool = True
+  tie_state_masks: bool = False  # Inan et al.'s VD-LSTM: a layer state's mask is also its output's mask
   init_scale: float = 0.04
   tying: str = "tied"
   pr_lambda: float = 1.0 / 6.5
@@ -106,12 +112,16 @@ class BDLSTMLM(nn.Module):
     x = self.words.embed(ids_BxT.T)  # [T, B, H]
     rates = (self.dropout_x, self.dropout_i, self.dropout_h, self.dropout_o)
     masks_on = train and any(r > 0 for r in rates)
+    if self.tie_state_masks and self.mask_per_gate:
+      raise ValueError("tie_state_masks (Inan et al.'s VD-LSTM) uses one mask per state: set mask_per_gate=False.")
     if masks_on:
       kx, ki, kh, ko = jax.random.split(self.make_rng("dropout"), 4)
       G = 4 if self.mask_per_gate else 1
       x = x * variational.word_type_mask(kx, self.dropout_x, ids_BxT, self.vocab_size).T[..., None]
       x_masks = variational.keep_mask(ki, self.dropout_i, (L, G, B, H))
       h_masks = variational.keep_mask(kh, self.dropout_h, (L, G, B, H))
+      if self.tie_state_masks:  # layer l ≥ 1 sees layer l−1's output through that state's own mask
+        x_masks = jnp.concatenate([x_masks[:1], h_masks[:-1]], axis=0)
     cs, hs = [], []
     for l, layer in enumerate(self.layers):
       x, c, h = layer(x, c_LxBxH[l], h_LxBxH[l], x_masks[l] if masks_on else None,
@@ -119,7 +129,7 @@ class BDLSTMLM(nn.Module):
       cs.append(c)
       hs.append(h)
     if masks_on:
-      x = x * variational.keep_mask(ko, self.dropout_o, (B, H))
+      x = x * (h_masks[-1, 0] if self.tie_state_masks else variational.keep_mask(ko, self.dropout_o, (B, H)))
     logits_BxTxV = self.words.logits(jnp.swapaxes(x, 0, 1))
     return logits_BxTxV, (jnp.stack(cs), jnp.stack(hs))
 
@@ -129,6 +139,7 @@ def from_config(config) -> BDLSTMLM:
       vocab_size=config.vocab_size, hidden=config.hidden_size, num_layers=config.num_layers,
       dropout_x=config.dropout_x, dropout_i=config.dropout_i, dropout_h=config.dropout_h,
       dropout_o=config.dropout_o, mask_per_gate=config.mask_per_gate, init_scale=config.init_scale,
+      tie_state_masks=config.get("tie_state_masks", False),
       tying=config.tying, pr_lambda=config.pr_lambda, proj_bias=config.proj_bias,
       output_bias=config.output_bias,
       dtype=precision.compute_dtype(config.compute_dtype))
