@@ -12,23 +12,13 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from wt_jax import parallel
-from wt_jax.data import multi30k, wmt
+from wt_jax.data import translation
 from wt_jax.train import metrics, nmt_loop
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file in configs/.",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, translations and results.")
 flags.mark_flags_as_required(["config", "workdir"])
-
-
-def load_data(config) -> dict:
-  """{split: (source sentences, target sentences)} with the splits nmt_loop expects."""
-  if config.dataset == "multi30k":
-    return multi30k.load_pair(config.src_lang, config.tgt_lang, config.data_dir or None, config.download)
-  if config.dataset in wmt.BUILDERS:  # tensorflow-datasets (optional extra '.[wmt]')
-    return wmt.load_pair(config.dataset, config.src_lang, config.tgt_lang, config.data_dir or None,
-                         config.download, config.get("max_train_pairs", 0))
-  raise app.UsageError(f"Unknown dataset {config.dataset!r}; known: multi30k, {', '.join(wmt.BUILDERS)}.")
 
 
 def main(argv):
@@ -38,7 +28,11 @@ def main(argv):
   parallel.initialize_distributed()
   metrics.quiet_library_logs()
   logging.info("Config:\n%s", config)
-  nmt_loop.fit_nmt(config, load_data(config), _WORKDIR.value)
+  try:
+    data = translation.load_corpus(config)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
+  nmt_loop.fit_nmt(config, data, _WORKDIR.value)
 
 
 if __name__ == "__main__":

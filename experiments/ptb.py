@@ -1,7 +1,9 @@
-"""Train a language model on Penn Treebank.
+"""Train a language model on Penn Treebank (or another word-level corpus: --config.dataset=wikitext2 | bbc).
 
     python -m experiments.ptb --config=configs/small_tied.py --workdir=runs/small_tied
     python -m experiments.ptb --config=configs/small_tied.py --workdir=/tmp/smoke --config.max_steps=50
+    python -m experiments.ptb --config=configs/small_tied.py --config.dataset=bbc --workdir=runs/bbc_small_tied
+    python -m experiments.ptb --config=configs/small.py --config.dataset=wikitext2 --config.vocab_size=33278 ...
 
 Writes <workdir>/results.json, metrics.jsonl, curves.png and checkpoints/ (resumes from them if present).
 """
@@ -9,7 +11,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from wt_jax import parallel
-from wt_jax.data import ptb
+from wt_jax.data import bbc, ptb, wikitext2
 from wt_jax.train import loop
 from wt_jax.train import metrics
 
@@ -19,16 +21,21 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metr
 flags.mark_flags_as_required(["config", "workdir"])
 
 
+CORPORA = {"ptb": ptb,              # Mikolov's PTB, 10k vocabulary
+           "wikitext2": wikitext2,  # Merity et al. (2017), 33,278 types (set --config.vocab_size=33278)
+           "bbc": bbc}              # BBC News, our split and 10k vocabulary (wt_jax/data/bbc.py)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   config = _CONFIG.value
   parallel.initialize_distributed()  # only if WT_JAX_COORDINATOR / WT_JAX_DISTRIBUTED ask for it
   metrics.quiet_library_logs()
-  if config.dataset != "ptb":
-    raise app.UsageError(f"experiments.ptb trains on PTB; this config has dataset={config.dataset!r}.")
+  if config.dataset not in CORPORA:
+    raise app.UsageError(f"Unknown dataset {config.dataset!r}; known: {', '.join(CORPORA)}.")
   logging.info("Config:\n%s", config)
-  corpus = ptb.load(config.data_dir or None, download=config.download)
+  corpus = CORPORA[config.dataset].load(config.data_dir or None, download=config.download)
   loop.fit(config, corpus, _WORKDIR.value)
 
 

@@ -279,7 +279,6 @@ def test_configs_and_entry_point_data(tmp_path):
   import sys
   sys.path.insert(0, str(REPO))
   from configs import nmt_multi30k_baseline, nmt_multi30k_dec_tied, nmt_multi30k_three_way, nmt_wmt
-  from experiments import nmt as entry
   assert [m.get_config().tying for m in (nmt_multi30k_baseline, nmt_multi30k_dec_tied, nmt_multi30k_three_way)] \
       == ["none", "decoder", "three_way"]
   assert nmt_multi30k_three_way.get_config().joint_vocab and not nmt_multi30k_baseline.get_config().joint_vocab
@@ -288,11 +287,11 @@ def test_configs_and_entry_point_data(tmp_path):
       ("three_way", "wmt14_enfr", "fr", 500, 1000, "adadelta")
   c = nmt_multi30k_dec_tied.get_config()
   c.data_dir = str(write_parallel(tmp_path / "multi30k").parent)
-  data = entry.load_data(c)
+  data = translation.load_corpus(c)
   assert sorted(data) == ["test", "train", "valid"] and len(data["valid"][1]) == 40
   c.dataset = "wmt99"
-  with pytest.raises(Exception, match="Unknown dataset 'wmt99'"):
-    entry.load_data(c)
+  with pytest.raises(ValueError, match="Unknown dataset 'wmt99'"):
+    translation.load_corpus(c)
 
 
 def test_wmt_through_tensorflow_datasets(monkeypatch, tmp_path):

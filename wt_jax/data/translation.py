@@ -20,6 +20,19 @@ import numpy as np
 from wt_jax.data.subwords import BOS, EOS, PAD
 
 DEFAULT_BUCKETS = (8, 16, 24, 32, 48, 64, 96, 128)
+CORPORA = ("multi30k", "wmt14_enfr", "wmt15_ende")
+
+
+def load_corpus(config) -> dict[str, tuple[list[str], list[str]]]:
+  """{'train'|'valid'|'test': (source sentences, target sentences)} for `config.dataset`: Multi30k from the
+  data root, or WMT through tensorflow-datasets (the optional extra '.[wmt]')."""
+  from wt_jax.data import multi30k, wmt
+  if config.dataset == "multi30k":
+    return multi30k.load_pair(config.src_lang, config.tgt_lang, config.data_dir or None, config.download)
+  if config.dataset in wmt.BUILDERS:
+    return wmt.load_pair(config.dataset, config.src_lang, config.tgt_lang, config.data_dir or None,
+                         config.download, config.get("max_train_pairs", 0))
+  raise ValueError(f"Unknown dataset {config.dataset!r}; known: {', '.join(CORPORA)}.")
 
 
 @dataclasses.dataclass
