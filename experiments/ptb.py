@@ -1,4 +1,4 @@
-"""Train a language model on Penn Treebank (or another word-level corpus: --config.dataset=wikitext2 | bbc).
+"""Train a language model on Penn Treebank (or another word-level corpus: --config.dataset=wikitext2 | bbc | imdb).
 
     python -m experiments.ptb --config=configs/small_tied.py --workdir=runs/small_tied
     python -m experiments.ptb --config=configs/small_tied.py --workdir=/tmp/smoke --config.max_steps=50
@@ -11,7 +11,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from wt_jax import parallel
-from wt_jax.data import bbc, ptb, wikitext2
+from wt_jax.data import bbc, imdb, ptb, wikitext2
 from wt_jax.train import loop
 from wt_jax.train import metrics
 
@@ -23,7 +23,8 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 CORPORA = {"ptb": ptb,              # Mikolov's PTB, 10k vocabulary
            "wikitext2": wikitext2,  # Merity et al. (2017), 33,278 types (set --config.vocab_size=33278)
-           "bbc": bbc}              # BBC News, our split and 10k vocabulary (wt_jax/data/bbc.py)
+           "bbc": bbc,              # BBC News, our split and 10k vocabulary (wt_jax/data/bbc.py)
+           "imdb": imdb}            # IMDB reviews, our split and 10k vocabulary (wt_jax/data/imdb.py)
 
 
 def main(argv):
