@@ -125,3 +125,21 @@ def test_vd_lstm_uses_one_mask_per_state_across_and_up():
   with pytest.raises(ValueError, match="mask_per_gate=False"):
     bd_lstm_lm.BDLSTMLM(vocab_size=13, hidden=8, dropout_h=0.5, tie_state_masks=True).apply(
         {"params": params}, ids, model.initial_carry(4), train=True, rngs={"dropout": jax.random.key(2)})
+
+
+def test_inan_configs():
+  import sys
+  from tests.conftest import REPO
+  sys.path.insert(0, str(REPO))
+  from configs import inan
+  c = inan.get_config("small,real")
+  assert (c.model, c.hidden_size, c.tying, c.output_bias, c.tie_state_masks, c.mask_per_gate, c.dropout_i) == \
+      ("bd_lstm_lm", 200, "tied", False, True, False, 0.0)
+  assert loop.augmented_loss_settings(c)["alpha"] == pytest.approx(0.65 * 20)
+  c = inan.get_config("large,vd,wikitext2")
+  assert (c.hidden_size, c.vocab_size, c.tying, c.output_bias, c.al_gamma) == (1500, 33278, "untied", True, 0.0)
+  assert loop.augmented_loss_settings(inan.get_config("medium,al")) is not None
+  assert sorted(inan.get_config("medium,re").to_dict()) == sorted(c.to_dict())
+  assert models.build(inan.get_config("small,re")).tie_state_masks
+  with pytest.raises(ValueError, match="SIZE,VARIANT"):
+    inan.get_config("tiny,vd")
