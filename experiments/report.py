@@ -2,6 +2,7 @@
 
     python -m experiments.report ptb_table6 --runs=runs/ptb_table6   # copy finished runs, then report
     python -m experiments.report ptb_table6                          # report from results/ptb_table6 only
+    python -m experiments.report nmt_table8 --runs=runs/nmt          # Table 8 (and Table 1) analogue, Multi30k
 
 With --runs, every run directory there that holds a results.json (a finished run) is copied into
 results/<report>/<run>/ — results.json, metrics.jsonl and curves.png only, never checkpoints. The report
@@ -27,7 +28,7 @@ _OUT = flags.DEFINE_string("out", "results", "Root of the committed results; the
 _README = flags.DEFINE_string("readme", "README.md", "README to update between the report's markers "
                               "('' to leave it alone).")
 
-RUN_FILES = ("results.json", "metrics.jsonl", "curves.png")
+RUN_FILES = ("results.json", "metrics.jsonl", "curves.png", "test.hyp.txt")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +63,41 @@ REPORTS = {
             PaperRow("small_tied_pr", "small + WT + PR", "2.69M", 53.5, 104.9, 100.9),
         )),
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class NmtRow:
+  tying: str  # the config's tying mode: none | decoder | three_way
+  label: str  # as in the paper's Table 8
+  paper_size: str  # the paper's parameter saving, in words (its WMT models, not ours)
+
+
+@dataclasses.dataclass(frozen=True)
+class NmtReportSpec:
+  title: str
+  source: str
+  command: str  # ({mode}, {tgt}, {workdir} filled in)
+  pairs: tuple[str, ...]  # target languages (source: English)
+  rows: tuple[NmtRow, ...]
+
+
+# Press & Wolf (EACL 2017), Table 8: DL4MT attention NMT on WMT EN→FR / EN→DE, three tying modes. Their
+# BLEU scores are on WMT and not comparable with Multi30k; what carries over is the parameter saving
+# (about 28% for decoder tying, 52% for three-way tying) at unchanged BLEU.
+NMT_REPORTS = {
+    "nmt_table8": NmtReportSpec(
+        title="Press & Wolf (2017), Table 8 (and Table 1) on Multi30k: attention NMT, three tying modes",
+        source="Press & Wolf, Using the Output Embedding to Improve Language Models, EACL 2017, Tables 1 and 8",
+        command=("python -m experiments.nmt --config=configs/nmt_multi30k_{mode}.py --config.tgt_lang={tgt} "
+                 "--workdir={workdir}"),
+        pairs=("de", "fr"),
+        rows=(
+            NmtRow("none", "baseline", "100%"),
+            NmtRow("decoder", "decoder WT", "≈72% (−28%)"),
+            NmtRow("three_way", "three-way WT", "≈48% (−52%)"),
+        )),
+}
+_MODE_CONFIG = {"none": "baseline", "decoder": "dec_tied", "three_way": "three_way"}
 
 
 def import_runs(runs_dir: Path, dest: Path) -> list[str]:
@@ -223,11 +259,144 @@ def build(name: str, out_root: Path, runs_dir: Path | None = None, readme: Path 
   return tab
 
 
+def load_nmt_runs(report_dir: Path) -> dict[tuple[str, str], list[dict]]:
+  """(target language, tying mode) → the results.json of its runs, each with its per-epoch history."""
+  runs: dict[tuple[str, str], list[dict]] = {}
+  for path in sorted(report_dir.glob("*/results.json")):
+    r = json.loads(path.read_text())
+    r["_dir"] = path.parent.name
+    epochs = {}
+    for rec in metrics.read(path.parent / "metrics.jsonl"):
+      if rec.get("kind") == "epoch":
+        epochs[rec["epoch"]] = rec
+    r["_bleu_curve"] = [(e, epochs[e]["valid_bleu_greedy"]) for e in sorted(epochs)]
+    runs.setdefault((r["tgt_lang"], r["tying"]), []).append(r)
+  for rs in runs.values():
+    rs.sort(key=lambda r: r.get("seed", 0))
+  return runs
+
+
+def nmt_table(spec: NmtReportSpec, runs: dict[tuple[str, str], list[dict]]) -> str:
+  """Markdown: per language pair and tying mode, parameters, size relative to the baseline, BLEU, ppl."""
+  lines = [
+      "| pair | model | parameters | relative size (ours) | relative size (paper, WMT) | valid BLEU "
+      "| test BLEU | valid ppl | test ppl | best epoch / epochs |",
+      "|---|---|---|---|---|---|---|---|---|---|",
+  ]
+  for tgt in spec.pairs:
+    base = runs.get((tgt, "none"), [])
+    base_params = base[0]["num_params"] if base else None
+    for row in spec.rows:
+      rs = runs.get((tgt, row.tying), [])
+      if not rs:
+        lines.append(f"| en→{tgt} | {row.label} | — | — | {row.paper_size} | — | — | — | — | not run yet |")
+        continue
+      params = rs[0]["num_params"]
+      rel = f"{100 * params / base_params:.0f}%" if base_params else "—"
+      lines.append(
+          f"| en→{tgt} | {row.label} | {params:,} | {rel} | {row.paper_size} "
+          f"| {_cell([r['valid_bleu'] for r in rs])} | {_cell([r['test_bleu'] for r in rs])} "
+          f"| {_cell([r['valid_ppl'] for r in rs])} | {_cell([r['test_ppl'] for r in rs])} "
+          f"| {', '.join(str(r['best_epoch']) + ' / ' + str(r['epochs']) for r in rs)} |")
+  return "\n".join(lines)
+
+
+def subword_table(spec: NmtReportSpec, runs: dict[tuple[str, str], list[dict]]) -> str:
+  """Table 1's analogue: joint-BPE pieces in the segmented training text, only source / only target / both."""
+  lines = ["| pair | BPE pieces | only source | only target | both | both / all |", "|---|---|---|---|---|---|"]
+  for tgt in spec.pairs:
+    rs = [r for row in spec.rows for r in runs.get((tgt, row.tying), []) if r.get("joint_vocab")]
+    if not rs:
+      lines.append(f"| en–{tgt} | — | — | — | — | no joint-vocabulary run yet |")
+      continue
+    o, r = rs[0]["subword_overlap"], rs[0]
+    lines.append(f"| en–{tgt} | {r['bpe_vocab_size']:,} | {o['source_only']:,} | {o['target_only']:,} "
+                 f"| {o['both']:,} | {100 * o['both_fraction']:.1f}% |")
+  return "\n".join(lines)
+
+
+def nmt_figure(spec: NmtReportSpec, runs: dict[tuple[str, str], list[dict]], png: Path) -> Path | None:
+  """Greedy validation BLEU per epoch: one panel per language pair, one line per tying mode."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, axes = plt.subplots(1, len(spec.pairs), figsize=(5 * len(spec.pairs), 4), squeeze=False)
+  drawn = False
+  for ax, tgt in zip(axes[0], spec.pairs):
+    for i, row in enumerate(spec.rows):
+      for r in runs.get((tgt, row.tying), []):
+        if r["_bleu_curve"]:
+          xs, ys = zip(*r["_bleu_curve"])
+          ax.plot(xs, ys, color=f"C{i}", marker="o", markersize=3, label=row.label)
+          drawn = True
+    ax.set_title(f"en→{tgt}", fontsize=9)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("validation BLEU (greedy)")
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+      ax.legend(fontsize=8)
+  if not drawn:
+    plt.close(fig)
+    return None
+  fig.suptitle(spec.title, fontsize=9)
+  fig.tight_layout()
+  fig.savefig(png, dpi=100)
+  plt.close(fig)
+  return png
+
+
+def nmt_provenance(spec: NmtReportSpec, name: str, runs: dict[tuple[str, str], list[dict]]) -> str:
+  lines = []
+  for tgt in spec.pairs:
+    for row in spec.rows:
+      for r in runs.get((tgt, row.tying), []):
+        host = r.get("host") or {}
+        machine = f"{host.get('cpu', '?')}, {host.get('cpu_count', '?')} cores" if host else "not recorded"
+        cmd = spec.command.format(mode=_MODE_CONFIG[row.tying], tgt=tgt, workdir=f"runs/nmt/{r['_dir']}")
+        commit = (r.get("versions") or {}).get("wt_jax_commit") or "not recorded"
+        lines.append(f"- `{r['_dir']}`: `{cmd}` — commit `{commit}`, machine: {machine}; {r['epochs']} epochs, "
+                     f"{r['wall_s'] / 60:.0f} min wall ({r['train_s'] / 60:.0f} min training); beam "
+                     f"{r['beam']}, length α {r['length_alpha']}; BLEU `{r['bleu_signature']}`; "
+                     f"test translations: `{r['_dir']}/test.hyp.txt`")
+  return "\n".join(lines)
+
+
+def build_nmt(name: str, out_root: Path, runs_dir: Path | None = None, readme: Path | None = None) -> str:
+  """Import (optionally), then write the NMT report (Table 8 and Table 1 analogues); returns the tables."""
+  spec = NMT_REPORTS[name]
+  report_dir = out_root / name
+  report_dir.mkdir(parents=True, exist_ok=True)
+  if runs_dir is not None:
+    if not runs_dir.is_dir():
+      raise FileNotFoundError(f"--runs={runs_dir} is not a directory")
+    logging.info("imported %s", import_runs(runs_dir, report_dir))
+  runs = load_nmt_runs(report_dir)
+  tab = f"{nmt_table(spec, runs)}\n\nTable 1 analogue (subwords of the joint BPE):\n\n{subword_table(spec, runs)}"
+  png = nmt_figure(spec, runs, report_dir / "valid_bleu.png")
+  local_fig = f"\n\n![validation BLEU]({png.name})" if png else ""
+  (report_dir / "README.md").write_text(
+      f"# {spec.title}\n\nPaper: {spec.source}. Ours: Multi30k task 1 (train 29,000 pairs; valid = val, "
+      f"test = test_2016_flickr), BLEU by sacrebleu on detokenised beam-search output of the parameters with "
+      f"the best greedy validation BLEU. The paper's BLEU is on WMT and not comparable; its relative sizes "
+      f"are.\n\n{tab}{local_fig}\n\nRebuild: `python -m experiments.report {name}`\n\n## Runs\n\n"
+      f"{nmt_provenance(spec, name, runs)}\n")
+  if readme is not None:
+    rel = lambda p: Path(os.path.relpath(p.resolve(), readme.resolve().parent)).as_posix()
+    fig = f"\n\n![validation BLEU]({rel(png)})" if png else ""
+    body = f"{tab}{fig}\n\nRuns, commands, code commits, machine and test translations: `{rel(report_dir / 'README.md')}`."
+    if not splice_readme(readme, name, body):
+      logging.warning("%s has no <!-- report:%s:begin/end --> markers; README not updated", readme, name)
+  return tab
+
+
 def main(argv):
-  if len(argv) != 2 or argv[1] not in REPORTS:
-    raise app.UsageError(f"usage: python -m experiments.report {{{','.join(REPORTS)}}} [--runs=DIR]")
-  tab = build(argv[1], Path(_OUT.value), Path(_RUNS.value) if _RUNS.value else None,
-              Path(_README.value) if _README.value else None)
+  names = [*REPORTS, *NMT_REPORTS]
+  if len(argv) != 2 or argv[1] not in names:
+    raise app.UsageError(f"usage: python -m experiments.report {{{','.join(names)}}} [--runs=DIR]")
+  builder = build if argv[1] in REPORTS else build_nmt
+  tab = builder(argv[1], Path(_OUT.value), Path(_RUNS.value) if _RUNS.value else None,
+                Path(_README.value) if _README.value else None)
   print(tab)
 
 

@@ -54,3 +54,44 @@ def test_report_rejects_runs_of_other_configs(tmp_path):
   _fake_run(tmp_path / "results" / "ptb_table6" / "medium_seed0", "medium", 0, 80.0)
   with pytest.raises(ValueError, match="medium"):
     report.build("ptb_table6", tmp_path / "results")
+
+
+def _fake_nmt_run(folder: Path, tgt: str, tying: str, params: int, bleu: float) -> None:
+  folder.mkdir(parents=True)
+  (folder / "metrics.jsonl").write_text("".join(
+      json.dumps({"kind": "epoch", "epoch": e, "valid_ppl": 20.0 - e, "valid_bleu_greedy": bleu - 3 + e})
+      + "\n" for e in (1, 2, 3)))
+  (folder / "test.hyp.txt").write_text("ein Hund .\n")
+  joint = tying == "three_way"
+  (folder / "results.json").write_text(json.dumps({
+      "config": f"nmt_multi30k_{tying}", "tying": tying, "src_lang": "en", "tgt_lang": tgt,
+      "num_params": params, "joint_vocab": joint, "bpe_vocab_size": 8000,
+      "subword_overlap": {"source_only": 10, "target_only": 20, "both": 30, "total": 60, "both_fraction": 0.5},
+      "epochs": 3, "best_epoch": 3, "beam": 5, "length_alpha": 1.0, "valid_bleu": bleu + 0.5,
+      "test_bleu": bleu, "valid_ppl": 9.0, "test_ppl": 10.0, "bleu_signature": "nrefs:1|tok:13a",
+      "train_s": 3000.0, "wall_s": 3300.0, "versions": {"wt_jax_commit": "abc123"},
+      "host": {"cpu": "Test CPU", "cpu_count": 2}}))
+
+
+def test_nmt_report_table8_relative_sizes_and_table1(tmp_path):
+  runs = tmp_path / "runs"
+  _fake_nmt_run(runs / "ende_baseline", "de", "none", 1000, 30.0)
+  _fake_nmt_run(runs / "ende_three_way", "de", "three_way", 480, 31.0)
+  readme = tmp_path / "README.md"
+  readme.write_text("<!-- report:nmt_table8:begin -->\n<!-- report:nmt_table8:end -->\n")
+
+  tab = report.build_nmt("nmt_table8", tmp_path / "results", runs, readme)
+
+  out = tmp_path / "results" / "nmt_table8"
+  assert (out / "ende_baseline" / "test.hyp.txt").read_text() == "ein Hund .\n"
+  assert (out / "valid_bleu.png").stat().st_size > 1000
+  lines = tab.splitlines()
+  assert any(l.startswith("| en→de | baseline | 1,000 | 100% |") and "| 30.5 | 30.0 |" in l for l in lines)
+  assert any(l.startswith("| en→de | three-way WT | 480 | 48% |") for l in lines)
+  assert any(l.startswith("| en→de | decoder WT | — |") and "not run yet" in l for l in lines)
+  assert any(l.startswith("| en→fr | baseline | — |") for l in lines)
+  assert "| en–de | 8,000 | 10 | 20 | 30 | 50.0% |" in tab  # Table 1 from the joint-vocabulary run
+  assert "| en–fr | — |" in tab
+  assert "--config=configs/nmt_multi30k_three_way.py --config.tgt_lang=de" in (out / "README.md").read_text()
+  assert "valid_bleu.png" in readme.read_text()
+  assert report.build_nmt("nmt_table8", tmp_path / "results") == tab
