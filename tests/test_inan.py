@@ -1,4 +1,6 @@
 """Inan, Khosravi & Socher (2017): the augmented loss (AL) and reused embeddings (RE) in the shared LM loop."""
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -53,11 +55,13 @@ def test_reused_embeddings_drop_the_output_bias():
   assert tying.count_params(p_tied) - tying.count_params(p_re) == 31
 
 
-@pytest.mark.parametrize("tying_mode,which", [("untied", "input"), ("untied", "output"), ("tied", "input")])
-def test_train_step_adds_alpha_times_the_augmented_loss(tying_mode, which):
-  """One SGD step (lr 1, no clipping) must equal params − ∇(Σ_t mean_b NLL + α·Σ_t mean_b KL)."""
+@pytest.mark.parametrize("tying_mode,which,ce_weight", [("untied", "input", 1.0), ("untied", "output", 1.0),
+                                                        ("tied", "input", 1.0), ("untied", "input", 0.25)])
+def test_train_step_adds_alpha_times_the_augmented_loss(tying_mode, which, ce_weight):
+  """One SGD step (lr 1, no clipping) must equal params − ∇(w·Σ_t mean_b NLL + α·Σ_t mean_b KL), w the
+  CE weight (1, or 1 − β in the Section-6.2 mixture)."""
   config = tiny_config(tying=tying_mode, al_gamma=0.7, al_tau=5.0, al_embedding=which, clip_norm=1e9,
-                       output_bias=tying_mode == "untied")
+                       output_bias=tying_mode == "untied", al_ce_weight=ce_weight)
   model = models.build(config)
   B, T = 4, 5
   params = loop.init_params(model, jax.random.key(0), B, T)
@@ -70,7 +74,7 @@ def test_train_step_adds_alpha_times_the_augmented_loss(tying_mode, which):
     logits, _ = model.apply({"params": p}, x, model.initial_carry(B))
     name = "out_embedding" if which == "output" and tying_mode == "untied" else "embedding"
     kl = losses.augmented_kl(logits, y, p["words"][name], 5.0)
-    return (losses.token_nll(logits, y).sum() + 3.5 * kl.sum()) / B
+    return (ce_weight * losses.token_nll(logits, y).sum() + 3.5 * kl.sum()) / B
 
   expected = jax.tree_util.tree_map(lambda p, g: p - g, params, jax.grad(reference_cost)(params))
   tx = optim.make_optimizer(config, steps_per_epoch=100)
@@ -90,6 +94,8 @@ def test_augmented_loss_settings_validate():
     loop.augmented_loss_settings(tiny_config(al_gamma=0.5, al_embedding="both"))
   with pytest.raises(ValueError, match="al_tau"):
     loop.augmented_loss_settings(tiny_config(al_gamma=0.5, al_tau=0.0))
+  with pytest.raises(ValueError, match="al_ce_weight"):
+    loop.augmented_loss_settings(tiny_config(al_gamma=0.5, al_ce_weight=-0.1))
 
 
 def test_fit_with_augmented_loss_and_reused_embeddings(tmp_path):
@@ -143,3 +149,44 @@ def test_inan_configs():
   assert models.build(inan.get_config("small,re")).tie_state_masks
   with pytest.raises(ValueError, match="SIZE,VARIANT"):
     inan.get_config("tiny,vd")
+
+
+def test_train_max_tokens_trains_on_a_prefix(tmp_path):
+  corpus = ptb.load(str(write_corpus(tmp_path / "data" / "ptb").parent), download=False)
+  res = loop.fit(tiny_config(train_max_tokens=500, num_epochs=1), corpus, tmp_path / "run")
+  assert res["train_max_tokens"] == 500 and res["steps_per_epoch"] == (500 - 1) // (4 * 5)
+  with pytest.raises(ValueError, match="less than one batch"):
+    loop.fit(tiny_config(train_max_tokens=10), corpus, tmp_path / "run2")
+
+
+def test_section_6_2_sweep_grid_configs_and_runs(tmp_path):
+  """Inan Section 6.2: the two sweeps' grid, each point's loss, a tiny end-to-end sweep, and resumption."""
+  from wt_jax.analysis import al_sweep
+  pts = al_sweep.grid([0, 0.5, 1], [5, 20], fixed_tau=20, fixed_proportion=0.5)
+  assert [p.name for p in pts] == ["beta0_tau20", "beta0.5_tau20", "beta1_tau20", "beta0.5_tau5"]
+  with pytest.raises(ValueError, match="proportions"):
+    al_sweep.grid([1.5], [20], 20, 0.5)
+  with pytest.raises(ValueError, match="Temperatures"):
+    al_sweep.grid([0.5], [0], 20, 0.5)
+  base = tiny_config(train_max_tokens=400, num_epochs=1, al_gamma=0.0, al_ce_weight=1.0)
+  c = al_sweep.point_config(base, al_sweep.Point(0.25, 5.0))
+  s = loop.augmented_loss_settings(c)
+  assert s["ce_weight"] == 0.75 and s["alpha"] == pytest.approx(0.25 * 5.0) and s["tau"] == 5.0
+  assert loop.augmented_loss_settings(al_sweep.point_config(base, al_sweep.Point(0.0, 20.0))) is None  # CE only
+  with pytest.raises(ValueError, match="untied"):
+    al_sweep.point_config(tiny_config(tying="tied"), al_sweep.Point(0.5, 20.0))
+
+  corpus = ptb.load(str(write_corpus(tmp_path / "data" / "ptb").parent), download=False)
+  pts = al_sweep.grid([0, 1], [5], fixed_tau=20, fixed_proportion=1)
+  rows = al_sweep.run(base, corpus, tmp_path / "sweep", pts)
+  assert [r["point"] for r in rows] == ["beta0_tau20", "beta1_tau20", "beta1_tau5"]
+  for r in rows:
+    assert 0.0 <= r["distance_seen"] <= 1.0 and 0.0 <= r["distance_all"] <= 1.0
+    assert r["words_seen"] == len(np.unique(corpus.train[:400]))
+  assert json.loads((tmp_path / "sweep" / "sweep.json").read_text()) == rows
+  # A finished point is not trained again.
+  stamp = (tmp_path / "sweep" / "beta0_tau20" / "results.json").stat().st_mtime_ns
+  assert al_sweep.run(base, corpus, tmp_path / "sweep", pts[:1]) == rows[:1]
+  assert (tmp_path / "sweep" / "beta0_tau20" / "results.json").stat().st_mtime_ns == stamp
+  assert "| 1 | 5 |" in al_sweep.table(rows)
+  assert al_sweep.plot(rows, tmp_path / "fig.png", 20, 1).stat().st_size > 1000

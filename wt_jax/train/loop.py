@@ -66,8 +66,11 @@ def augmented_loss_settings(config) -> dict | None:
     raise ValueError(f"Unknown al_embedding {config.al_embedding!r}; expected 'input' (Inan's L) or 'output'.")
   if config.al_tau <= 0:
     raise ValueError(f"al_tau must be positive, not {config.al_tau}.")
+  ce_weight = config.get("al_ce_weight", 1.0)
+  if not 0.0 <= ce_weight:
+    raise ValueError(f"al_ce_weight must be ≥ 0, not {ce_weight}.")
   return {"alpha": gamma * config.al_tau, "tau": config.al_tau, "embedding": config.al_embedding,
-          "target_gradient": bool(config.al_target_gradient)}
+          "target_gradient": bool(config.al_target_gradient), "ce_weight": ce_weight}
 
 
 def _al_matrix(params, which: str) -> jax.Array:
@@ -87,8 +90,9 @@ def make_train_step(model, tx: optax.GradientTransformation, dropout_key: jax.Ar
 
   The cost is Σ_t mean_b NLL + Σ penalties / B + l2_on_loss·½‖θ‖² (the last is the RHN code's weight decay;
   decoupled weight decay lives in the optimizer, see `optim.make_optimizer`), plus, with `augmented`
-  (`augmented_loss_settings`), α·Σ_t mean_b KL(ỹ‖ŷ) (Inan et al. 2017; `losses.augmented_kl`). Perplexities
-  count the NLL only.
+  (`augmented_loss_settings`), α·Σ_t mean_b KL(ỹ‖ŷ) (Inan et al. 2017; `losses.augmented_kl`), the NLL term
+  then weighted by its `ce_weight` (1 unless a Section-6.2 sweep mixes the two). Perplexities count the NLL
+  only.
 
   state: {'params', 'opt_state', 'step'}; acc: running {'nll', 'tokens', 'nonfinite'} sums; norms: this
   step's global L2 norm of the gradient (before clipping) and the norm of the gradient of each embedding
@@ -100,7 +104,10 @@ def make_train_step(model, tx: optax.GradientTransformation, dropout_key: jax.Ar
                                        rngs={"dropout": key}, mutable=[tying.PENALTIES])
     nll = losses.token_nll(logits, y)
     batch = x.shape[0]
-    cost = losses.zaremba_cost(nll) + losses.total_penalty(aux.get(tying.PENALTIES, {})) / batch
+    ce = losses.zaremba_cost(nll)
+    if augmented and augmented.get("ce_weight", 1.0) != 1.0:
+      ce = augmented["ce_weight"] * ce
+    cost = ce + losses.total_penalty(aux.get(tying.PENALTIES, {})) / batch
     if augmented:
       kl = losses.augmented_kl(logits, y, _al_matrix(params, augmented["embedding"]), augmented["tau"],
                                augmented["target_gradient"])
@@ -282,6 +289,11 @@ def fit(config, corpus, workdir: str | Path) -> dict:
   B, T = config.batch_size, config.bptt
   dp = parallel.DataParallel.create(num_devices=config.num_devices)  # the batch is split over the devices
   dp.check_batch(B)
+  if config.get("train_max_tokens", 0):  # train on a prefix of the training stream (Inan et al. Section 6.2)
+    if config.train_max_tokens < B * T + 1:
+      raise ValueError(f"train_max_tokens={config.train_max_tokens} is less than one batch (B·T+1 = "
+                       f"{B * T + 1} tokens).")
+    corpus = dataclasses.replace(corpus, train=corpus.train[:config.train_max_tokens])
   train = batching.lm_windows(corpus.train, B, T)
   if config.eval_max_tokens:  # smoke runs of big models: evaluate on a prefix of valid and test only
     corpus = dataclasses.replace(corpus, valid=corpus.valid[:config.eval_max_tokens],
@@ -440,6 +452,7 @@ def fit(config, corpus, workdir: str | Path) -> dict:
                         "(the README's tables use it); test_ppl_batched: "
                         f"{config.eval_batch_size} streams x {T}-step windows, tail dropped"),
       "eval_max_tokens": config.eval_max_tokens or None,  # None: the whole valid and test sets
+      "train_max_tokens": config.get("train_max_tokens", 0) or None,  # None: the whole training set
       "test_params": test_params_kind,  # 'final' parameters (Zaremba/Press & Wolf) or 'best' by valid (RHN)
       "eval_dropout": "off (deterministic)" + (f"; test_ppl_mc: MC dropout, {mc_samples} samples, batch 1"
                                                if mc_samples else ""),

@@ -1,0 +1,54 @@
+"""Inan et al. (2017) Section 6.2 / Figure 1: sweep the augmented loss's proportion β and temperature τ on a
+small untied LSTM LM (configs/inan_sec62.py) and plot the subspace distance between the output projection
+and the input embedding.
+
+    python -m experiments.inan_sweep --workdir=runs/inan_sec62
+    python -m experiments.inan_sweep --workdir=runs/inan_sec62 --proportions=0,0.5,1 --temperatures=5,20
+
+Every point is a resumable run in <workdir>/beta<β>_tau<τ>/ (finished points are not retrained). Writes
+<workdir>/sweep.json, sweep.md and figure1.png (`wt_jax.analysis.al_sweep`).
+"""
+from pathlib import Path
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from wt_jax.analysis import al_sweep
+from wt_jax.data import ptb
+from wt_jax.train import metrics
+
+_CONFIG = config_flags.DEFINE_config_file("config", "configs/inan_sec62.py", "The base config of every point.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the points' runs and the sweep's outputs.")
+_PROPORTIONS = flags.DEFINE_list("proportions", ["0", "0.25", "0.5", "0.75", "1"],
+                                 "AL proportions β for the first sweep (at --fixed_tau).")
+_TEMPERATURES = flags.DEFINE_list("temperatures", ["1", "2", "5", "10", "20", "40"],
+                                  "Temperatures τ for the second sweep (at --fixed_proportion).")
+_FIXED_TAU = flags.DEFINE_float("fixed_tau", 20.0, "τ of the proportion sweep (Inan: 20).")
+_FIXED_PROPORTION = flags.DEFINE_float("fixed_proportion", 0.5, "β of the temperature sweep (ours).")
+flags.mark_flags_as_required(["workdir"])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  metrics.quiet_library_logs()
+  try:
+    points = al_sweep.grid([float(b) for b in _PROPORTIONS.value], [float(t) for t in _TEMPERATURES.value],
+                           _FIXED_TAU.value, _FIXED_PROPORTION.value)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
+  config = _CONFIG.value
+  if config.dataset != "ptb":
+    raise app.UsageError(f"The Section-6.2 sweep runs on PTB, not {config.dataset!r}.")
+  corpus = ptb.load(config.data_dir or None, download=config.download)
+  workdir = Path(_WORKDIR.value)
+  rows = al_sweep.run(config, corpus, workdir, points)
+  md = al_sweep.table(rows)
+  (workdir / "sweep.md").write_text(md + "\n")
+  al_sweep.plot(rows, workdir / "figure1.png", _FIXED_TAU.value, _FIXED_PROPORTION.value)
+  logging.info("wrote %s", workdir / "figure1.png")
+  print(md)
+
+
+if __name__ == "__main__":
+  app.run(main)

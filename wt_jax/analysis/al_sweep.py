@@ -1,0 +1,130 @@
+"""Inan et al. (2017) Section 6.2 / Figure 1: train small untied LMs with a loss mixing cross-entropy and the
+augmented loss, (1 − β)·CE + β·τ·KL(ỹ‖ŷ), over a grid of AL proportions β and temperatures τ, and measure
+after training how far the output projection W [V, D] lies from the input embedding L's column space
+(`embeddings.subspace_distance`). Inan et al. argue that the AL drives W into L's span, which is what
+motivates reusing L as W.
+
+Each point is one ordinary run of the shared training loop (`loop.fit`) in <workdir>/<point>/ — resumable,
+skipped when its results.json exists. The distance is reported over all V rows and over the rows of the
+words that occur in the training span (the others never receive a gradient through the softmax targets
+and keep much of their random initialisation).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from wt_jax import tying
+from wt_jax.analysis import embeddings
+from wt_jax.train import loop
+from wt_jax.train.checkpoint import Checkpoints
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+  proportion: float  # β: the AL's share of the loss (0: cross-entropy only; 1: AL only)
+  tau: float         # τ: the AL's temperature
+
+  @property
+  def name(self) -> str:
+    return f"beta{self.proportion:g}_tau{self.tau:g}"
+
+
+def grid(proportions: Sequence[float], temperatures: Sequence[float], fixed_tau: float,
+         fixed_proportion: float) -> list[Point]:
+  """Figure 1's two sweeps: every β at `fixed_tau`, then every τ at `fixed_proportion` (shared points once)."""
+  for b in [*proportions, fixed_proportion]:
+    if not 0.0 <= b <= 1.0:
+      raise ValueError(f"AL proportions must lie in [0, 1], not {b}.")
+  for t in [*temperatures, fixed_tau]:
+    if t <= 0:
+      raise ValueError(f"Temperatures must be positive, not {t}.")
+  points = [Point(float(b), float(fixed_tau)) for b in proportions]
+  points += [Point(float(fixed_proportion), float(t)) for t in temperatures]
+  return list(dict.fromkeys(points))
+
+
+def point_config(base, point: Point):
+  """`base` with the loss of `point`: al_gamma = β (so α = βτ), al_ce_weight = 1 − β, al_tau = τ."""
+  c = base.copy_and_resolve_references()
+  with c.unlocked():
+    c.name = f"{base.name}_{point.name}"
+    c.al_gamma = point.proportion
+    c.al_ce_weight = 1.0 - point.proportion
+    c.al_tau = point.tau
+  if c.tying != "untied":
+    raise ValueError(f"The Section-6.2 sweep needs an untied model (L and W as two leaves), not {c.tying!r}.")
+  return c
+
+
+def distances(params, seen: np.ndarray) -> dict:
+  """Subspace distance of W from span(L): over all words, and over the `seen` word ids only."""
+  leaves = {k.rsplit("/", 1)[-1]: np.asarray(v) for k, v in tying.embedding_leaves(params).items()}
+  L, W = leaves["embedding"], leaves["out_embedding"]
+  return {"distance_all": embeddings.subspace_distance(W, L),
+          "distance_seen": embeddings.subspace_distance(W[seen], L[seen]),
+          "words_seen": int(len(seen))}
+
+
+def run(base, corpus, workdir: str | Path, points: Sequence[Point]) -> list[dict]:
+  """Train (or resume, or skip if finished) every point; returns one row per point and writes
+  <workdir>/sweep.json."""
+  workdir = Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  span = corpus.train[:base.train_max_tokens] if base.get("train_max_tokens", 0) else corpus.train
+  seen = np.unique(np.asarray(span))
+  rows = []
+  for point in points:
+    config = point_config(base, point)
+    run_dir = workdir / point.name
+    results_path = run_dir / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.exists() else loop.fit(config, corpus, run_dir)
+    ckpts = Checkpoints(run_dir / "checkpoints")
+    state, _ = ckpts.restore_saved("last")
+    ckpts.close()
+    rows.append({"point": point.name, "proportion": point.proportion, "tau": point.tau,
+                 **distances(state["params"], seen), "train_ppl": results["train_ppl"],
+                 "valid_ppl": results["valid_ppl"], "steps": results["steps"]})
+    (workdir / "sweep.json").write_text(json.dumps(rows, indent=2))
+  return rows
+
+
+def table(rows: Sequence[dict]) -> str:
+  lines = ["| β (AL proportion) | τ | distance (all words) | distance (words in the span) | train ppl | valid ppl |",
+           "|---|---|---|---|---|---|"]
+  for r in rows:
+    lines.append(f"| {r['proportion']:g} | {r['tau']:g} | {r['distance_all']:.3f} | {r['distance_seen']:.3f} "
+                 f"| {r['train_ppl']:.1f} | {r['valid_ppl']:.1f} |")
+  return "\n".join(lines)
+
+
+def plot(rows: Sequence[dict], png: str | Path, fixed_tau: float, fixed_proportion: float) -> Path:
+  """Figure 1's two panels: distance against β (at `fixed_tau`) and against τ (at `fixed_proportion`)."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+  panels = ((axes[0], "proportion", lambda r: r["tau"] == fixed_tau, f"AL proportion β (τ = {fixed_tau:g})"),
+            (axes[1], "tau", lambda r: r["proportion"] == fixed_proportion,
+             f"temperature τ (β = {fixed_proportion:g})"))
+  for ax, key, keep, xlabel in panels:
+    sel = sorted((r for r in rows if keep(r)), key=lambda r: r[key])
+    for field, label in (("distance_all", "all words"), ("distance_seen", "words in the training span")):
+      ax.plot([r[key] for r in sel], [r[field] for r in sel], marker="o", label=label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("subspace distance of W from span(L)")
+    if key == "tau":
+      ax.set_xscale("log")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+  fig.suptitle("Inan et al. (2017) Section 6.2: the augmented loss and the output projection's subspace", fontsize=9)
+  fig.tight_layout()
+  png = Path(png)
+  fig.savefig(png, dpi=100)
+  plt.close(fig)
+  return png
