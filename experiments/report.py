@@ -229,33 +229,45 @@ def splice_readme(readme: Path, name: str, body: str) -> bool:
   return True
 
 
-def build(name: str, out_root: Path, runs_dir: Path | None = None, readme: Path | None = None) -> str:
-  """Import (optionally), then write the report; returns the table."""
-  spec = REPORTS[name]
+def _report_dir(name: str, out_root: Path, runs_dir: Path | None) -> Path:
+  """results/<name>/, after importing the finished runs of `runs_dir` into it (if given)."""
   report_dir = out_root / name
   report_dir.mkdir(parents=True, exist_ok=True)
   if runs_dir is not None:
     if not runs_dir.is_dir():
       raise FileNotFoundError(f"--runs={runs_dir} is not a directory")
     logging.info("imported %s", import_runs(runs_dir, report_dir))
+  return report_dir
+
+
+def _write(name: str, report_dir: Path, readme: Path | None, intro: str, tab: str, png: Path | None,
+           figure_label: str, prov: str, readme_runs: str) -> None:
+  """results/<name>/README.md (title, intro, table, figure, runs) and the README's section."""
+  local_fig = f"\n\n![{figure_label}]({png.name})" if png else ""
+  (report_dir / "README.md").write_text(
+      f"{intro}\n\n{tab}{local_fig}\n\nRebuild: `python -m experiments.report {name}`\n\n## Runs\n\n{prov}\n")
+  if readme is not None:
+    rel = lambda p: Path(os.path.relpath(p.resolve(), readme.resolve().parent)).as_posix()
+    fig = f"\n\n![{figure_label}]({rel(png)})" if png else ""
+    body = f"{tab}{fig}\n\n{readme_runs}: `{rel(report_dir / 'README.md')}`."
+    if not splice_readme(readme, name, body):
+      logging.warning("%s has no <!-- report:%s:begin/end --> markers; README not updated", readme, name)
+
+
+def build(name: str, out_root: Path, runs_dir: Path | None = None, readme: Path | None = None) -> str:
+  """Import (optionally), then write the report; returns the table."""
+  spec = REPORTS[name]
+  report_dir = _report_dir(name, out_root, runs_dir)
   by_config = load_runs(report_dir)
   unknown = sorted(set(by_config) - {row.config for row in spec.rows})
   if unknown:
     raise ValueError(f"{report_dir} holds runs of configs not in report {name!r}: {unknown}")
   tab = table(spec, by_config)
   png = figure(spec, by_config, report_dir / "valid_curves.png")
-  prov = provenance(name, spec, by_config)
-  local_fig = f"\n\n![validation curves]({png.name})" if png else ""
-  (report_dir / "README.md").write_text(
-      f"# {spec.title}\n\nPaper: {spec.source}. Ours: test perplexity is the batch-1 protocol "
-      f"(`test_ppl`); several seeds are shown as mean (each seed).\n\n{tab}{local_fig}\n\n"
-      f"Rebuild: `python -m experiments.report {name}`\n\n## Runs\n\n{prov}\n")
-  if readme is not None:
-    rel = lambda p: Path(os.path.relpath(p.resolve(), readme.resolve().parent)).as_posix()
-    fig = f"\n\n![validation curves]({rel(png)})" if png else ""
-    body = f"{tab}{fig}\n\nRuns, commands, code commits and machine: `{rel(report_dir / 'README.md')}`."
-    if not splice_readme(readme, name, body):
-      logging.warning("%s has no <!-- report:%s:begin/end --> markers; README not updated", readme, name)
+  intro = (f"# {spec.title}\n\nPaper: {spec.source}. Ours: test perplexity is the batch-1 protocol "
+           f"(`test_ppl`); several seeds are shown as mean (each seed).")
+  _write(name, report_dir, readme, intro, tab, png, "validation curves", provenance(name, spec, by_config),
+         "Runs, commands, code commits and machine")
   return tab
 
 
@@ -365,28 +377,16 @@ def nmt_provenance(spec: NmtReportSpec, name: str, runs: dict[tuple[str, str], l
 def build_nmt(name: str, out_root: Path, runs_dir: Path | None = None, readme: Path | None = None) -> str:
   """Import (optionally), then write the NMT report (Table 8 and Table 1 analogues); returns the tables."""
   spec = NMT_REPORTS[name]
-  report_dir = out_root / name
-  report_dir.mkdir(parents=True, exist_ok=True)
-  if runs_dir is not None:
-    if not runs_dir.is_dir():
-      raise FileNotFoundError(f"--runs={runs_dir} is not a directory")
-    logging.info("imported %s", import_runs(runs_dir, report_dir))
+  report_dir = _report_dir(name, out_root, runs_dir)
   runs = load_nmt_runs(report_dir)
   tab = f"{nmt_table(spec, runs)}\n\nTable 1 analogue (subwords of the joint BPE):\n\n{subword_table(spec, runs)}"
   png = nmt_figure(spec, runs, report_dir / "valid_bleu.png")
-  local_fig = f"\n\n![validation BLEU]({png.name})" if png else ""
-  (report_dir / "README.md").write_text(
-      f"# {spec.title}\n\nPaper: {spec.source}. Ours: Multi30k task 1 (train 29,000 pairs; valid = val, "
-      f"test = test_2016_flickr), BLEU by sacrebleu on detokenised beam-search output of the parameters with "
-      f"the best greedy validation BLEU. The paper's BLEU is on WMT and not comparable; its relative sizes "
-      f"are.\n\n{tab}{local_fig}\n\nRebuild: `python -m experiments.report {name}`\n\n## Runs\n\n"
-      f"{nmt_provenance(spec, name, runs)}\n")
-  if readme is not None:
-    rel = lambda p: Path(os.path.relpath(p.resolve(), readme.resolve().parent)).as_posix()
-    fig = f"\n\n![validation BLEU]({rel(png)})" if png else ""
-    body = f"{tab}{fig}\n\nRuns, commands, code commits, machine and test translations: `{rel(report_dir / 'README.md')}`."
-    if not splice_readme(readme, name, body):
-      logging.warning("%s has no <!-- report:%s:begin/end --> markers; README not updated", readme, name)
+  intro = (f"# {spec.title}\n\nPaper: {spec.source}. Ours: Multi30k task 1 (train 29,000 pairs; valid = val, "
+           f"test = test_2016_flickr), BLEU by sacrebleu on detokenised beam-search output of the parameters "
+           f"with the best greedy validation BLEU. The paper's BLEU is on WMT and not comparable; its relative "
+           f"sizes are.")
+  _write(name, report_dir, readme, intro, tab, png, "validation BLEU", nmt_provenance(spec, name, runs),
+         "Runs, commands, code commits, machine and test translations")
   return tab
 
 
