@@ -183,6 +183,7 @@ def test_section_6_2_sweep_grid_configs_and_runs(tmp_path):
   for r in rows:
     assert 0.0 <= r["distance_seen"] <= 1.0 and 0.0 <= r["distance_all"] <= 1.0
     assert r["words_seen"] == len(np.unique(corpus.train[:400]))
+    assert 0.0 < r["target_entropy"] <= np.log(base.vocab_size) + 1e-9
   assert json.loads((tmp_path / "sweep" / "sweep.json").read_text()) == rows
   # A finished point is not trained again.
   stamp = (tmp_path / "sweep" / "beta0_tau20" / "results.json").stat().st_mtime_ns
@@ -190,3 +191,14 @@ def test_section_6_2_sweep_grid_configs_and_runs(tmp_path):
   assert (tmp_path / "sweep" / "beta0_tau20" / "results.json").stat().st_mtime_ns == stamp
   assert "| 1 | 5 |" in al_sweep.table(rows)
   assert al_sweep.plot(rows, tmp_path / "fig.png", 20, 1).stat().st_size > 1000
+
+
+def test_al_target_entropy_limits():
+  """ỹ is uniform (entropy ln V) for a zero embedding and nearly one-hot for large orthogonal rows."""
+  from wt_jax.analysis import al_sweep
+  V = 6
+  zero = {"words": {"embedding": np.zeros((V, 4)), "out_embedding": np.zeros((V, 4))}}
+  assert al_sweep.target_entropy(zero, np.arange(V), tau=1.0) == pytest.approx(np.log(V))
+  sharp = {"words": {"embedding": 50.0 * np.eye(V), "out_embedding": np.eye(V)}}
+  assert al_sweep.target_entropy(sharp, np.arange(V), tau=1.0) < 1e-6
+  assert al_sweep.target_entropy(sharp, np.arange(V), tau=1e6) == pytest.approx(np.log(V), rel=1e-3)

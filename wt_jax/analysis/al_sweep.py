@@ -7,7 +7,8 @@ motivates reusing L as W.
 Each point is one ordinary run of the shared training loop (`loop.fit`) in <workdir>/<point>/ — resumable,
 skipped when its results.json exists. The distance is reported over all V rows and over the rows of the
 words that occur in the training span (the others never receive a gradient through the softmax targets
-and keep much of their random initialisation).
+and keep much of their random initialisation), with the mean entropy of the AL's target ỹ over those words
+(uniform: ln V).
 """
 from __future__ import annotations
 
@@ -70,6 +71,18 @@ def distances(params, seen: np.ndarray) -> dict:
           "words_seen": int(len(seen))}
 
 
+def target_entropy(params, seen: np.ndarray, tau: float) -> float:
+  """Mean entropy (nats) of the AL's target ỹ = softmax(L·u_w/τ) over the `seen` words w, with the trained
+  input embedding L. ln V means ỹ is uniform (the AL then only flattens ŷ); small values mean it points
+  at w's neighbours."""
+  leaves = {k.rsplit("/", 1)[-1]: np.asarray(v, np.float64) for k, v in tying.embedding_leaves(params).items()}
+  L = leaves["embedding"]
+  z = L[seen] @ L.T / tau
+  z -= z.max(axis=1, keepdims=True)
+  logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+  return float(-(np.exp(logp) * logp).sum(axis=1).mean())
+
+
 def run(base, corpus, workdir: str | Path, points: Sequence[Point]) -> list[dict]:
   """Train (or resume, or skip if finished) every point; returns one row per point and writes
   <workdir>/sweep.json."""
@@ -87,18 +100,19 @@ def run(base, corpus, workdir: str | Path, points: Sequence[Point]) -> list[dict
     state, _ = ckpts.restore_saved("last")
     ckpts.close()
     rows.append({"point": point.name, "proportion": point.proportion, "tau": point.tau,
-                 **distances(state["params"], seen), "train_ppl": results["train_ppl"],
+                 **distances(state["params"], seen),
+                 "target_entropy": target_entropy(state["params"], seen, point.tau), "train_ppl": results["train_ppl"],
                  "valid_ppl": results["valid_ppl"], "steps": results["steps"]})
     (workdir / "sweep.json").write_text(json.dumps(rows, indent=2))
   return rows
 
 
 def table(rows: Sequence[dict]) -> str:
-  lines = ["| β (AL proportion) | τ | distance (all words) | distance (words in the span) | train ppl | valid ppl |",
-           "|---|---|---|---|---|---|"]
+  lines = ["| β (AL proportion) | τ | distance (all words) | distance (words in the span) | entropy of ỹ (nats) "
+           "| train ppl | valid ppl |", "|---|---|---|---|---|---|---|"]
   for r in rows:
     lines.append(f"| {r['proportion']:g} | {r['tau']:g} | {r['distance_all']:.3f} | {r['distance_seen']:.3f} "
-                 f"| {r['train_ppl']:.1f} | {r['valid_ppl']:.1f} |")
+                 f"| {r['target_entropy']:.2f} | {r['train_ppl']:.1f} | {r['valid_ppl']:.1f} |")
   return "\n".join(lines)
 
 
