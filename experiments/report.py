@@ -2,6 +2,7 @@
 
     python -m experiments.report ptb_table6 --runs=runs/ptb_table6   # copy finished runs, then report
     python -m experiments.report ptb_table6                          # report from results/ptb_table6 only
+    python -m experiments.report bbc_table7 --runs=runs/bbc          # Table 7's small models on BBC News
     python -m experiments.report nmt_table8 --runs=runs/nmt          # Table 8 (and Table 1) analogue, Multi30k
 
 With --runs, every run directory there that holds a results.json (a finished run) is copied into
@@ -35,10 +36,10 @@ RUN_FILES = ("results.json", "metrics.jsonl", "curves.png", "test.hyp.txt")
 class PaperRow:
   config: str  # configs/<config>.py
   label: str
-  size: str  # as printed in the paper
-  train: float
-  valid: float
-  test: float
+  size: str  # as printed in the paper ("—": not transcribed)
+  train: float | None  # None: the paper's value is not transcribed here
+  valid: float | None
+  test: float | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +48,7 @@ class ReportSpec:
   source: str
   command: str  # how each run was produced ({config}, {seed}, {workdir} filled in)
   rows: tuple[PaperRow, ...]
+  dataset: str = "ptb"  # every run of the report must be on this corpus (results.json "dataset")
 
 
 REPORTS = {
@@ -62,6 +64,22 @@ REPORTS = {
             PaperRow("small_pr", "small + PR", "4.69M", 50.8, 116.0, 111.7),
             PaperRow("small_tied_pr", "small + WT + PR", "2.69M", 53.5, 104.9, 100.9),
         )),
+    # Press & Wolf (EACL 2017), Table 7: the same four small models on other corpora; here BBC News with our
+    # split and vocabulary (wt_jax/data/bbc.py), so the paper's numbers (not transcribed) would not be
+    # comparable anyway; what carries over is the ordering of the four rows.
+    "bbc_table7": ReportSpec(
+        title="Press & Wolf (2017), Table 7 analogue: small LSTM LMs on BBC News (our split), no dropout",
+        source="Press & Wolf, Using the Output Embedding to Improve Language Models, EACL 2017, Table 7 "
+               "(values not transcribed; our BBC split differs from theirs)",
+        command=("python -m experiments.ptb --config=configs/{config}.py --config.dataset=bbc "
+                 "--config.seed={seed} --workdir={workdir}"),
+        rows=(
+            PaperRow("small", "small", "—", None, None, None),
+            PaperRow("small_tied", "small + WT", "—", None, None, None),
+            PaperRow("small_pr", "small + PR", "—", None, None, None),
+            PaperRow("small_tied_pr", "small + WT + PR", "—", None, None, None),
+        ),
+        dataset="bbc"),
 }
 
 
@@ -116,11 +134,14 @@ def import_runs(runs_dir: Path, dest: Path) -> list[str]:
   return imported
 
 
-def load_runs(report_dir: Path) -> dict[str, list[dict]]:
-  """config name → the results.json of its runs (sorted by seed), each with its epoch history."""
+def load_runs(report_dir: Path, dataset: str = "ptb") -> dict[str, list[dict]]:
+  """config name → the results.json of its runs (sorted by seed), each with its epoch history. Every run
+  must be on `dataset` (runs from before results.json recorded it were all on PTB)."""
   by_config: dict[str, list[dict]] = {}
   for path in sorted(report_dir.glob("*/results.json")):
     r = json.loads(path.read_text())
+    if r.get("dataset", "ptb") != dataset:
+      raise ValueError(f"{path} is a run on {r.get('dataset', 'ptb')!r}, but this report is for {dataset!r}.")
     r["_dir"] = path.parent.name
     epochs = {}
     for rec in metrics.read(path.parent / "metrics.jsonl"):
@@ -141,6 +162,10 @@ def _cell(values: list[float]) -> str:
   return f"{statistics.mean(values):.1f} ({', '.join(f'{v:.1f}' for v in values)})"
 
 
+def _paper(value: float | None):
+  return "—" if value is None else value
+
+
 def table(spec: ReportSpec, by_config: dict[str, list[dict]]) -> str:
   """Markdown: one row per paper row, paper value beside ours (mean over seeds, then each seed)."""
   lines = [
@@ -151,18 +176,18 @@ def table(spec: ReportSpec, by_config: dict[str, list[dict]]) -> str:
   for row in spec.rows:
     runs = by_config.get(row.config, [])
     if not runs:
-      lines.append(f"| {row.label} | {row.size} | — | none yet | {row.train} / — | {row.valid} / — "
-                   f"| {row.test} / — | — |")
+      lines.append(f"| {row.label} | {row.size} | — | none yet | {_paper(row.train)} / — "
+                   f"| {_paper(row.valid)} / — | {_paper(row.test)} / — | — |")
       continue
     sizes = sorted({r["num_params"] for r in runs})
     tests = [r["test_ppl"] for r in runs]
-    delta = statistics.mean(tests) - row.test
+    delta = f"{statistics.mean(tests) - row.test:+.1f}" if row.test is not None else "—"
     lines.append(
         f"| {row.label} | {row.size} | {', '.join(f'{s:,}' for s in sizes)} "
         f"| {', '.join(str(r['seed']) for r in runs)} "
-        f"| {row.train} / {_cell([r['train_ppl'] for r in runs])} "
-        f"| {row.valid} / {_cell([r['valid_ppl'] for r in runs])} "
-        f"| {row.test} / {_cell(tests)} | {delta:+.1f} |")
+        f"| {_paper(row.train)} / {_cell([r['train_ppl'] for r in runs])} "
+        f"| {_paper(row.valid)} / {_cell([r['valid_ppl'] for r in runs])} "
+        f"| {_paper(row.test)} / {_cell(tests)} | {delta} |")
   return "\n".join(lines)
 
 
@@ -183,7 +208,8 @@ def figure(spec: ReportSpec, by_config: dict[str, list[dict]], png: Path) -> Pat
       ax.plot(xs, ys, color=colour, linestyle="-" if j == 0 else "--", marker="o" if j == 0 else None,
               markersize=3, label=f"{row.label} (seed {r['seed']})")
       drawn = True
-    ax.axhline(row.valid, color=colour, linestyle=":", linewidth=1)
+    if row.valid is not None:
+      ax.axhline(row.valid, color=colour, linestyle=":", linewidth=1)
   if not drawn:
     plt.close(fig)
     return None
@@ -192,7 +218,9 @@ def figure(spec: ReportSpec, by_config: dict[str, list[dict]], png: Path) -> Pat
   ax.set_ylim(top=min(ax.get_ylim()[1], 200))
   ax.grid(True, alpha=0.3)
   ax.legend(fontsize=8)
-  ax.set_title(f"{spec.title}\n(dotted: the paper's final validation perplexity)", fontsize=9)
+  has_paper = any(row.valid is not None for row in spec.rows)
+  ax.set_title(spec.title + ("\n(dotted: the paper's final validation perplexity)" if has_paper else ""),
+               fontsize=9)
   fig.tight_layout()
   fig.savefig(png, dpi=100)
   plt.close(fig)
@@ -258,7 +286,7 @@ def build(name: str, out_root: Path, runs_dir: Path | None = None, readme: Path 
   """Import (optionally), then write the report; returns the table."""
   spec = REPORTS[name]
   report_dir = _report_dir(name, out_root, runs_dir)
-  by_config = load_runs(report_dir)
+  by_config = load_runs(report_dir, spec.dataset)
   unknown = sorted(set(by_config) - {row.config for row in spec.rows})
   if unknown:
     raise ValueError(f"{report_dir} holds runs of configs not in report {name!r}: {unknown}")

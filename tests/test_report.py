@@ -95,3 +95,20 @@ def test_nmt_report_table8_relative_sizes_and_table1(tmp_path):
   assert "--config=configs/nmt_multi30k_three_way.py --config.tgt_lang=de" in (out / "README.md").read_text()
   assert "valid_bleu.png" in readme.read_text()
   assert report.build_nmt("nmt_table8", tmp_path / "results") == tab
+
+
+def test_report_without_paper_values_and_dataset_check(tmp_path):
+  runs = tmp_path / "runs"
+  _fake_run(runs / "small_seed0", "small", 0, 150.0)
+  r = json.loads((runs / "small_seed0" / "results.json").read_text())
+  (runs / "small_seed0" / "results.json").write_text(json.dumps({**r, "dataset": "bbc"}))
+  tab = report.build("bbc_table7", tmp_path / "results", runs, None)
+  row = next(l for l in tab.splitlines() if l.startswith("| small |"))
+  assert "| — / 35.0 |" in row and "| — / 150.0 | — |" in row
+  assert "--config.dataset=bbc" in (tmp_path / "results" / "bbc_table7" / "README.md").read_text()
+  # A PTB run (or one from before results.json named its corpus) cannot enter the BBC report, and vice versa.
+  _fake_run(tmp_path / "results" / "bbc_table7" / "small_seed1", "small", 1, 150.0)
+  with pytest.raises(ValueError, match="'ptb'"):
+    report.build("bbc_table7", tmp_path / "results")
+  with pytest.raises(ValueError, match="'bbc'"):
+    report.build("ptb_table6", tmp_path / "results2", tmp_path / "results" / "bbc_table7")

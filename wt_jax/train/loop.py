@@ -441,6 +441,7 @@ def fit(config, corpus, workdir: str | Path) -> dict:
                          jax.random.fold_in(dropout_key, 2**31 - 1), dp) if mc_samples else None)
   results = {
       "config": config.name,
+      "dataset": config.get("dataset", "ptb"),
       "model": config.model,
       "tying": config.tying,
       "num_params": num_params,
