@@ -183,6 +183,8 @@ def test_section_6_2_sweep_grid_configs_and_runs(tmp_path):
   for r in rows:
     assert 0.0 <= r["distance_seen"] <= 1.0 and 0.0 <= r["distance_all"] <= 1.0
     assert r["words_seen"] == len(np.unique(corpus.train[:400]))
+    assert r["random_seen"] == pytest.approx(np.sqrt(max(0.0, 1 - base.hidden_size / r["words_seen"])))
+    assert r["update_norm_ratio"] > 0 and 0.0 <= r["update_distance_seen"] <= 1.0
     assert 0.0 < r["target_entropy"] <= np.log(base.vocab_size) + 1e-9
   assert json.loads((tmp_path / "sweep" / "sweep.json").read_text()) == rows
   # A finished point is not trained again.
@@ -202,3 +204,17 @@ def test_al_target_entropy_limits():
   sharp = {"words": {"embedding": 50.0 * np.eye(V), "out_embedding": np.eye(V)}}
   assert al_sweep.target_entropy(sharp, np.arange(V), tau=1.0) < 1e-6
   assert al_sweep.target_entropy(sharp, np.arange(V), tau=1e6) == pytest.approx(np.log(V), rel=1e-3)
+
+
+def test_run_keys_rebuild_a_runs_initial_parameters(tmp_path):
+  """The sweep's ΔW = W − W₀ needs W₀: init_params(run_keys(seed)[0]) must be what `fit` started from."""
+  from wt_jax.train.checkpoint import Checkpoints
+  corpus = ptb.load(str(write_corpus(tmp_path / "data" / "ptb").parent), download=False)
+  config = tiny_config(learning_rate=0.0, max_steps=1, seed=7)
+  loop.fit(config, corpus, tmp_path / "run")
+  ckpts = Checkpoints(tmp_path / "run" / "checkpoints")
+  saved, _ = ckpts.restore_saved("last")
+  ckpts.close()
+  model = models.build(config)
+  initial = loop.init_params(model, loop.run_keys(7)[0], config.batch_size, config.bptt)
+  jax.tree_util.tree_map(np.testing.assert_array_equal, saved["params"], jax.device_get(initial))

@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-from wt_jax import tying
+from wt_jax import models, tying
 from wt_jax.analysis import embeddings
 from wt_jax.train import loop
 from wt_jax.train.checkpoint import Checkpoints
@@ -62,21 +62,35 @@ def point_config(base, point: Point):
   return c
 
 
-def distances(params, seen: np.ndarray) -> dict:
-  """Subspace distance of W from span(L): over all words, and over the `seen` word ids only."""
-  leaves = {k.rsplit("/", 1)[-1]: np.asarray(v) for k, v in tying.embedding_leaves(params).items()}
-  L, W = leaves["embedding"], leaves["out_embedding"]
-  return {"distance_all": embeddings.subspace_distance(W, L),
-          "distance_seen": embeddings.subspace_distance(W[seen], L[seen]),
-          "words_seen": int(len(seen))}
+def _LW(params) -> tuple[np.ndarray, np.ndarray]:
+  leaves = {k.rsplit("/", 1)[-1]: np.asarray(v, np.float64) for k, v in tying.embedding_leaves(params).items()}
+  return leaves["embedding"], leaves["out_embedding"]
+
+
+def distances(params, seen: np.ndarray, initial=None) -> dict:
+  """Subspace distance of W from span(L): over all words, and over the `seen` word ids only; with the
+  run's `initial` parameters also the distance between what training added, ΔW and ΔL (seen words), and
+  ‖ΔW‖/‖W₀‖. `random_seen` is the expected distance of two random D-dimensional subspaces of R^n
+  (n = seen words), √(1 − D/n): the value to read the others against."""
+  L, W = _LW(params)
+  out = {"distance_all": embeddings.subspace_distance(W, L),
+         "distance_seen": embeddings.subspace_distance(W[seen], L[seen]),
+         "random_seen": float(np.sqrt(max(0.0, 1.0 - W.shape[1] / len(seen)))),
+         "words_seen": int(len(seen))}
+  if initial is not None:
+    L0, W0 = _LW(initial)
+    dL, dW = (L - L0)[seen], (W - W0)[seen]
+    out["update_norm_ratio"] = float(np.linalg.norm(dW) / np.linalg.norm(W0[seen]))
+    out["update_distance_seen"] = (embeddings.subspace_distance(dW, dL)
+                                   if np.linalg.norm(dW) > 0 and np.linalg.norm(dL) > 0 else float("nan"))
+  return out
 
 
 def target_entropy(params, seen: np.ndarray, tau: float) -> float:
   """Mean entropy (nats) of the AL's target ỹ = softmax(L·u_w/τ) over the `seen` words w, with the trained
   input embedding L. ln V means ỹ is uniform (the AL then only flattens ŷ); small values mean it points
   at w's neighbours."""
-  leaves = {k.rsplit("/", 1)[-1]: np.asarray(v, np.float64) for k, v in tying.embedding_leaves(params).items()}
-  L = leaves["embedding"]
+  L, _ = _LW(params)
   z = L[seen] @ L.T / tau
   z -= z.max(axis=1, keepdims=True)
   logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
@@ -90,6 +104,8 @@ def run(base, corpus, workdir: str | Path, points: Sequence[Point]) -> list[dict
   workdir.mkdir(parents=True, exist_ok=True)
   span = corpus.train[:base.train_max_tokens] if base.get("train_max_tokens", 0) else corpus.train
   seen = np.unique(np.asarray(span))
+  model = models.build(base)
+  initial = loop.init_params(model, loop.run_keys(base.seed)[0], base.batch_size, base.bptt)
   rows = []
   for point in points:
     config = point_config(base, point)
@@ -100,7 +116,7 @@ def run(base, corpus, workdir: str | Path, points: Sequence[Point]) -> list[dict
     state, _ = ckpts.restore_saved("last")
     ckpts.close()
     rows.append({"point": point.name, "proportion": point.proportion, "tau": point.tau,
-                 **distances(state["params"], seen),
+                 **distances(state["params"], seen, initial),
                  "target_entropy": target_entropy(state["params"], seen, point.tau), "train_ppl": results["train_ppl"],
                  "valid_ppl": results["valid_ppl"], "steps": results["steps"]})
     (workdir / "sweep.json").write_text(json.dumps(rows, indent=2))
@@ -108,10 +124,13 @@ def run(base, corpus, workdir: str | Path, points: Sequence[Point]) -> list[dict
 
 
 def table(rows: Sequence[dict]) -> str:
-  lines = ["| β (AL proportion) | τ | distance (all words) | distance (words in the span) | entropy of ỹ (nats) "
-           "| train ppl | valid ppl |", "|---|---|---|---|---|---|---|"]
+  lines = ["| β (AL proportion) | τ | distance (all words) | distance (words in the span; random) "
+           "| distance ΔW–ΔL | ‖ΔW‖/‖W₀‖ | entropy of ỹ (nats) | train ppl | valid ppl |",
+           "|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
-    lines.append(f"| {r['proportion']:g} | {r['tau']:g} | {r['distance_all']:.3f} | {r['distance_seen']:.3f} "
+    lines.append(f"| {r['proportion']:g} | {r['tau']:g} | {r['distance_all']:.3f} "
+                 f"| {r['distance_seen']:.3f} ({r['random_seen']:.3f}) | {r['update_distance_seen']:.3f} "
+                 f"| {r['update_norm_ratio']:.3g} "
                  f"| {r['target_entropy']:.2f} | {r['train_ppl']:.1f} | {r['valid_ppl']:.1f} |")
   return "\n".join(lines)
 
@@ -128,10 +147,14 @@ def plot(rows: Sequence[dict], png: str | Path, fixed_tau: float, fixed_proporti
              f"temperature τ (β = {fixed_proportion:g})"))
   for ax, key, keep, xlabel in panels:
     sel = sorted((r for r in rows if keep(r)), key=lambda r: r[key])
-    for field, label in (("distance_all", "all words"), ("distance_seen", "words in the training span")):
+    for field, label in (("distance_all", "W from span(L), all words"),
+                         ("distance_seen", "W from span(L), words in the span"),
+                         ("update_distance_seen", "ΔW from span(ΔL), words in the span")):
       ax.plot([r[key] for r in sel], [r[field] for r in sel], marker="o", label=label)
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("subspace distance of W from span(L)")
+    ax.axhline(sel[0]["random_seen"] if sel else 1.0, color="grey", linestyle=":", linewidth=1,
+               label="random subspaces (words in the span)")
+    ax.set_ylabel("subspace distance")
     if key == "tau":
       ax.set_xscale("log")
     ax.grid(True, alpha=0.3)

@@ -50,6 +50,13 @@ class NonFiniteLossError(FloatingPointError):
   """The training loss became NaN or infinite."""
 
 
+def run_keys(seed: int) -> tuple[jax.Array, jax.Array]:
+  """(init key, dropout key) of a run with this seed: `fit` initialises the parameters from the first, so
+  `init_params(model, run_keys(seed)[0], B, T)` rebuilds a run's initial parameters (analyses of ΔW)."""
+  init_key, dropout_key = jax.random.split(jax.random.key(seed))
+  return init_key, dropout_key
+
+
 def init_params(model, rng: jax.Array, batch_size: int, bptt: int):
   """The model's parameter pytree (only the 'params' collection)."""
   x = jnp.zeros((batch_size, bptt), jnp.int32)
@@ -304,7 +311,7 @@ def fit(config, corpus, workdir: str | Path) -> dict:
     total_steps = min(total_steps, config.max_steps)
   tx = optim.make_optimizer(config, steps_per_epoch)
 
-  init_key, dropout_key = jax.random.split(jax.random.key(config.seed))
+  init_key, dropout_key = run_keys(config.seed)
   # Built on the devices, replicated (every process computes the same initial parameters from the seed).
   state = jax.jit(lambda k: _initial_state(model, tx, k, B, T), out_shardings=dp.replicated)(init_key)
   num_params = tying.count_params(state["params"])
