@@ -25,10 +25,13 @@ from wt_jax import tying
 
 
 def _contexts(ids_BxT, carry, n_ctx: int):
-  """→ (context ids[B, T, n−1] (oldest first), new carry[1, B, n−1])."""
-  full = jnp.concatenate([carry[0], ids_BxT], axis=1)  # [B, n−1+T]
+  """→ (context ids[B, T, n−1] (oldest first), new carry[1, B, n−1]).
+
+  The loop's targets are y[:, t] = the word after ids[:, t], so the context of position t is the n−1 words
+  ending with ids[:, t] itself: ids[t−n+2 .. t] (the carry supplies those before the window)."""
+  full = jnp.concatenate([carry[0], ids_BxT], axis=1)  # [B, n−1+T]; ids[:, t] is full[:, n−1+t]
   T = ids_BxT.shape[1]
-  ctx = jnp.stack([full[:, k:k + T] for k in range(n_ctx)], axis=-1)
+  ctx = jnp.stack([full[:, k + 1:k + 1 + T] for k in range(n_ctx)], axis=-1)  # last column: ids itself
   return ctx, full[:, -n_ctx:][None]
 
 
