@@ -3,6 +3,7 @@
     python -m experiments.report ptb_table6 --runs=runs/ptb_table6   # copy finished runs, then report
     python -m experiments.report ptb_table6                          # report from results/ptb_table6 only
     python -m experiments.report bbc_table7 --runs=runs/bbc          # Table 7's small models on BBC News
+    python -m experiments.report ffnn_ptb --runs=runs/ffnn           # NNLM and LBL, tied vs untied, on PTB
     python -m experiments.report nmt_table8 --runs=runs/nmt          # Table 8 (and Table 1) analogue, Multi30k
 
 With --runs, every run directory there that holds a results.json (a finished run) is copied into
@@ -80,6 +81,20 @@ REPORTS = {
             PaperRow("small_tied_pr", "small + WT + PR", "—", None, None, None),
         ),
         dataset="bbc"),
+    # Bengio et al. (2003) NNLM and Mnih & Hinton (2007) LBL, tied vs untied, on PTB. Neither paper reports
+    # PTB (they used Brown / AP News), so there is no paper column to compare with; the question is what
+    # tying does to each model at equal size of everything else.
+    "ffnn_ptb": ReportSpec(
+        title="Feed-forward LMs on PTB: Bengio NNLM and log-bilinear LM, tied vs untied (5-gram context)",
+        source="Bengio et al., A Neural Probabilistic Language Model, JMLR 2003; Mnih & Hinton, Three New "
+               "Graphical Models for Statistical Language Modelling, ICML 2007 (neither reports PTB)",
+        command="python -m experiments.ptb --config=configs/{config}.py --config.seed={seed} --workdir={workdir}",
+        rows=(
+            PaperRow("nnlm", "NNLM", "—", None, None, None),
+            PaperRow("nnlm_tied", "NNLM + WT (output = C)", "—", None, None, None),
+            PaperRow("lbl_untied", "LBL, separate tables", "—", None, None, None),
+            PaperRow("lbl", "LBL, one table (Mnih & Hinton's)", "—", None, None, None),
+        )),
 }
 
 
