@@ -34,14 +34,8 @@ def tokenize_line(line: str) -> list[str]:
 
 
 def ensure(data_dir: str | None = None, download: bool = True, url: str = URL) -> Path:
-  folder = paths.data_root(data_dir) / "bbc"
-  if (folder / ARCHIVE).is_file():
-    return folder / ARCHIVE
-  if not download:
-    raise paths.DataUnavailableError(
-        f"BBC News not found: expected {folder / ARCHIVE}. Set the environment variable {paths.ENV_VAR} (or "
-        f"--config.data_dir) to the folder that holds bbc/.")
-  return paths.download(url, folder / ARCHIVE)
+  """The path of the BBC News archive (`<root>/bbc/bbc-fulltext.zip`), downloading it first if allowed."""
+  return paths.ensure_file("bbc", ARCHIVE, url, data_dir, download, what="BBC News")
 
 
 def articles(archive: Path) -> list[tuple[str, str, str]]:

@@ -27,14 +27,8 @@ _MEMBER = re.compile(r"(?:^|/)(train|test)/(pos|neg|unsup)/([^/]+\.txt)$")
 
 
 def ensure(data_dir: str | None = None, download: bool = True, url: str = URL) -> Path:
-  folder = paths.data_root(data_dir) / "imdb"
-  if (folder / ARCHIVE).is_file():
-    return folder / ARCHIVE
-  if not download:
-    raise paths.DataUnavailableError(
-        f"IMDB not found: expected {folder / ARCHIVE}. Set the environment variable {paths.ENV_VAR} (or "
-        f"--config.data_dir) to the folder that holds imdb/.")
-  return paths.download(url, folder / ARCHIVE)
+  """The path of the IMDB archive (`<root>/imdb/aclImdb_v1.tar.gz`), downloading it first if allowed."""
+  return paths.ensure_file("imdb", ARCHIVE, url, data_dir, download, what="IMDB")
 
 
 def reviews(archive: Path) -> dict[str, list[tuple[str, str, str]]]:

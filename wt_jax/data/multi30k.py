@@ -36,7 +36,7 @@ def ensure(langs: tuple[str, ...], data_dir: str | None = None, download: bool =
         f"Multi30k files missing in {folder}: {', '.join(f'{s}.{l}.gz' for s, l in missing)}. Set the "
         f"environment variable {paths.ENV_VAR} (or --config.data_dir) to the folder that holds multi30k/.")
   for s, l in missing:
-    paths.download(f"{url}/{s}.{l}.gz", folder / f"{s}.{l}.gz")
+    paths.download_file(f"{url}/{s}.{l}.gz", folder / f"{s}.{l}.gz")
   return folder
 
 

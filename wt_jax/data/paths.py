@@ -12,6 +12,7 @@ import shutil
 import tempfile
 import urllib.error
 import urllib.request
+import zipfile
 from pathlib import Path
 
 ENV_VAR = "WT_JAX_DATA"
@@ -40,7 +41,7 @@ def find_file(folder: Path, candidates: list[str]) -> Path | None:
   return None
 
 
-def download(url: str, dest: Path, timeout: float = 60.0) -> Path:
+def download_file(url: str, dest: Path, timeout: float = 60.0) -> Path:
   """Download `url` to `dest` atomically (a partial file never appears at `dest`)."""
   dest.parent.mkdir(parents=True, exist_ok=True)
   try:
@@ -53,3 +54,36 @@ def download(url: str, dest: Path, timeout: float = 60.0) -> Path:
         f"the environment variable {ENV_VAR} at its parent folder (or pass --config.data_dir).") from e
   os.replace(tmp.name, dest)
   return dest
+
+
+def ensure_file(name: str, file_name: str, url: str, data_dir: str | os.PathLike | None = None,
+                download: bool = True, what: str | None = None) -> Path:
+  """`<root>/<name>/<file_name>`, downloaded from `url` first when it is missing and `download` allows."""
+  path = data_root(data_dir) / name / file_name
+  if path.is_file():
+    return path
+  if not download:
+    raise DataUnavailableError(
+        f"{what or name} not found: expected {path}. Set the environment variable {ENV_VAR} (or "
+        f"--config.data_dir) to the folder that holds {name}/.")
+  return download_file(url, path)
+
+
+def extract_zip(archive: Path, url: str, members: dict[str, Path]) -> None:
+  """Copy each zip member whose name ends with a key of `members` to its value (atomically), then delete
+  the archive. A missing member or a file that is not a zip raises `DataUnavailableError` naming `url`."""
+  try:
+    with zipfile.ZipFile(archive) as z:
+      names = z.namelist()
+      for suffix, dest in members.items():
+        found = [m for m in names if m == suffix or m.endswith("/" + suffix)]
+        if not found:
+          raise DataUnavailableError(f"{url} has no member {suffix} (members: {names[:5]}...).")
+        tmp = dest.with_name(dest.name + ".part")
+        with z.open(found[0]) as src, open(tmp, "wb") as dst:
+          shutil.copyfileobj(src, dst, 1 << 20)
+        tmp.replace(dest)
+  except zipfile.BadZipFile as e:
+    raise DataUnavailableError(f"{url} is not a zip archive ({e}).") from e
+  finally:
+    archive.unlink(missing_ok=True)

@@ -59,7 +59,7 @@ def split_file(folder: Path, split: str) -> Path | None:
 def fetch(folder: Path, url: str = URL) -> None:
   """Download the canonical archive and extract the three PTB text files into `folder`."""
   folder.mkdir(parents=True, exist_ok=True)
-  archive = paths.download(url, folder / "simple-examples.tgz")
+  archive = paths.download_file(url, folder / "simple-examples.tgz")
   with tarfile.open(archive) as tar:
     for member in tar.getmembers():
       name = os.path.basename(member.name)

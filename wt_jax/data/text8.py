@@ -9,7 +9,6 @@ canonical `text8.zip` and extracted. No network: a `DataUnavailableError` names 
 """
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 
 from wt_jax.data import paths
@@ -28,20 +27,7 @@ def ensure(data_dir: str | None = None, download: bool = True, url: str = URL) -
     raise paths.DataUnavailableError(
         f"text8 not found at {path}. Set the environment variable {paths.ENV_VAR} (or --config.data_dir) "
         f"to a folder holding text8/text8, or allow the download from {URL}.")
-  archive = paths.download(url, folder / "text8.zip")
-  try:
-    with zipfile.ZipFile(archive) as z:
-      if "text8" not in z.namelist():
-        raise paths.DataUnavailableError(f"{url} has no member `text8` (members: {z.namelist()[:5]}).")
-      tmp = folder / "text8.part"
-      with z.open("text8") as src, open(tmp, "wb") as dst:
-        while chunk := src.read(1 << 20):
-          dst.write(chunk)
-      tmp.replace(path)
-  except zipfile.BadZipFile as e:
-    raise paths.DataUnavailableError(f"{url} is not a zip archive ({e}).") from e
-  finally:
-    archive.unlink(missing_ok=True)
+  paths.extract_zip(paths.download_file(url, folder / "text8.zip"), url, {"text8": path})
   return path
 
 

@@ -10,7 +10,6 @@ canonical `wikitext-2-v1.zip` (members `wikitext-2/wiki.*.tokens`).
 from __future__ import annotations
 
 import gzip
-import zipfile
 from pathlib import Path
 
 from wt_jax.data import paths, ptb
@@ -33,18 +32,8 @@ def ensure(data_dir: str | None = None, download: bool = True, url: str = URL) -
     raise paths.DataUnavailableError(
         f"WikiText-2 not found in {folder} (expected wiki.{{train,valid,test}}.tokens[.gz]). Set the "
         f"environment variable {paths.ENV_VAR} (or --config.data_dir) to the folder that holds wikitext2/.")
-  archive = paths.download(url, folder / "wikitext-2-v1.zip")
-  try:
-    with zipfile.ZipFile(archive) as z:
-      for s in SPLITS:
-        members = [m for m in z.namelist() if m.endswith(f"/wiki.{s}.tokens")]
-        if not members:
-          raise paths.DataUnavailableError(f"{url} has no wiki.{s}.tokens.")
-        (folder / f"wiki.{s}.tokens").write_bytes(z.read(members[0]))
-  except zipfile.BadZipFile as e:
-    raise paths.DataUnavailableError(f"{url} is not a zip archive ({e}).") from e
-  finally:
-    archive.unlink(missing_ok=True)
+  paths.extract_zip(paths.download_file(url, folder / "wikitext-2-v1.zip"), url,
+                    {f"wiki.{s}.tokens": folder / f"wiki.{s}.tokens" for s in SPLITS})
   return folder
 
 
