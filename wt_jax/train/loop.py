@@ -30,7 +30,6 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import flax
 import jax
@@ -159,6 +158,14 @@ def make_eval_window(model):
   return f
 
 
+def _placer(dp: parallel.DataParallel | None, batch_size: int):
+  """place(tree, axis=0): put an evaluation batch on the devices (`dp.shard_or_replicate`), or leave it
+  as it is without `dp`."""
+  if dp is None:
+    return lambda tree, axis=0: tree
+  return lambda tree, axis=0: dp.shard_or_replicate(tree, batch_size, axis)
+
+
 def evaluate(model, eval_window, params, stream: np.ndarray, batch_size: int, bptt: int,
              drop_remainder: bool, dp: parallel.DataParallel | None = None) -> dict:
   """Perplexity of `params` on a token stream, state carried across windows. Returns {'ppl', 'nll', 'tokens'}.
@@ -166,8 +173,7 @@ def evaluate(model, eval_window, params, stream: np.ndarray, batch_size: int, bp
   With `dp` the streams are split over the devices when batch_size divides by their number; otherwise
   (e.g. the batch-1 test stream) every device computes the whole batch."""
   w = batching.lm_windows(stream, batch_size, bptt, drop_remainder=drop_remainder)
-  place = ((lambda t, axis=0: t) if dp is None else
-           (lambda t, axis=0: dp.shard_or_replicate(t, batch_size, axis)))
+  place = _placer(dp, batch_size)
   carry = place(model.initial_carry(batch_size), models.CARRY_BATCH_AXIS)
   total = 0.0
   for i in range(len(w)):
@@ -193,7 +199,7 @@ def evaluate_mc(model, params, stream: np.ndarray, batch_size: int, bptt: int, s
     return -losses.token_nll(logits, y), carry
 
   w = batching.lm_windows(stream, batch_size, bptt, drop_remainder=False)
-  place = (lambda t, axis=0: t) if dp is None else (lambda t, axis=0: dp.shard_or_replicate(t, batch_size, axis))
+  place = _placer(dp, batch_size)
   xs, ys = place((w.x, w.y), 1)
   per_pass = []
   for k in jax.random.split(key, samples):
