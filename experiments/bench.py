@@ -14,7 +14,6 @@ FLOPs (formula) with the fraction of this machine's measured float32 matmul rate
 (`floor_ms_per_step` = FLOPs / peak: the time the step would take at that rate).
 """
 import json
-import os
 import resource
 import statistics
 import subprocess

@@ -16,7 +16,6 @@ import json
 import math
 import os
 
-import numpy as np
 import torch
 from torch import nn
 

@@ -18,7 +18,6 @@ LBL (Mnih & Hinton 2007):          r̂ = Σ_i r_{w_{t−i}}·C_i                
 from __future__ import annotations
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 
 from wt_jax import tying

@@ -31,7 +31,6 @@ target embeddings, the encoder states and the deep output, a fresh mask per elem
 """
 from __future__ import annotations
 
-from typing import Any
 
 import flax.linen as nn
 import jax
