@@ -2,7 +2,6 @@
 import gzip
 import itertools
 import json
-import math
 
 import flax.linen as nn
 import jax
