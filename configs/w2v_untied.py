@@ -21,6 +21,7 @@ def get_config():
   c.learning_rate = 0.025     # word2vec.c skip-gram -alpha 0.025, decaying linearly to 1e-4 of it
   c.num_epochs = 5            # word2vec.c -iter 5
   c.batch_size = 256          # ours: pairs per SGD step (word2vec.c updates after every pair)
+  c.steps_per_call = 64       # ours: SGD steps per compiled call (a scan; the same updates as one per call)
   c.seed = 0
   c.num_devices = 0           # data parallelism over the first N devices; 0: all
   # Data.

@@ -1,6 +1,7 @@
-"""Throughput benchmark of a language-model config: prints one JSON line.
+"""Throughput benchmark of a language-model or word2vec config: prints one JSON line.
 
     python -m experiments.bench --config=configs/small_tied.py [--steps=200 --warmup=20 --repeats=3]
+    python -m experiments.bench --config=configs/w2v_untied.py [--w2v_epochs=2] [--gensim_python=PATH]
 
 With --torch_python=PATH (a Python that has torch), it instead alternates, --rounds times, a run of the
 PyTorch reference `../shared/bench/torch_small_lm.py` (or --torch_script) and a run of this benchmark, each
@@ -12,12 +13,20 @@ compile time of the train step, steady-state train ms/step and tokens/s (median 
 --steps steps, after --warmup steps), eval tokens/s of the batched validation pass, and the step's matmul
 FLOPs (formula) with the fraction of this machine's measured float32 matmul rate they reach
 (`floor_ms_per_step` = FLOPs / peak: the time the step would take at that rate).
+
+For a skip-gram config (`model = "skipgram"`) it trains --w2v_epochs epochs of the real pipeline
+(`skipgram_loop.fit_skipgram`: pair generation, subsampling, negative sampling, SGD) on the PTB training
+sentences in a temporary workdir and reports in-vocabulary words/s per epoch; the last epoch is the steady
+state (the first includes compilation). With --gensim_python=PATH (a Python that has gensim) it alternates,
+--rounds times, gensim's word2vec on the same sentences and settings (`experiments/gensim_reference.py`, one
+epoch) with this benchmark, each in its own process, and prints both with their medians.
 """
 import json
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,7 +39,7 @@ from ml_collections import config_flags
 
 from wt_jax import losses, models, precision, tying
 from wt_jax.data import batching, ptb
-from wt_jax.train import loop, optim
+from wt_jax.train import loop, optim, skipgram_loop
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
 _STEPS = flags.DEFINE_integer("steps", 200, "Timed train steps per repeat.")
@@ -42,7 +51,10 @@ _TORCH_PYTHON = flags.DEFINE_string("torch_python", None, "Python with torch: ru
 _TORCH_SCRIPT = flags.DEFINE_string(
     "torch_script", str(Path(__file__).resolve().parents[1].parent / "shared" / "bench" / "torch_small_lm.py"),
     "The PyTorch reference benchmark script.")
-_ROUNDS = flags.DEFINE_integer("rounds", 3, "Interleaved rounds (with --torch_python).")
+_ROUNDS = flags.DEFINE_integer("rounds", 3, "Interleaved rounds (with --torch_python or --gensim_python).")
+_W2V_EPOCHS = flags.DEFINE_integer("w2v_epochs", 2, "Skip-gram configs: epochs to train (the last is timed).")
+_GENSIM_PYTHON = flags.DEFINE_string("gensim_python", None,
+                                     "Skip-gram configs: a Python with gensim, for the interleaved comparison.")
 _BREAKDOWN = flags.DEFINE_bool("breakdown", False, "Also time the output layer + loss (forward and backward) "
                                  "and the optimizer update alone, to show where a step's time goes.")
 _PEAK = flags.DEFINE_bool("peak", True, "Measure the float32 matmul peak and report the fraction reached.")
@@ -145,7 +157,10 @@ def breakdown(config, params, tx) -> dict:
 
 
 def _json_line(cmd: list[str]) -> dict:
-  out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+  r = subprocess.run(cmd, capture_output=True, text=True)
+  if r.returncode != 0:
+    raise RuntimeError(f"{' '.join(cmd)} exited with {r.returncode}:\n{r.stderr[-3000:]}")
+  out = r.stdout
   return json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
 
 
@@ -176,9 +191,60 @@ def compare_with_torch(config) -> None:
       "runs": runs}))
 
 
+def bench_skipgram(config, sentences, epochs: int) -> dict:
+  """Train `epochs` epochs of `config` on `sentences` (a temporary workdir); words/s per epoch."""
+  c = config.copy_and_resolve_references()
+  c.num_epochs = epochs
+  c.log_every = 1 << 30
+  with tempfile.TemporaryDirectory() as tmp:
+    r = skipgram_loop.fit_skipgram(c, sentences, tmp)
+  per_epoch = [h["words_per_s"] for h in r["history"]]
+  return {"bench": "wt_jax_skipgram", "config": config.name, "tying": config.tying, "vocab": r["vocab_size"],
+          "words_per_epoch": r["tokens"], "batch": config.batch_size, "epochs": epochs,
+          "words_per_s_by_epoch": [round(w, 1) for w in per_epoch],
+          "words_per_s": round(per_epoch[-1], 1),
+          "pairs_per_s": round(r["history"][-1]["pairs"] / r["history"][-1]["seconds"], 1),
+          "jax": jax.__version__, "devices": [str(d) for d in jax.devices()]}
+
+
+def compare_with_gensim(config) -> None:
+  """Alternate gensim and wt_jax skip-gram runs in separate processes; print all runs and the medians."""
+  gensim_cmd = [_GENSIM_PYTHON.value, str(Path(__file__).with_name("gensim_reference.py")),
+                f"--config={_config_path()}", "--epochs=1"]
+  ours_cmd = [sys.executable, "-m", "experiments.bench", *[a for a in sys.argv[1:]
+                                                           if not a.startswith(("--gensim", "--rounds"))]]
+  runs = {"gensim": [], "wt_jax": []}
+  for _ in range(_ROUNDS.value):
+    runs["gensim"].append(_json_line(gensim_cmd))
+    runs["wt_jax"].append(_json_line(ours_cmd))
+  g = statistics.median(r["in_vocab_words_per_s"] for r in runs["gensim"])
+  w = statistics.median(r["words_per_s"] for r in runs["wt_jax"])
+  print(json.dumps({"bench": "interleaved_skipgram", "config": config.name, "rounds": _ROUNDS.value,
+                    "gensim_words_per_s_median": g, "wt_jax_words_per_s_median": w,
+                    "wt_jax_over_gensim": round(w / g, 3), "runs": runs}))
+
+
+def _config_path() -> str:
+  """The --config file as given on the command line (gensim_reference.py reads the same file)."""
+  for a in sys.argv[1:]:
+    if a.startswith("--config="):
+      return a.split("=", 1)[1].split(":", 1)[0]
+  raise app.UsageError("--gensim_python needs --config=FILE.")
+
+
 def main(argv):
   del argv
   config = _CONFIG.value
+  if config.get("model") == "skipgram":
+    if _GENSIM_PYTHON.value:
+      if config.dataset != "ptb":
+        raise app.UsageError("The gensim comparison reads PTB (experiments/gensim_reference.py).")
+      return compare_with_gensim(config)
+    if config.dataset != "ptb":
+      raise app.UsageError("The skip-gram benchmark runs on PTB; drop --config.dataset.")
+    sentences = ptb.sentences("train", config.data_dir or None, config.download)
+    print(json.dumps(bench_skipgram(config, sentences, _W2V_EPOCHS.value)))
+    return
   if _TORCH_PYTHON.value:
     return compare_with_torch(config)
   if _SYNTHETIC.value:

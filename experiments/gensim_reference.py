@@ -3,6 +3,8 @@ know, for words/s (run with a Python that has gensim; gensim is not a dependency
 
     /path/to/gensim/python experiments/gensim_reference.py --config=configs/w2v_untied.py [--epochs=1]
 
+That Python needs gensim, numpy and ml_collections (`python -m venv G && G/bin/pip install gensim ml_collections`).
+
 Prints one JSON line: training seconds (vocabulary building excluded) and words/s counted three ways:
 in-vocabulary words (what `experiments.word2vec` reports as words_per_s), raw words, and gensim's
 "effective" words (after subsampling). Reads PTB through wt_jax.data.ptb (NumPy only).

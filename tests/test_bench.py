@@ -33,3 +33,16 @@ def test_bench_prints_one_json_line():
   assert out["xla_flops_per_step"] > 0
   assert out["train_ms_per_step"] > 0 and out["eval_tok_per_s"] > 0
   assert "fraction_of_peak" not in out  # --peak=false
+
+
+def test_skipgram_bench_reports_words_per_second_per_epoch():
+  """The skip-gram mode trains the real pipeline on a small corpus; one entry per epoch, words counted
+  in vocabulary (as experiments.word2vec and gensim_reference.py count them)."""
+  from configs import w2v_tied
+  c = w2v_tied.get_config()
+  c.dim, c.batch_size, c.min_count, c.sample = 8, 16, 1, 0.0  # no subsampling on a 5-word corpus
+  sentences = [["a", "b", "c", "d", "e", "a", "b"]] * 40
+  out = bench.bench_skipgram(c, sentences, epochs=2)
+  assert out["words_per_epoch"] == 280 and out["vocab"] == 5
+  assert len(out["words_per_s_by_epoch"]) == 2 and out["words_per_s"] == out["words_per_s_by_epoch"][-1] > 0
+  assert c.num_epochs == 5  # the caller's config is left alone

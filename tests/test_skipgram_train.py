@@ -64,3 +64,26 @@ def test_ptb_sentences_and_entry_point(tmp_path):
   r = run("--config.num_epochs=1", "--config.batch_size=64", "--config.min_count=1", "--config.dim=8")
   assert r.returncode == 0, r.stderr[-2000:]
   assert json.loads((tmp_path / "run" / "results.json").read_text())["tying"] == "tied"
+
+
+def test_steps_per_call_changes_nothing_but_speed(tmp_path):
+  """K SGD steps in one scanned call are the K single steps: the same losses, logged records and final
+  parameters."""
+  import jax
+  from wt_jax.train.checkpoint import Checkpoints
+  sentences = _sentences(n=150)
+  runs = {}
+  for k in (1, 6):  # 6 does not divide the steps per epoch: the last call of an epoch is shorter
+    wd = tmp_path / f"k{k}"
+    r = skipgram_loop.fit_skipgram(_config(num_epochs=2, steps_per_call=k, log_every=10, batch_size=8),
+                                   sentences, wd)
+    state, _ = Checkpoints(wd / "checkpoints").restore_saved("last")
+    logs = [json.loads(l) for l in (wd / "metrics.jsonl").read_text().splitlines()]
+    runs[k] = (r, state["params"], [(m["step"], m["loss_per_pair"], m["lr"]) for m in logs if m["kind"] == "train"])
+  (r1, p1, l1), (r6, p6, l6) = runs[1], runs[6]
+  assert [s for s, _, _ in l6] == [s for s, _, _ in l1] and len(l1) > 4  # a record every 10 steps either way
+  np.testing.assert_allclose(np.array(l6)[:, 1:], np.array(l1)[:, 1:], rtol=1e-5)
+  assert r1["steps"] == r6["steps"] > 2 * 6 and (r1["steps"] // 2) % 6 != 0
+  np.testing.assert_allclose([h["loss_per_pair"] for h in r6["history"]],
+                             [h["loss_per_pair"] for h in r1["history"]], rtol=1e-5)
+  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), p6, p1)

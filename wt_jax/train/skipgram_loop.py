@@ -29,8 +29,12 @@ from wt_jax.train import metrics as metrics_lib
 from wt_jax.train.checkpoint import Checkpoints
 
 
-def make_step(model: SkipGram, tx, noise: jax.Array, negatives: int, dp: parallel.DataParallel):
-  """step(state, centers[N], contexts[N], lr, key) → (state, summed loss); jit-compiled for `dp`'s mesh."""
+def make_step(model: SkipGram, tx, noise: jax.Array, negatives: int, dp: parallel.DataParallel,
+              noise_key: jax.Array):
+  """steps(state, centers[K, N], contexts[K, N], lrs[K], first) → (state, losses[K]): K SGD steps of N pairs
+  each in one call (a `lax.scan`, so the K updates are exactly K single steps; K > 1 only saves per-call
+  dispatch, which dominates at word2vec's small batches). Step `first + j` draws its negatives with key
+  fold_in(noise_key, first + j). jit-compiled for `dp`'s mesh (pairs split over devices)."""
 
   def step(state, centers, contexts, lr, key):
     neg = jax.random.choice(key, noise.shape[0], (centers.shape[0], negatives), p=noise)
@@ -42,8 +46,16 @@ def make_step(model: SkipGram, tx, noise: jax.Array, negatives: int, dp: paralle
     return {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state,
             "step": state["step"] + 1}, loss
 
-  rep, rows = dp.replicated, dp.batch_sharding(0)
-  return jax.jit(step, donate_argnums=(0,), in_shardings=(rep, rows, rows, rep, rep),
+  def steps(state, centers_KxN, contexts_KxN, lrs_K, first):
+    def body(state, xs):
+      centers, contexts, lr, j = xs
+      return step(state, centers, contexts, lr, jax.random.fold_in(noise_key, first + j))
+
+    js = jnp.arange(lrs_K.shape[0], dtype=jnp.int32)
+    return jax.lax.scan(body, state, (centers_KxN, contexts_KxN, lrs_K, js))
+
+  rep, rows = dp.replicated, dp.batch_sharding(1)
+  return jax.jit(steps, donate_argnums=(0,), in_shardings=(rep, rows, rows, rep, rep),
                  out_shardings=(rep, rep))
 
 
@@ -73,7 +85,8 @@ def fit_skipgram(config, sentences: Sequence[Sequence[str]], workdir: str | Path
 
   init_key, noise_key = jax.random.split(jax.random.key(config.seed))
   state = jax.jit(init, out_shardings=dp.replicated)(init_key)
-  step_fn = make_step(model, tx, noise, config.negatives, dp)
+  step_fn = make_step(model, tx, noise, config.negatives, dp, noise_key)
+  K = max(int(config.get("steps_per_call", 1)), 1)
   ckpts = Checkpoints(workdir / "checkpoints")
   writer = metrics_lib.MetricsWriter(workdir / "metrics.jsonl") if parallel.is_writer() else None
   meta = {"epoch": 0, "history": [], "train_s": 0.0}
@@ -97,24 +110,28 @@ def fit_skipgram(config, sentences: Sequence[Sequence[str]], workdir: str | Path
     centers, contexts = sg.skipgram_pairs(ids, sent, config.window, rng, keep)
     order = rng.permutation(len(centers))
     n = min(len(centers) // B, batches_per_epoch)
-    t0, loss_sum = time.time(), 0.0
-    losses = []
-    for i in range(n):
-      idx = order[i * B:(i + 1) * B]
-      done = ((epoch - 1) * batches_per_epoch + i) / total
-      key = jax.random.fold_in(noise_key, (epoch - 1) * batches_per_epoch + i)
-      state, loss = step_fn(state, *dp.shard_batch((centers[idx], contexts[idx])),
-                            jnp.float32(learning_rate(config.learning_rate, done)), key)
-      losses.append(loss)
-      if (i + 1) % config.log_every == 0 or i + 1 == n:
-        loss_sum += float(sum(losses))
-        losses = []
-        pairs_s = (i + 1) * B / max(time.time() - t0, 1e-9)
+    t0, loss_sum, pending, fetched = time.time(), 0.0, [], 0  # pending: per-step losses not yet on host
+    for i0 in range(0, n, K):  # K steps (batches i0 .. i0+k−1) per call
+      k = min(K, n - i0)
+      idx = order[i0 * B:(i0 + k) * B]
+      first = (epoch - 1) * batches_per_epoch + i0
+      lrs = [learning_rate(config.learning_rate, (first + j) / total) for j in range(k)]
+      state, loss_k = step_fn(state, *dp.shard_batch((centers[idx].reshape(k, B), contexts[idx].reshape(k, B)), 1),
+                              jnp.asarray(lrs, jnp.float32), jnp.int32(first))
+      pending.append(loss_k)
+      logged = [i for i in range(i0, i0 + k) if (i + 1) % config.log_every == 0 or i + 1 == n]
+      if not logged:
+        continue
+      vals = np.concatenate([np.asarray(l, np.float64) for l in pending])  # steps fetched .. i0+k−1
+      pending, pairs_s = [], (i0 + k) * B / max(time.time() - t0, 1e-9)
+      for i in logged:  # one record per log_every steps, whatever K is
+        per_pair = (loss_sum + vals[:i + 1 - fetched].sum()) / ((i + 1) * B)
         if writer:
-          writer.write(kind="train", epoch=epoch, step=int(state["step"]), loss_per_pair=loss_sum / ((i + 1) * B),
-                       lr=learning_rate(config.learning_rate, done), pairs_per_s=pairs_s)
-        logging.info("epoch %d %d/%d loss/pair %.4f  %.0f pairs/s", epoch, i + 1, n,
-                     loss_sum / ((i + 1) * B), pairs_s)
+          writer.write(kind="train", epoch=epoch, step=int(state["step"]) - (i0 + k - 1 - i),
+                       loss_per_pair=per_pair, lr=lrs[i - i0], pairs_per_s=pairs_s)
+        logging.info("epoch %d %d/%d loss/pair %.4f  %.0f pairs/s", epoch, i + 1, n, per_pair, pairs_s)
+      loss_sum += vals.sum()
+      fetched = i0 + k
     dt = time.time() - t0
     meta["train_s"] += dt
     record = {"epoch": epoch, "loss_per_pair": loss_sum / max(n * B, 1), "pairs": n * B, "seconds": dt,
