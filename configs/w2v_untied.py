@@ -22,6 +22,7 @@ def get_config():
   c.num_epochs = 5            # word2vec.c -iter 5
   c.batch_size = 256          # ours: pairs per SGD step (word2vec.c updates after every pair)
   c.steps_per_call = 64       # ours: SGD steps per compiled call (a scan; the same updates as one per call)
+  c.sparse_updates = True     # SGD on the touched rows only, as word2vec.c (False: optax's dense update)
   c.seed = 0
   c.num_devices = 0           # data parallelism over the first N devices; 0: all
   # Data.

@@ -87,3 +87,22 @@ def test_steps_per_call_changes_nothing_but_speed(tmp_path):
   np.testing.assert_allclose([h["loss_per_pair"] for h in r6["history"]],
                              [h["loss_per_pair"] for h in r1["history"]], rtol=1e-5)
   jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), p6, p1)
+
+
+@pytest.mark.parametrize("tying", ["untied", "tied"])
+def test_sparse_updates_equal_optax_dense_sgd(tmp_path, tying):
+  """The row-wise (word2vec.c) SGD step gives the parameters and losses of optax.sgd on the dense
+  gradient; tied, every role's rows land in the one leaf."""
+  import jax
+  from wt_jax.train.checkpoint import Checkpoints
+  out = {}
+  for sparse in (False, True):
+    wd = tmp_path / f"{tying}_{sparse}"
+    r = skipgram_loop.fit_skipgram(_config(tying=tying, num_epochs=2, sparse_updates=sparse, batch_size=16),
+                                   _sentences(n=150), wd)
+    out[sparse] = (r, Checkpoints(wd / "checkpoints").restore_saved("last")[0]["params"])
+  (rd, pd), (rs, ps) = out[False], out[True]
+  assert jax.tree_util.tree_structure(pd) == jax.tree_util.tree_structure(ps)
+  np.testing.assert_allclose([h["loss_per_pair"] for h in rs["history"]],
+                             [h["loss_per_pair"] for h in rd["history"]], rtol=1e-5)
+  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), ps, pd)

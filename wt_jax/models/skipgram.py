@@ -27,6 +27,15 @@ from wt_jax import tying
 MODES = ("untied", "tied")
 
 
+def negative_sampling_loss(u: jax.Array, v_pos: jax.Array, v_neg: jax.Array) -> jax.Array:
+  """u[N, D] centre vectors, v_pos[N, D] context vectors, v_neg[N, K, D] noise vectors → the summed loss
+  Σ_n [−log σ(u_n·v⁺_n) − Σ_k log σ(−u_n·v⁻_nk)] (scalar). Shared by `SkipGram.negative_sampling` and the
+  trainer's sparse SGD step, which differentiates it with respect to the gathered rows."""
+  pos = jnp.einsum("nd,nd->n", u, v_pos)   # [N]
+  neg = jnp.einsum("nd,nkd->nk", u, v_neg)  # [N, K]
+  return -(jnp.sum(jax.nn.log_sigmoid(pos)) + jnp.sum(jax.nn.log_sigmoid(-neg)))
+
+
 class SkipGram(nn.Module):
   vocab_size: int
   dim: int
@@ -51,10 +60,8 @@ class SkipGram(nn.Module):
 
   def negative_sampling(self, centers: jax.Array, contexts: jax.Array, negatives: jax.Array) -> jax.Array:
     """centers[N], contexts[N], negatives[N, K] int → the summed loss (scalar)."""
-    u = self.input_vectors(centers)                                 # [N, D]
-    pos = jnp.einsum("nd,nd->n", u, self.output_vectors(contexts))  # [N]
-    neg = jnp.einsum("nd,nkd->nk", u, self.output_vectors(negatives))  # [N, K]
-    return -(jnp.sum(jax.nn.log_sigmoid(pos)) + jnp.sum(jax.nn.log_sigmoid(-neg)))
+    return negative_sampling_loss(self.input_vectors(centers), self.output_vectors(contexts),
+                                  self.output_vectors(negatives))
 
   def full_softmax(self, centers: jax.Array, contexts: jax.Array) -> jax.Array:
     """centers[N], contexts[N] int → Σ_n −log softmax(u_c Vᵀ)_o (scalar)."""

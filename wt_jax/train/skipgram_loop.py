@@ -24,19 +24,24 @@ from absl import logging
 
 from wt_jax import parallel
 from wt_jax.data import skipgram as sg
-from wt_jax.models.skipgram import SkipGram
+from wt_jax.models.skipgram import SkipGram, negative_sampling_loss
 from wt_jax.train import metrics as metrics_lib
 from wt_jax.train.checkpoint import Checkpoints
 
 
 def make_step(model: SkipGram, tx, noise: jax.Array, negatives: int, dp: parallel.DataParallel,
-              noise_key: jax.Array):
+              noise_key: jax.Array, sparse: bool = True):
   """steps(state, centers[K, N], contexts[K, N], lrs[K], first) → (state, losses[K]): K SGD steps of N pairs
   each in one call (a `lax.scan`, so the K updates are exactly K single steps; K > 1 only saves per-call
   dispatch, which dominates at word2vec's small batches). Step `first + j` draws its negatives with key
-  fold_in(noise_key, first + j). jit-compiled for `dp`'s mesh (pairs split over devices)."""
+  fold_in(noise_key, first + j). jit-compiled for `dp`'s mesh (pairs split over devices).
 
-  def step(state, centers, contexts, lr, key):
+  `sparse`: apply SGD as word2vec.c does, to the rows the batch touches (gather the rows, differentiate
+  `negative_sampling_loss` with respect to them, scatter-add −lr·gradient), instead of optax's update of
+  the dense [V, D] gradient. Plain SGD makes the two the same update (tested); the sparse one skips two
+  passes over every matrix per step."""
+
+  def dense_step(state, centers, contexts, lr, key):
     neg = jax.random.choice(key, noise.shape[0], (centers.shape[0], negatives), p=noise)
     loss_fn = lambda p: model.apply({"params": p}, centers, contexts, neg, method=model.negative_sampling)
     loss, grads = jax.value_and_grad(loss_fn)(state["params"])
@@ -45,6 +50,25 @@ def make_step(model: SkipGram, tx, noise: jax.Array, negatives: int, dp: paralle
     updates, opt_state = tx.update(grads, opt_state, state["params"])
     return {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state,
             "step": state["step"] + 1}, loss
+
+  def sparse_step(state, centers, contexts, lr, key):
+    neg = jax.random.choice(key, noise.shape[0], (centers.shape[0], negatives), p=noise)
+    words = state["params"]["words"]
+    out_name = "embedding" if model.tying == "tied" else "out_embedding"
+    U, V = words["embedding"], words[out_name]  # the same array when tied
+    loss, (g_u, g_pos, g_neg) = jax.value_and_grad(negative_sampling_loss, argnums=(0, 1, 2))(
+        U[centers], V[contexts], V[neg])
+    V = V.at[contexts].add(-lr * g_pos).at[neg.reshape(-1)].add(-lr * g_neg.reshape(-1, g_neg.shape[-1]))
+    # Tied: the input-role rows go into the same leaf, after the output-role ones (all gradients were
+    # taken at the old S, so the order does not matter beyond float rounding).
+    new = ({"embedding": V.at[centers].add(-lr * g_u)} if model.tying == "tied" else
+           {"embedding": U.at[centers].add(-lr * g_u), "out_embedding": V})
+    opt_state = state["opt_state"]
+    opt_state.hyperparams["learning_rate"] = lr  # (kept in step with the dense path's state)
+    return {"params": {**state["params"], "words": new}, "opt_state": opt_state,
+            "step": state["step"] + 1}, loss
+
+  step = sparse_step if sparse else dense_step
 
   def steps(state, centers_KxN, contexts_KxN, lrs_K, first):
     def body(state, xs):
@@ -85,7 +109,7 @@ def fit_skipgram(config, sentences: Sequence[Sequence[str]], workdir: str | Path
 
   init_key, noise_key = jax.random.split(jax.random.key(config.seed))
   state = jax.jit(init, out_shardings=dp.replicated)(init_key)
-  step_fn = make_step(model, tx, noise, config.negatives, dp, noise_key)
+  step_fn = make_step(model, tx, noise, config.negatives, dp, noise_key, config.get("sparse_updates", True))
   K = max(int(config.get("steps_per_call", 1)), 1)
   ckpts = Checkpoints(workdir / "checkpoints")
   writer = metrics_lib.MetricsWriter(workdir / "metrics.jsonl") if parallel.is_writer() else None
