@@ -164,6 +164,17 @@ def _json_line(cmd: list[str]) -> dict:
   return json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
 
 
+def _interleave(reference: str, reference_cmd: list[str], own_flags: tuple[str, ...]) -> dict[str, list]:
+  """--rounds times: the reference command, then this benchmark (this command line without the flags
+  starting with `own_flags`), each in its own process. {reference: [json], 'wt_jax': [json]}."""
+  ours_cmd = [sys.executable, "-m", "experiments.bench", *[a for a in sys.argv[1:] if not a.startswith(own_flags)]]
+  runs = {reference: [], "wt_jax": []}
+  for _ in range(_ROUNDS.value):
+    runs[reference].append(_json_line(reference_cmd))
+    runs["wt_jax"].append(_json_line(ours_cmd))
+  return runs
+
+
 def compare_with_torch(config) -> None:
   """Alternate reference and wt_jax runs in separate processes; print all runs and the medians."""
   tied = ["--tied"] if config.tying in ("tied", "tied_projection") else []
@@ -173,12 +184,7 @@ def compare_with_torch(config) -> None:
   torch_cmd = [_TORCH_PYTHON.value, *autocast, _TORCH_SCRIPT.value, *tied, "--steps", str(_STEPS.value),
                "--warmup", str(_WARMUP.value), "--batch", str(config.batch_size), "--bptt",
                str(config.bptt), "--hidden", str(config.hidden_size), "--eval-batches", str(_EVAL_WINDOWS.value)]
-  ours_cmd = [sys.executable, "-m", "experiments.bench", *[a for a in sys.argv[1:]
-                                                           if not a.startswith(("--torch", "--rounds"))]]
-  runs = {"torch": [], "wt_jax": []}
-  for _ in range(_ROUNDS.value):
-    runs["torch"].append(_json_line(torch_cmd))
-    runs["wt_jax"].append(_json_line(ours_cmd))
+  runs = _interleave("torch", torch_cmd, ("--torch", "--rounds"))
   med = lambda k, key: statistics.median(r[key] for r in runs[k])
   print(json.dumps({
       "bench": "interleaved", "config": config.name, "rounds": _ROUNDS.value,
@@ -211,12 +217,7 @@ def compare_with_gensim(config) -> None:
   """Alternate gensim and wt_jax skip-gram runs in separate processes; print all runs and the medians."""
   gensim_cmd = [_GENSIM_PYTHON.value, str(Path(__file__).with_name("gensim_reference.py")),
                 f"--config={_config_path()}", "--epochs=1"]
-  ours_cmd = [sys.executable, "-m", "experiments.bench", *[a for a in sys.argv[1:]
-                                                           if not a.startswith(("--gensim", "--rounds"))]]
-  runs = {"gensim": [], "wt_jax": []}
-  for _ in range(_ROUNDS.value):
-    runs["gensim"].append(_json_line(gensim_cmd))
-    runs["wt_jax"].append(_json_line(ours_cmd))
+  runs = _interleave("gensim", gensim_cmd, ("--gensim", "--rounds"))
   g = statistics.median(r["in_vocab_words_per_s"] for r in runs["gensim"])
   w = statistics.median(r["words_per_s"] for r in runs["wt_jax"])
   print(json.dumps({"bench": "interleaved_skipgram", "config": config.name, "rounds": _ROUNDS.value,
