@@ -30,6 +30,8 @@ def get_config(tying: str = "none"):
   c.attention_size = 0        # 0 → hidden_size (DL4MT: the attention layer has the hidden size)
   c.dropout = 0.2             # ours (Nematus option; DL4MT's paper runs used none on WMT); Multi30k overfits
   c.init_scale = 0.01         # embeddings U(−s, s) (DL4MT: N(0, 0.01²))
+  c.output_bias_init = "log_unigram"  # ours: start the softmax bias at log unigram frequencies (uniform: U(−s, s));
+                                      # without it Adam saturates the decoder and training stalls (BUILD_NOTES §10)
   # Training.
   c.optimizer = "adam"        # adadelta (DL4MT / the paper) | adam (faster to converge in a CPU hour; ours)
   c.learning_rate = 1e-3      # adam: 1e-3; adadelta: 1.0 (a step scale; DL4MT's adadelta has none)

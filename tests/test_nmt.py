@@ -272,6 +272,19 @@ def test_training_learns_the_toy_translation_resumes_and_stops_on_nan(tmp_path):
   assert json.loads((work / "results.json").read_text()) == saved
 
 
+def test_log_unigram_output_bias(tmp_path):
+  from wt_jax.train import nmt_loop
+  targets = [np.array([5, 5, 6]), np.array([5])]  # with </s> (id 3) per sentence: 5×3, 6×1, 3×2
+  b = nmt_loop.log_unigram_bias(targets, 8)
+  assert b.shape == (8,) and b.dtype == np.float32 and abs(float(b.mean())) < 1e-6
+  counts = np.array([0, 0, 0, 2, 0, 3, 1, 0]) + 1.0  # add-one smoothing
+  np.testing.assert_allclose(np.exp(b) / np.exp(b).sum(), counts / counts.sum(), rtol=1e-5)
+  root = write_parallel(tmp_path / "data" / "multi30k").parent
+  data = multi30k.load_pair("en", "de", str(root))
+  with pytest.raises(ValueError, match="output_bias_init"):
+    nmt_loop.fit_nmt(_tiny_config("none", output_bias_init="zeros"), data, tmp_path / "run")
+
+
 # ------------------------------------------------------------------------------------ entry point, WMT
 
 def test_configs_and_entry_point_data(tmp_path):

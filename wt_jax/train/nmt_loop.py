@@ -47,6 +47,22 @@ def make_optimizer(config) -> optax.GradientTransformation:
   return optax.chain(optax.clip_by_global_norm(config.clip_norm), opt)
 
 
+def log_unigram_bias(targets: list[np.ndarray], vocab_size: int) -> np.ndarray:
+  """Output-bias start values: log relative frequencies of the training target tokens (each sentence + </s>),
+  add-one smoothed and centred. → [V] float32.
+
+  With DL4MT's small initialisation (weights N(0, 0.01²), embeddings ±0.01) and zero-ish biases the first
+  thing the model must learn is the unigram distribution. Adam learns it fastest by driving the decoder
+  state and the deep output into tanh saturation (a constant ±1 vector times the output embedding acts as
+  a bias with a 256× larger step), after which their gradients vanish and training stays at unigram
+  perplexity (BUILD_NOTES §10). Starting the bias at the unigram log-probabilities removes that pressure.
+  """
+  counts = np.bincount(np.concatenate([np.append(t, sw_lib.EOS) for t in targets]),
+                       minlength=vocab_size)[:vocab_size].astype(np.float64) + 1.0
+  logp = np.log(counts / counts.sum())
+  return (logp - logp.mean()).astype(np.float32)
+
+
 def batch_nll(model, params, src, tgt_in, tgt_out, train: bool = False, key=None):
   """(Σ NLL over target tokens, number of target tokens, number of real sentences) of one batch."""
   rngs = {"dropout": key} if train else None
@@ -167,6 +183,14 @@ def fit_nmt(config, data: dict, workdir: str | Path) -> dict:
 
   init_key, dropout_key = jax.random.split(jax.random.key(config.seed))
   state = jax.jit(init, out_shardings=dp.replicated)(init_key)
+  bias_init = config.get("output_bias_init", "uniform")
+  if bias_init == "log_unigram":
+    params = dict(state["params"])
+    params["words"] = {**params["words"],
+                       "out_bias": jax.device_put(log_unigram_bias(train_tgt, V_tgt), dp.replicated)}
+    state = {**state, "params": params, "opt_state": jax.jit(tx.init, out_shardings=dp.replicated)(params)}
+  elif bias_init != "uniform":
+    raise ValueError(f"Unknown output_bias_init {bias_init!r}; expected 'uniform' or 'log_unigram'.")
   num_params = tying.count_params(state["params"])
   step_fn = make_train_step(model, tx, dropout_key, dp)
   rows = dp.batch_sharding(0)
