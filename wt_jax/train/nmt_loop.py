@@ -144,6 +144,7 @@ def evaluate_nll(eval_fn, params, src, tgt, batch_size: int, dp, buckets=tr.DEFA
 
 def fit_nmt(config, data: dict, workdir: str | Path) -> dict:
   t_start = time.time()
+  versions = lm_loop._versions()  # taken now: the code this process runs, even if the checkout changes later
   workdir = Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   nmt.check_tying(config.tying)
@@ -274,7 +275,7 @@ def fit_nmt(config, data: dict, workdir: str | Path) -> dict:
     logging.info("%s BLEU %.2f (beam %d, %s), ppl %.2f", key, score, config.beam_size, signature,
                  results[f"{key}_ppl"])
   results.update(train_s=meta["train_s"], wall_s=time.time() - t_start, num_devices=dp.num_devices,
-                 host=lm_loop._host(), versions=lm_loop._versions())
+                 host=lm_loop._host(), versions=versions)
   if parallel.is_writer():
     (workdir / "results.json").write_text(json.dumps(results, indent=2))
     if config.plot:
