@@ -283,6 +283,19 @@ def test_log_unigram_output_bias(tmp_path):
   data = multi30k.load_pair("en", "de", str(root))
   with pytest.raises(ValueError, match="output_bias_init"):
     nmt_loop.fit_nmt(_tiny_config("none", output_bias_init="zeros"), data, tmp_path / "run")
+  # fit_nmt starts training from it: with a zero learning rate the saved bias is the initial one.
+  from wt_jax.data import subwords as sw_lib
+  from wt_jax.data import translation as tr
+  from wt_jax.train.checkpoint import Checkpoints
+  work = tmp_path / "lr0"
+  config = _tiny_config("none", learning_rate=0.0, num_epochs=1, beam_size=1)
+  nmt_loop.fit_nmt(config, data, work)
+  sw = sw_lib.Subwords.load(work)
+  train_tgt = tr.filter_long(sw.encode(data["train"][0], "source"), sw.encode(data["train"][1], "target"),
+                             config.max_len)[1]
+  state, _ = Checkpoints(work / "checkpoints").restore_saved("last")
+  np.testing.assert_allclose(state["params"]["words"]["out_bias"],
+                             nmt_loop.log_unigram_bias(train_tgt, len(sw.target)), rtol=1e-6, atol=1e-6)
 
 
 # ------------------------------------------------------------------------------------ entry point, WMT
