@@ -1,4 +1,4 @@
-"""Throughput benchmark of a language-model or word2vec config: prints one JSON line.
+"""Throughput benchmark of a language-model, word2vec or translation config: prints one JSON line.
 
     python -m experiments.bench --config=configs/small_tied.py [--steps=200 --warmup=20 --repeats=3]
     python -m experiments.bench --config=configs/w2v_untied.py [--w2v_epochs=2] [--gensim_python=PATH]
@@ -20,6 +20,15 @@ sentences in a temporary workdir and reports in-vocabulary words/s per epoch; th
 state (the first includes compilation). With --gensim_python=PATH (a Python that has gensim) it alternates,
 --rounds times, gensim's word2vec on the same sentences and settings (`experiments/gensim_reference.py`, one
 epoch) with this benchmark, each in its own process, and prints both with their medians.
+
+For a translation config (`configs/nmt_*.py`) it runs the real pipeline (`nmt_loop.fit_nmt`: BPE, bucketed
+batches, training, greedy validation, beam-search decoding) in a temporary workdir on the first
+--nmt_train_pairs training pairs for --nmt_epochs epochs and the first --nmt_eval_sentences validation and
+test sentences, and reports training target tokens/s per epoch (the last is the steady state; the first
+includes compilation) and decoding sentences/s with the config's beam (validation: includes compiling the
+beam search; test: the compiled functions reused, BLEU scoring included).
+
+    python -m experiments.bench --config=configs/nmt_multi30k_three_way.py [--nmt_train_pairs=2000]
 """
 import json
 import resource
@@ -38,8 +47,8 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from wt_jax import losses, models, precision, tying
-from wt_jax.data import batching, ptb
-from wt_jax.train import loop, optim, skipgram_loop
+from wt_jax.data import batching, ptb, translation
+from wt_jax.train import loop, nmt_loop, optim, skipgram_loop
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
 _STEPS = flags.DEFINE_integer("steps", 200, "Timed train steps per repeat.")
@@ -57,6 +66,10 @@ _GENSIM_PYTHON = flags.DEFINE_string("gensim_python", None,
                                      "Skip-gram configs: a Python with gensim, for the interleaved comparison.")
 _BREAKDOWN = flags.DEFINE_bool("breakdown", False, "Also time the output layer + loss (forward and backward) "
                                  "and the optimizer update alone, to show where a step's time goes.")
+_NMT_TRAIN_PAIRS = flags.DEFINE_integer("nmt_train_pairs", 2000, "Translation configs: training pairs used.")
+_NMT_EPOCHS = flags.DEFINE_integer("nmt_epochs", 2, "Translation configs: epochs to train (the last is timed).")
+_NMT_EVAL = flags.DEFINE_integer("nmt_eval_sentences", 200,
+                                 "Translation configs: validation and test sentences decoded.")
 _PEAK = flags.DEFINE_bool("peak", True, "Measure the float32 matmul peak and report the fraction reached.")
 flags.mark_flag_as_required("config")
 
@@ -213,6 +226,28 @@ def bench_skipgram(config, sentences, epochs: int) -> dict:
           "jax": jax.__version__, "devices": [str(d) for d in jax.devices()]}
 
 
+def bench_nmt(config, data: dict, train_pairs: int, epochs: int, eval_sentences: int) -> dict:
+  """Train and decode `config` on a prefix of `data` ({split: (sources, targets)}) in a temporary workdir;
+  training target tokens/s per epoch and decoding sentences/s."""
+  c = config.copy_and_resolve_references()
+  c.num_epochs, c.log_every, c.plot = epochs, 1 << 30, False
+  n = {"train": train_pairs, "valid": eval_sentences, "test": eval_sentences}
+  sub = {k: (src[:n[k]], tgt[:n[k]]) for k, (src, tgt) in data.items() if k in n}
+  with tempfile.TemporaryDirectory() as tmp:
+    r = nmt_loop.fit_nmt(c, sub, Path(tmp))
+  per_epoch = [h["target_tokens_per_s"] for h in r["history"]]
+  return {"bench": "wt_jax_nmt", "config": config.name, "tying": config.tying,
+          "pair": f"{config.src_lang}-{config.tgt_lang}", "num_params": r["num_params"],
+          "train_pairs": len(sub["train"][0]), "batch": config.batch_size, "epochs": epochs,
+          "target_tokens_per_s_by_epoch": [round(t, 1) for t in per_epoch],
+          "target_tokens_per_s": round(per_epoch[-1], 1), "beam": config.beam_size,
+          "valid_sentences": len(sub["valid"][0]),
+          "valid_decode_sentences_per_s_with_compile": round(len(sub["valid"][0]) / r["valid_decode_s"], 2),
+          "test_sentences": len(sub["test"][0]),
+          "decode_sentences_per_s": round(len(sub["test"][0]) / r["test_decode_s"], 2),
+          "jax": jax.__version__, "devices": [str(d) for d in jax.devices()]}
+
+
 def compare_with_gensim(config) -> None:
   """Alternate gensim and wt_jax skip-gram runs in separate processes; print all runs and the medians."""
   gensim_cmd = [_GENSIM_PYTHON.value, str(Path(__file__).with_name("gensim_reference.py")),
@@ -245,6 +280,10 @@ def main(argv):
       raise app.UsageError("The skip-gram benchmark runs on PTB; drop --config.dataset.")
     sentences = ptb.sentences("train", config.data_dir or None, config.download)
     print(json.dumps(bench_skipgram(config, sentences, _W2V_EPOCHS.value)))
+    return
+  if "src_lang" in config:  # a translation config
+    data = translation.load_corpus(config)
+    print(json.dumps(bench_nmt(config, data, _NMT_TRAIN_PAIRS.value, _NMT_EPOCHS.value, _NMT_EVAL.value)))
     return
   if _TORCH_PYTHON.value:
     return compare_with_torch(config)

@@ -46,3 +46,20 @@ def test_skipgram_bench_reports_words_per_second_per_epoch():
   assert out["words_per_epoch"] == 280 and out["vocab"] == 5
   assert len(out["words_per_s_by_epoch"]) == 2 and out["words_per_s"] == out["words_per_s_by_epoch"][-1] > 0
   assert c.num_epochs == 5  # the caller's config is left alone
+
+
+def test_nmt_bench_reports_training_tokens_and_decoding_sentences_per_second(tmp_path):
+  """The translation mode runs the real pipeline on a prefix of the data: tokens/s per epoch, sentences/s."""
+  from configs import nmt_multi30k
+  from tests.conftest import write_parallel
+  from wt_jax.data import multi30k
+  c = nmt_multi30k.get_config("decoder")
+  c.bpe_vocab_size, c.emb_size, c.hidden_size, c.dropout = 80, 16, 16, 0.0
+  c.batch_size, c.eval_batch_size, c.buckets, c.max_len, c.beam_size = 20, 20, (16,), 15, 2
+  data = multi30k.load_pair("en", "de", str(write_parallel(tmp_path / "multi30k").parent))
+  out = bench.bench_nmt(c, data, train_pairs=200, epochs=2, eval_sentences=10)
+  assert (out["train_pairs"], out["valid_sentences"], out["test_sentences"], out["beam"]) == (200, 10, 10, 2)
+  assert len(out["target_tokens_per_s_by_epoch"]) == 2
+  assert out["target_tokens_per_s"] == out["target_tokens_per_s_by_epoch"][-1] > 0
+  assert out["decode_sentences_per_s"] > 0 and out["valid_decode_sentences_per_s_with_compile"] > 0
+  assert c.num_epochs == 10  # the caller's config is left alone
