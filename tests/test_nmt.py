@@ -116,8 +116,9 @@ def _sequence_logps(model, params, src_1xS, seqs):
 
 
 def test_beam_search_is_exact_when_the_beam_holds_everything():
-  """Vocabulary {<unk>, w4, w5, </s>} to choose from, max_len 3: 27 + 9 + 3 + 1 hypotheses; a beam of 27
-  keeps them all, so beam search must return the best by normalised score, found by enumeration."""
+  """Vocabulary {<unk>, w4, w5, </s>} to choose from, max_len 3: 27 + 9 + 3 + 1 = 40 hypotheses; a beam of
+  40 keeps them all (DL4MT's beam shrinks by one per finished hypothesis), so beam search must return the
+  best by normalised score, found by enumeration."""
   model = NMT(src_vocab=6, tgt_vocab=6, emb=8, hidden=8, tying="decoder", init_scale=1.0)
   params = _init(model, key=3)
   params = jax.tree_util.tree_map(lambda x: 3.0 * x, params)  # peakier distributions: a real search problem
@@ -129,7 +130,7 @@ def test_beam_search_is_exact_when_the_beam_holds_everything():
   scores = dict(zip(hyps, _sequence_logps(model, params, src, hyps) / np.array([len(h) for h in hyps]) ** alpha))
   best = max(scores, key=scores.get)
   beam = jax.jit(decode.beam_search, static_argnums=(0, 3, 4, 5))
-  toks, score = beam(model, params, src, 27, L, alpha)
+  toks, score = beam(model, params, src, 40, L, alpha)
   got = tuple(int(t) for t in np.asarray(toks[0]) if t != PAD)
   assert got == best, (got, best, scores.get(got), scores[best])
   np.testing.assert_allclose(float(score[0]), scores[best], rtol=1e-5)
@@ -142,6 +143,41 @@ def test_beam_search_is_exact_when_the_beam_holds_everything():
   logits[:, [PAD, BOS]] = -np.inf
   assert seq == logits.argmax(-1).tolist()
   np.testing.assert_allclose(float(logp_sum[0]), _sequence_logps(model, params, src, [seq])[0], rtol=1e-5)
+
+
+def test_beam_of_one_is_greedy():
+  """Batched, with padded sources, on peaky random models whose </s> is made likely (so some outputs end
+  early): beam 1 returns greedy's tokens, and its score is greedy's summed log-probability / length^alpha.
+  (A search that keeps the finished hypotheses beside a full beam of live ones fails this: measured, 4 of
+  these 16 models.)"""
+  model = NMT(src_vocab=12, tgt_vocab=10, emb=8, hidden=8, tying="none", init_scale=1.0)
+  src = jnp.asarray([[5, 6, 7, 8, EOS], [4, EOS, PAD, PAD, PAD], [9, 9, 10, EOS, PAD]])
+  L, alpha = 8, 1.0
+  greedy = jax.jit(decode.greedy, static_argnums=(0, 3))
+  beam = jax.jit(decode.beam_search, static_argnums=(0, 3, 4, 5))
+  lengths = []
+  for key in range(8):
+    for eos_bias in (1.0, 2.0):
+      params = jax.tree_util.tree_map(lambda x: 3.0 * x, _init(model, key=key))
+      params["words"]["out_bias"] = params["words"]["out_bias"].at[EOS].add(eos_bias)
+      g_toks, g_logp = greedy(model, params, src, L)
+      b_toks, b_score = beam(model, params, src, 1, L, alpha)
+      np.testing.assert_array_equal(np.asarray(b_toks), np.asarray(g_toks), err_msg=f"{key} {eos_bias}")
+      n = np.asarray((g_toks != PAD).sum(axis=1))
+      np.testing.assert_allclose(np.asarray(b_score), np.asarray(g_logp) / n ** alpha, rtol=1e-5)
+      lengths += n.tolist()
+  assert min(lengths) < L and max(lengths) == L  # both early ends and cut-offs were exercised
+
+
+def test_bleu_on_known_strings():
+  """sacrebleu through nmt_loop.bleu: identical text scores 100; 'the cat sat on the mat' against 'the cat
+  sat on a mat' has clipped n-gram precisions 5/6, 3/5, 2/4, 1/3 and no brevity penalty, so
+  BLEU = 100 · (5/6 · 3/5 · 2/4 · 1/3)^(1/4) = 100 · (1/12)^(1/4) ≈ 53.73."""
+  from wt_jax.train import nmt_loop
+  score, signature = nmt_loop.bleu(["Ein Hund läuft.", "Zwei Männer."], ["Ein Hund läuft.", "Zwei Männer."])
+  assert score == pytest.approx(100.0) and signature.startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+  score, _ = nmt_loop.bleu(["the cat sat on the mat"], ["the cat sat on a mat"])
+  assert score == pytest.approx(100 * (1 / 12) ** 0.25, abs=1e-4)
 
 
 # ---------------------------------------------------------------------------------------------- data

@@ -4,11 +4,11 @@
     tokens[B, L], scores[B] = greedy(model, params, src[B, S], max_len=L)
 
 `tokens` are target ids ending with </s> (then <pad>); a hypothesis that reaches `max_len` without </s>
-ends there. Beam search keeps, per sentence, `beam` live hypotheses (ranked by log-probability) and the
-`beam` best finished ones (ranked by log-probability / length^length_alpha, the length counting </s>;
-length_alpha = 1 is Nematus' normalisation, 0 none). It stops early once no live hypothesis can still beat
-the worst finished one: with length_alpha ≥ 0 a live hypothesis's normalised score can be at most its
-log-probability (≤ 0, and falling) divided by max_len^length_alpha.
+ends there. Beam search is DL4MT's (`gen_sample`): at each step the best `beam − finished` extensions of
+the live hypotheses (by log-probability) are kept; those that end (</s> or `max_len`) join the finished
+ones, so the beam shrinks as hypotheses finish, and the search stops when `beam` have finished. The result
+is the finished hypothesis with the best log-probability / length^length_alpha (the length counting </s>;
+length_alpha = 1 is Nematus' normalisation, 0 none). With beam 1 this is greedy decoding.
 `scores` are those normalised scores (greedy: the summed log-probability). <pad> and <s> are never emitted.
 """
 from __future__ import annotations
@@ -55,42 +55,43 @@ def _gather(x_BxNx, idx_BxK):
 
 
 def beam_search(model, params, src_BxS, beam: int, max_len: int, length_alpha: float = 1.0):
-  """Beam search → (best tokens[B, max_len], its normalised score[B])."""
+  """Beam search (DL4MT's shrinking beam) → (best tokens[B, max_len], its normalised score[B])."""
   B, K = src_BxS.shape[0], beam
   enc = model.apply({"params": params}, src_BxS, method=model.encode)
   enc = jax.tree_util.tree_map(lambda x: jnp.repeat(x, K, axis=0), enc)  # [B·K, ...], beams of a row adjacent
   H = enc["state"].shape[-1]
   neg = jnp.float32(-jnp.inf)
+  rank = jnp.arange(K)[None, :]
 
   def body(carry):
-    t, state, alive_seq, alive_logp, fin_seq, fin_score = carry
+    t, state, alive_seq, alive_logp, fin_seq, fin_score, n_fin = carry
     prev = jnp.where(t == 0, BOS, alive_seq[:, :, jnp.maximum(t - 1, 0)]).reshape(B * K)
     state, logp, _ = model.apply({"params": params}, enc, state, prev, method=model.decode_step)
     V = logp.shape[-1]
     cand = (alive_logp[:, :, None] + _forbid(logp).reshape(B, K, V)).reshape(B, K * V)
-    vals, flat = jax.lax.top_k(cand, 2 * K)                       # [B, 2K]
+    vals, flat = jax.lax.top_k(cand, K)                           # [B, K], best first
     src_beam, tok = flat // V, (flat % V).astype(jnp.int32)
-    seqs = _gather(alive_seq, src_beam).at[:, :, t].set(tok)      # [B, 2K, L]
-    ends = (tok == EOS) | (t == max_len - 1)
-    # Finished: merge the new ones into the K best so far, by normalised score.
+    seqs = _gather(alive_seq, src_beam).at[:, :, t].set(tok)      # [B, K, L]
+    # The beam is K minus the hypotheses finished so far: only the best K − n_fin candidates go on.
+    chosen = (rank < (K - n_fin)[:, None]) & (vals > neg)
+    ends = chosen & ((tok == EOS) | (t == max_len - 1))
+    # Finished: at most K per sentence in all, so the K best of old and new keep every one of them.
     norm = vals / jnp.power(jnp.float32(t + 1), length_alpha)
     all_scores = jnp.concatenate([fin_score, jnp.where(ends, norm, neg)], axis=1)
-    all_seqs = jnp.concatenate([fin_seq, seqs], axis=1)
     fin_score, keep = jax.lax.top_k(all_scores, K)
-    fin_seq = _gather(all_seqs, keep)
-    # Live: the K best that did not end.
-    alive_logp, keep = jax.lax.top_k(jnp.where(ends, neg, vals), K)
+    fin_seq = _gather(jnp.concatenate([fin_seq, seqs], axis=1), keep)
+    # Live: the chosen candidates that did not end (ranked by log-probability).
+    alive_logp, keep = jax.lax.top_k(jnp.where(chosen & ~ends, vals, neg), K)
     alive_seq = _gather(seqs, keep)
     state = _gather(state.reshape(B, K, H), _gather(src_beam, keep)).reshape(B * K, H)
-    return t + 1, state, alive_seq, alive_logp, fin_seq, fin_score
+    return t + 1, state, alive_seq, alive_logp, fin_seq, fin_score, n_fin + jnp.sum(ends, axis=1)
 
   def cond(carry):
-    t, _, _, alive_logp, _, fin_score = carry
-    best_possible = jnp.max(alive_logp, axis=1) / jnp.power(jnp.float32(max_len), length_alpha)
-    return (t < max_len) & ~jnp.all(jnp.min(fin_score, axis=1) >= best_possible)
+    t, _, _, alive_logp, _, _, n_fin = carry
+    return (t < max_len) & jnp.any((n_fin < K) & jnp.any(alive_logp > neg, axis=1))
 
   alive_logp = jnp.tile(jnp.concatenate([jnp.zeros((1,)), jnp.full((K - 1,), -jnp.inf)]), (B, 1))
   init = (0, enc["state"], jnp.full((B, K, max_len), PAD, jnp.int32), alive_logp.astype(jnp.float32),
-          jnp.full((B, K, max_len), PAD, jnp.int32), jnp.full((B, K), neg))
-  *_, fin_seq, fin_score = jax.lax.while_loop(cond, body, init)
+          jnp.full((B, K, max_len), PAD, jnp.int32), jnp.full((B, K), neg), jnp.zeros((B,), jnp.int32))
+  *_, fin_seq, fin_score, _ = jax.lax.while_loop(cond, body, init)
   return fin_seq[:, 0], fin_score[:, 0]
