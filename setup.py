@@ -24,8 +24,9 @@ setup(
         "sacrebleu>=2.3",  # BLEU for NMT
     ],
     extras_require={
-        # nbclient/nbformat/ipykernel: the test suite executes experiments/notebooks/*.ipynb
-        "test": ["pytest>=7", "nbclient>=0.7", "nbformat>=5.7", "ipykernel>=6"],
+        # nbclient/nbformat/ipykernel: the test suite executes experiments/notebooks/*.ipynb;
+        # pytest-xdist: the suite runs on every core (`-n auto`), one test file per worker
+        "test": ["pytest>=7", "pytest-xdist>=3.0", "nbclient>=0.7", "nbformat>=5.7", "ipykernel>=6"],
         # WMT14/15 for NMT through tensorflow-datasets, whose translation builders need TensorFlow
         "wmt": ["tensorflow-datasets>=4.9", "tensorflow>=2.15"],
     },

@@ -1,9 +1,19 @@
-"""Shared test fixtures: tiny configs and corpora, and the location of the real shared data."""
+"""Shared test fixtures: tiny configs and corpora, and the location of the real shared data.
+
+Importing this module also gives the test process a fresh persistent XLA compilation cache (a temporary
+folder, removed at exit). Many tests compile the same function more than once — a run and its resumption, an
+entry point in a subprocess and again in a second one — and on this CPU compilation is most of a tiny test's
+time. The cache returns the executable XLA built for the same program, so results are unchanged. Child
+processes inherit the folder through JAX_COMPILATION_CACHE_DIR; each pytest-xdist worker makes its own.
+"""
+import atexit
 import contextlib
 import functools
 import http.server
 import os
+import shutil
 import socket
+import tempfile
 import threading
 from pathlib import Path
 
@@ -14,6 +24,18 @@ import pytest
 from wt_jax.data import paths
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _private_compilation_cache() -> None:
+  folder = tempfile.mkdtemp(prefix="wt_jax_test_xla_cache_")
+  atexit.register(shutil.rmtree, folder, ignore_errors=True)
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = folder
+  os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.1"
+  jax.config.update("jax_compilation_cache_dir", folder)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+
+
+_private_compilation_cache()
 
 
 @pytest.fixture(scope="session")

@@ -3,10 +3,12 @@ import gzip
 import itertools
 import json
 
+import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from tests.conftest import REPO, serve_folder, unused_port, write_parallel
@@ -308,30 +310,45 @@ def test_training_learns_the_toy_translation_resumes_and_stops_on_nan(tmp_path):
   assert json.loads((work / "results.json").read_text()) == saved
 
 
-def test_log_unigram_output_bias(tmp_path):
+def test_log_unigram_output_bias(tmp_path, monkeypatch):
+  from wt_jax import parallel
   from wt_jax.train import nmt_loop
   targets = [np.array([5, 5, 6]), np.array([5])]  # with </s> (id 3) per sentence: 5×3, 6×1, 3×2
   b = nmt_loop.log_unigram_bias(targets, 8)
   assert b.shape == (8,) and b.dtype == np.float32 and abs(float(b.mean())) < 1e-6
   counts = np.array([0, 0, 0, 2, 0, 3, 1, 0]) + 1.0  # add-one smoothing
   np.testing.assert_allclose(np.exp(b) / np.exp(b).sum(), counts / counts.sum(), rtol=1e-5)
+  # The initial state carries it; nothing else changes.
+  model = NMT(src_vocab=12, tgt_vocab=8, emb=8, hidden=8, tying="none", init_scale=0.1)
+  tx, dp, key = optax.adam(1e-3), parallel.DataParallel.create(num_devices=1), jax.random.key(0)
+  uniform = nmt_loop.init_state(model, tx, key, "uniform", targets, dp)
+  state = nmt_loop.init_state(model, tx, key, "log_unigram", targets, dp)
+  np.testing.assert_allclose(state["params"]["words"]["out_bias"], b, rtol=1e-6, atol=1e-7)
+  assert np.ptp(np.asarray(uniform["params"]["words"]["out_bias"])) > 0  # (so the check above can fail)
+  del state["params"]["words"]["out_bias"], uniform["params"]["words"]["out_bias"]
+  chex.assert_trees_all_equal(state["params"], uniform["params"])
+  with pytest.raises(ValueError, match="output_bias_init"):
+    nmt_loop.init_state(model, tx, key, "zeros", targets, dp)
+  # fit_nmt builds its state with it, from the config's choice and the training targets it will use.
   root = write_parallel(tmp_path / "data" / "multi30k").parent
   data = multi30k.load_pair("en", "de", str(root))
-  with pytest.raises(ValueError, match="output_bias_init"):
-    nmt_loop.fit_nmt(_tiny_config("none", output_bias_init="zeros"), data, tmp_path / "run")
-  # fit_nmt starts training from it: with a zero learning rate the saved bias is the initial one.
+  seen = []
+
+  def spy(model, tx, key, output_bias_init, train_targets, dp):
+    seen.append((output_bias_init, train_targets))
+    raise KeyboardInterrupt  # (stop before any compilation)
+
+  monkeypatch.setattr(nmt_loop, "init_state", spy)
+  config = _tiny_config("none")
+  with pytest.raises(KeyboardInterrupt):
+    nmt_loop.fit_nmt(config, data, tmp_path / "run")
   from wt_jax.data import subwords as sw_lib
   from wt_jax.data import translation as tr
-  from wt_jax.train.checkpoint import Checkpoints
-  work = tmp_path / "lr0"
-  config = _tiny_config("none", learning_rate=0.0, num_epochs=1, beam_size=1)
-  nmt_loop.fit_nmt(config, data, work)
-  sw = sw_lib.Subwords.load(work)
+  sw = sw_lib.Subwords.load(tmp_path / "run")
   train_tgt = tr.filter_long(sw.encode(data["train"][0], "source"), sw.encode(data["train"][1], "target"),
                              config.max_len)[1]
-  state, _ = Checkpoints(work / "checkpoints").restore_saved("last")
-  np.testing.assert_allclose(state["params"]["words"]["out_bias"],
-                             nmt_loop.log_unigram_bias(train_tgt, len(sw.target)), rtol=1e-6, atol=1e-6)
+  assert seen[0][0] == config.output_bias_init == "log_unigram"
+  assert [t.tolist() for t in seen[0][1]] == [t.tolist() for t in train_tgt]
 
 
 # ------------------------------------------------------------------------------------ entry point, WMT

@@ -63,6 +63,27 @@ def log_unigram_bias(targets: list[np.ndarray], vocab_size: int) -> np.ndarray:
   return (logp - logp.mean()).astype(np.float32)
 
 
+def init_state(model, tx, key, output_bias_init: str, train_targets: list[np.ndarray], dp) -> dict:
+  """The training state {params, opt_state, step} before the first step, replicated over dp's devices.
+
+  output_bias_init: 'uniform' keeps the model's own U(−s, s) output bias; 'log_unigram' replaces it by the
+  centred log unigram distribution of `train_targets` (`log_unigram_bias`), so the first steps need not learn
+  the word frequencies. The other parameters do not depend on the choice.
+  """
+  if output_bias_init not in ("uniform", "log_unigram"):
+    raise ValueError(f"Unknown output_bias_init {output_bias_init!r}; expected 'uniform' or 'log_unigram'.")
+
+  def init(key):
+    dummy = jnp.full((1, 4), sw_lib.EOS, jnp.int32)
+    params = model.init(key, dummy, dummy)["params"]
+    if output_bias_init == "log_unigram":
+      bias = log_unigram_bias(train_targets, model.tgt_vocab)
+      params = {**params, "words": {**params["words"], "out_bias": jnp.asarray(bias)}}
+    return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)}
+
+  return jax.jit(init, out_shardings=dp.replicated)(key)
+
+
 def batch_nll(model, params, src, tgt_in, tgt_out, train: bool = False, key=None):
   """(Σ NLL over target tokens, number of target tokens, number of real sentences) of one batch."""
   rngs = {"dropout": key} if train else None
@@ -177,21 +198,8 @@ def fit_nmt(config, data: dict, workdir: str | Path) -> dict:
   dp.check_batch(B)
   tx = make_optimizer(config)
 
-  def init(key):
-    dummy = jnp.full((1, 4), sw_lib.EOS, jnp.int32)
-    params = model.init(key, dummy, dummy)["params"]
-    return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)}
-
   init_key, dropout_key = jax.random.split(jax.random.key(config.seed))
-  state = jax.jit(init, out_shardings=dp.replicated)(init_key)
-  bias_init = config.get("output_bias_init", "uniform")
-  if bias_init == "log_unigram":
-    params = dict(state["params"])
-    params["words"] = {**params["words"],
-                       "out_bias": jax.device_put(log_unigram_bias(train_tgt, V_tgt), dp.replicated)}
-    state = {**state, "params": params, "opt_state": jax.jit(tx.init, out_shardings=dp.replicated)(params)}
-  elif bias_init != "uniform":
-    raise ValueError(f"Unknown output_bias_init {bias_init!r}; expected 'uniform' or 'log_unigram'.")
+  state = init_state(model, tx, init_key, config.get("output_bias_init", "uniform"), train_tgt, dp)
   num_params = tying.count_params(state["params"])
   step_fn = make_train_step(model, tx, dropout_key, dp)
   rows = dp.batch_sharding(0)
