@@ -4,6 +4,7 @@
     python -m experiments.report ptb_table6                          # report from results/ptb_table6 only
     python -m experiments.report bbc_table7 --runs=runs/bbc          # Table 7's small models on BBC News
     python -m experiments.report ffnn_ptb --runs=runs/ffnn           # NNLM and LBL, tied vs untied, on PTB
+    python -m experiments.report inan_ptb_table1 --runs=runs/inan    # Inan et al.'s Table 1, small, on PTB
     python -m experiments.report nmt_table8 --runs=runs/nmt          # Table 8 (and Table 1) analogue, Multi30k
 
 With --runs, every run directory there that holds a results.json (a finished run) is copied into
@@ -41,13 +42,14 @@ class PaperRow:
   train: float | None  # None: the paper's value is not transcribed here
   valid: float | None
   test: float | None
+  flag: str = ""  # the --config value when it is not configs/<config>.py (e.g. configs/inan.py:small,vd)
 
 
 @dataclasses.dataclass(frozen=True)
 class ReportSpec:
   title: str
   source: str
-  command: str  # how each run was produced ({config}, {seed}, {workdir} filled in)
+  command: str  # how each run was produced ({flag}, {seed}, {workdir} filled in; {flag}: the --config value)
   rows: tuple[PaperRow, ...]
   dataset: str = "ptb"  # every run of the report must be on this corpus (results.json "dataset")
 
@@ -57,7 +59,7 @@ REPORTS = {
     "ptb_table6": ReportSpec(
         title="Press & Wolf (2017), Table 6: small LSTM LM on PTB, no dropout",
         source="Press & Wolf, Using the Output Embedding to Improve Language Models, EACL 2017, Table 6",
-        command=("python -m experiments.ptb --config=configs/{config}.py --config.seed={seed} "
+        command=("python -m experiments.ptb --config={flag} --config.seed={seed} "
                  "--workdir={workdir}"),
         rows=(
             PaperRow("small", "small", "4.65M", 38.0, 120.7, 114.5),
@@ -72,7 +74,7 @@ REPORTS = {
         title="Press & Wolf (2017), Table 7 analogue: small LSTM LMs on BBC News (our split), no dropout",
         source="Press & Wolf, Using the Output Embedding to Improve Language Models, EACL 2017, Table 7 "
                "(values not transcribed; our BBC split differs from theirs)",
-        command=("python -m experiments.ptb --config=configs/{config}.py --config.dataset=bbc "
+        command=("python -m experiments.ptb --config={flag} --config.dataset=bbc "
                  "--config.seed={seed} --workdir={workdir}"),
         rows=(
             PaperRow("small", "small", "—", None, None, None),
@@ -88,12 +90,25 @@ REPORTS = {
         title="Feed-forward LMs on PTB: Bengio NNLM and log-bilinear LM, tied vs untied (5-gram context)",
         source="Bengio et al., A Neural Probabilistic Language Model, JMLR 2003; Mnih & Hinton, Three New "
                "Graphical Models for Statistical Language Modelling, ICML 2007 (neither reports PTB)",
-        command="python -m experiments.ptb --config=configs/{config}.py --config.seed={seed} --workdir={workdir}",
+        command="python -m experiments.ptb --config={flag} --config.seed={seed} --workdir={workdir}",
         rows=(
             PaperRow("nnlm", "NNLM", "—", None, None, None),
             PaperRow("nnlm_tied", "NNLM + WT (output = C)", "—", None, None, None),
             PaperRow("lbl_untied", "LBL, separate tables", "—", None, None, None),
             PaperRow("lbl", "LBL, one table (Mnih & Hinton's)", "—", None, None, None),
+        )),
+    # Inan, Khosravi & Socher (ICLR 2017), Table 1: the small (200-unit) VD-LSTM on PTB, with the augmented
+    # loss (AL), reused embeddings (RE: tied, no output bias) and both (REAL). The issue quotes the baseline
+    # and REAL rows; the +AL and +RE rows are not transcribed here.
+    "inan_ptb_table1": ReportSpec(
+        title="Inan et al. (2017), Table 1: small VD-LSTM on PTB with AL, RE and REAL",
+        source="Inan, Khosravi & Socher, Tying Word Vectors and Word Classifiers, ICLR 2017, Table 1",
+        command="python -m experiments.ptb --config={flag} --config.seed={seed} --workdir={workdir}",
+        rows=(
+            PaperRow("inan_small_vd", "VD-LSTM (small)", "—", None, 92.6, 87.3, "configs/inan.py:small,vd"),
+            PaperRow("inan_small_al", "+ AL", "—", None, None, None, "configs/inan.py:small,al"),
+            PaperRow("inan_small_re", "+ RE", "—", None, None, None, "configs/inan.py:small,re"),
+            PaperRow("inan_small_real", "+ REAL (RE + AL)", "—", None, 86.3, 82.7, "configs/inan.py:small,real"),
         )),
 }
 
@@ -250,7 +265,8 @@ def provenance(name: str, spec: ReportSpec, by_config: dict[str, list[dict]]) ->
       host = r.get("host") or {}
       machine = (f"{host.get('cpu', '?')}, {host.get('cpu_count', '?')} cores" if host
                  else "not recorded")
-      cmd = spec.command.format(config=r["config"], seed=r["seed"], workdir=f"runs/{name}/{r['_dir']}")
+      cmd = spec.command.format(flag=row.flag or f"configs/{r['config']}.py", seed=r["seed"],
+                                workdir=f"runs/{name}/{r['_dir']}")
       commit = (r.get("versions") or {}).get("wt_jax_commit") or "not recorded"
       lines.append(
           f"- `{r['_dir']}`: `{cmd}` — commit `{commit}`, machine: {machine}; "

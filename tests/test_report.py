@@ -50,6 +50,16 @@ def test_report_imports_finished_runs_and_builds_table(tmp_path):
   assert report.build("ptb_table6", tmp_path / "results", None, None) == tab
 
 
+def test_inan_table1_names_the_config_argument(tmp_path):
+  """Inan's runs come from one config file with an argument (configs/inan.py:small,real), not <config>.py."""
+  _fake_run(tmp_path / "runs" / "small_real", "inan_small_real", 0, 84.0)
+  tab = report.build("inan_ptb_table1", tmp_path / "results", tmp_path / "runs", None)
+  assert "| + REAL (RE + AL) | — | 2,651,600 | 0 | — / 35.0 | 86.3 / 118.0 | 82.7 / 84.0 | +1.3 |" in tab
+  assert "| VD-LSTM (small) | — | — | none yet | — / — | 92.6 / — | 87.3 / — | — |" in tab
+  runs_md = (tmp_path / "results" / "inan_ptb_table1" / "README.md").read_text()
+  assert "`python -m experiments.ptb --config=configs/inan.py:small,real --config.seed=0 " in runs_md
+
+
 def test_report_rejects_runs_of_other_configs(tmp_path):
   _fake_run(tmp_path / "results" / "ptb_table6" / "medium_seed0", "medium", 0, 80.0)
   with pytest.raises(ValueError, match="medium"):
