@@ -47,7 +47,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from wt_jax import losses, models, precision, tying
-from wt_jax.data import batching, ptb, translation
+from wt_jax.data import batching, lm_corpora, ptb, translation
 from wt_jax.train import loop, nmt_loop, optim, skipgram_loop
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
@@ -92,7 +92,7 @@ def matmul_flops_per_step(config) -> int | None:
   """Matmul FLOPs of one training step (forward + backward = 3 × forward; 2 per multiply-add), by formula.
 
   Forward per token: LSTM layer 2·(I + H)·4H; RHN layer 2·(I·2H + depth·H·2H); projection (PR) 2·H²; output
-  layer 2·H·V. (XLA's own `cost_analysis` counts the body of a `lax.scan` once, not once per time step, so
+  layer 2·H·V; with the augmented loss, 2·H·V more for its target (× 3 if its gradient is taken). (XLA's own `cost_analysis` counts the body of a `lax.scan` once, not once per time step, so
   it under-counts the recurrences; it is reported beside this as `xla_flops_per_step`.)
   """
   H, V, L, tokens = config.hidden_size, config.vocab_size, config.num_layers, config.batch_size * config.bptt
@@ -103,7 +103,10 @@ def matmul_flops_per_step(config) -> int | None:
   else:
     return None
   head = 2 * H * V + (2 * H * H if config.tying in ("projection", "tied_projection") else 0)
-  return 3 * tokens * (body + head)
+  # Inan's augmented loss: its target ỹ = softmax(L·u_y / τ) costs one more V×H product per token, forward
+  # only unless the gradient flows through ỹ.
+  augmented = (2 * H * V * (3 if config.get("al_target_gradient") else 1)) if config.get("al_gamma", 0.0) else 0
+  return 3 * tokens * (body + head) + tokens * augmented
 
 
 def matmul_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
@@ -268,6 +271,22 @@ def _config_path() -> str:
   raise app.UsageError("--gensim_python needs --config=FILE.")
 
 
+def compiled_train_step(config, model, windows: batching.Windows):
+  """The train step `loop.fit` runs for `config` (`loop.train_step_for`: every cost term included),
+  compiled for the shape of `windows`, with a fresh state. Returns (step, state, carry, acc, compile_s)."""
+  B, T = windows.x.shape[1:]
+  tx = optim.make_optimizer(config, len(windows))
+  init_key, dropout_key = jax.random.split(jax.random.key(config.seed))
+  params = loop.init_params(model, init_key, B, T)
+  state = {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)}
+  carry = model.initial_carry(B)
+  acc = loop._zero_acc()
+  t0 = time.perf_counter()
+  step_fn = loop.train_step_for(config, model, tx, dropout_key).lower(
+      state, carry, acc, windows.x[0], windows.y[0]).compile()
+  return step_fn, state, carry, acc, time.perf_counter() - t0
+
+
 def main(argv):
   del argv
   config = _CONFIG.value
@@ -292,22 +311,13 @@ def main(argv):
     train_stream = rng.integers(0, config.vocab_size, 200_000).astype(np.int32)
     valid_stream = train_stream[:80_000]
   else:
-    corpus = ptb.load(config.data_dir or None, download=config.download)
+    corpus = lm_corpora.load_corpus(config)
     train_stream, valid_stream = corpus.train, corpus.valid
   B, T = config.batch_size, config.bptt
   model = models.build(config)
   windows = batching.lm_windows(train_stream, B, T)
-  tx = optim.make_optimizer(config, len(windows))
-  init_key, dropout_key = jax.random.split(jax.random.key(config.seed))
-  params = loop.init_params(model, init_key, B, T)
-  state = {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)}
-  carry = model.initial_carry(B)
-  acc = loop._zero_acc()
-  step_fn = loop.make_train_step(model, tx, dropout_key, optim.weight_decay_on_loss(config))
-
-  t0 = time.perf_counter()
-  step_fn = step_fn.lower(state, carry, acc, windows.x[0], windows.y[0]).compile()
-  compile_s = time.perf_counter() - t0
+  step_fn, state, carry, acc, compile_s = compiled_train_step(config, model, windows)
+  params = state["params"]
   memory = _memory(step_fn)
   xla_flops = _xla_flops(step_fn)
 

@@ -11,7 +11,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from wt_jax import parallel
-from wt_jax.data import bbc, imdb, ptb, wikitext2
+from wt_jax.data import lm_corpora
 from wt_jax.train import loop
 from wt_jax.train import metrics
 
@@ -21,22 +21,16 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metr
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-CORPORA = {"ptb": ptb,              # Mikolov's PTB, 10k vocabulary
-           "wikitext2": wikitext2,  # Merity et al. (2017), 33,278 types (set --config.vocab_size=33278)
-           "bbc": bbc,              # BBC News, our split and 10k vocabulary (wt_jax/data/bbc.py)
-           "imdb": imdb}            # IMDB reviews, our split and 10k vocabulary (wt_jax/data/imdb.py)
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   config = _CONFIG.value
   parallel.initialize_distributed()  # only if WT_JAX_COORDINATOR / WT_JAX_DISTRIBUTED ask for it
   metrics.quiet_library_logs()
-  if config.dataset not in CORPORA:
-    raise app.UsageError(f"Unknown dataset {config.dataset!r}; known: {', '.join(CORPORA)}.")
+  if config.dataset not in lm_corpora.CORPORA:
+    raise app.UsageError(f"Unknown dataset {config.dataset!r}; known: {', '.join(lm_corpora.CORPORA)}.")
   logging.info("Config:\n%s", config)
-  corpus = CORPORA[config.dataset].load(config.data_dir or None, download=config.download)
+  corpus = lm_corpora.load_corpus(config)
   loop.fit(config, corpus, _WORKDIR.value)
 
 

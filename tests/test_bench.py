@@ -21,6 +21,32 @@ def test_flop_formula_small_model():
   assert bench.matmul_flops_per_step(c) == 3 * 700 * (2 * (830 * 1660 + 10 * 830 * 1660) + 2 * 830 * 10_000)
 
 
+def test_flop_formula_counts_the_augmented_loss_target():
+  c = small.get_config()
+  plain = bench.matmul_flops_per_step(c)
+  c.al_gamma = 0.65
+  assert bench.matmul_flops_per_step(c) - plain == 400 * 2 * 200 * 10_000  # ỹ's L·u_y, forward only
+  c.al_target_gradient = True
+  assert bench.matmul_flops_per_step(c) - plain == 3 * 400 * 2 * 200 * 10_000
+
+
+def test_bench_times_the_step_fit_trains_with():
+  """With the augmented loss on, the compiled step does its extra V×H product per token (the benchmark once
+  built its own step without it; XLA's count would then not move)."""
+  import numpy as np
+  from tests.conftest import tiny_config
+  from wt_jax import models
+  from wt_jax.data import batching
+  config = tiny_config(vocab_size=50, hidden_size=16, tying="tied")
+  windows = batching.lm_windows(np.arange(2000, dtype=np.int32) % 50, config.batch_size, config.bptt)
+  flops = []
+  for gamma in (0.0, 0.65):
+    config.al_gamma = gamma
+    step = bench.compiled_train_step(config, models.build(config), windows)[0]
+    flops.append(bench._xla_flops(step))
+  assert flops[1] - flops[0] >= config.batch_size * config.bptt * 2 * 16 * 50, flops
+
+
 def test_bench_prints_one_json_line():
   r = subprocess.run(
       [sys.executable, "-m", "experiments.bench", "--config=configs/small_tied.py", "--synthetic",

@@ -76,3 +76,15 @@ def test_wikitext2_gzipped_and_missing(tmp_path):
   assert wikitext2.load(str(tmp_path), download=False).vocab_size == 3
   with pytest.raises(paths.DataUnavailableError, match=paths.ENV_VAR):
     wikitext2.load(str(tmp_path / "none"), download=False)
+
+
+def test_lm_corpora_by_config_name(shared_data_root):
+  """`config.dataset` picks the reader (experiments.ptb and experiments.bench both go through this)."""
+  import ml_collections
+  from wt_jax.data import lm_corpora
+  config = ml_collections.ConfigDict({"dataset": "ptb", "data_dir": str(shared_data_root), "download": False})
+  corpus = lm_corpora.load_corpus(config)
+  assert corpus.vocab_size == 10_000 and len(corpus.train) == 929_589
+  config.dataset = "text9"
+  with pytest.raises(ValueError, match="Unknown dataset 'text9'; known: ptb, wikitext2, bbc, imdb"):
+    lm_corpora.load_corpus(config)

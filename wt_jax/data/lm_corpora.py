@@ -1,0 +1,18 @@
+"""The word-level LM corpora by name (`config.dataset`), for the training entry point and the benchmark.
+
+Each module's `load(data_dir, download)` returns a corpus with `train` / `valid` / `test` id streams and its
+vocabulary; the data root is resolved as everywhere (`--config.data_dir`, then $WT_JAX_DATA, then the cache).
+"""
+from wt_jax.data import bbc, imdb, ptb, wikitext2
+
+CORPORA = {"ptb": ptb,              # Mikolov's PTB, 10k vocabulary
+           "wikitext2": wikitext2,  # Merity et al. (2017), 33,278 types (set --config.vocab_size=33278)
+           "bbc": bbc,              # BBC News, our split and 10k vocabulary (wt_jax/data/bbc.py)
+           "imdb": imdb}            # IMDB reviews, our split and 10k vocabulary (wt_jax/data/imdb.py)
+
+
+def load_corpus(config):
+  """The corpus named by `config.dataset`, read from `config.data_dir` (or the usual resolution)."""
+  if config.dataset not in CORPORA:
+    raise ValueError(f"Unknown dataset {config.dataset!r}; known: {', '.join(CORPORA)}.")
+  return CORPORA[config.dataset].load(config.data_dir or None, download=config.download)
