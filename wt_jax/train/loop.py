@@ -146,13 +146,13 @@ def make_train_step(model, tx: optax.GradientTransformation, dropout_key: jax.Ar
                  out_shardings=(rep, carry_rows, rep, rep))
 
 
-
 def train_step_for(config, model, tx: optax.GradientTransformation, dropout_key: jax.Array,
                    dp: parallel.DataParallel | None = None):
   """`make_train_step` with every cost term `config` asks for (weight decay on the loss, the augmented
   loss): the step `fit` trains with, and the one `experiments.bench` times."""
   return make_train_step(model, tx, dropout_key, optim.weight_decay_on_loss(config), dp,
                          augmented_loss_settings(config))
+
 
 def make_eval_window(model):
   """Returns f(params, carry, x, y, mask) → (Σ mask·NLL, carry), jit-compiled; dropout off, no penalties.
