@@ -25,6 +25,8 @@ _TEMPERATURES = flags.DEFINE_list("temperatures", ["1", "2", "5", "10", "20", "4
                                   "Temperatures τ for the second sweep (at --fixed_proportion).")
 _FIXED_TAU = flags.DEFINE_float("fixed_tau", 20.0, "τ of the proportion sweep (Inan: 20).")
 _FIXED_PROPORTION = flags.DEFINE_float("fixed_proportion", 0.5, "β of the temperature sweep (ours).")
+_FREQUENT = flags.DEFINE_integer("frequent_words", 1000, "Also measure the distances over the span's N most "
+                                 "frequent words (where training moved W furthest from its initial value).")
 flags.mark_flags_as_required(["workdir"])
 
 
@@ -42,7 +44,7 @@ def main(argv):
     raise app.UsageError(f"The Section-6.2 sweep runs on PTB, not {config.dataset!r}.")
   corpus = ptb.load(config.data_dir or None, download=config.download)
   workdir = Path(_WORKDIR.value)
-  rows = al_sweep.run(config, corpus, workdir, points)
+  rows = al_sweep.run(config, corpus, workdir, points, _FREQUENT.value)
   md = al_sweep.table(rows)
   (workdir / "sweep.md").write_text(md + "\n")
   al_sweep.plot(rows, workdir / "figure1.png", _FIXED_TAU.value, _FIXED_PROPORTION.value)

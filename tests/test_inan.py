@@ -178,21 +178,41 @@ def test_section_6_2_sweep_grid_configs_and_runs(tmp_path):
 
   corpus = ptb.load(str(write_corpus(tmp_path / "data" / "ptb").parent), download=False)
   pts = al_sweep.grid([0, 1], [5], fixed_tau=20, fixed_proportion=1)
-  rows = al_sweep.run(base, corpus, tmp_path / "sweep", pts)
+  rows = al_sweep.run(base, corpus, tmp_path / "sweep", pts, frequent_words=20)
   assert [r["point"] for r in rows] == ["beta0_tau20", "beta1_tau20", "beta1_tau5"]
   for r in rows:
     assert 0.0 <= r["distance_seen"] <= 1.0 and 0.0 <= r["distance_all"] <= 1.0
-    assert r["words_seen"] == len(np.unique(corpus.train[:400]))
+    assert r["words_seen"] == len(np.unique(corpus.train[:400])) > 20 == r["words_frequent"]
     assert r["random_seen"] == pytest.approx(np.sqrt(max(0.0, 1 - base.hidden_size / r["words_seen"])))
+    assert r["random_frequent"] == pytest.approx(np.sqrt(1 - base.hidden_size / 20))
     assert r["update_norm_ratio"] > 0 and 0.0 <= r["update_distance_seen"] <= 1.0
+    assert r["update_norm_ratio_frequent"] > 0 and 0.0 <= r["distance_frequent"] <= 1.0
     assert 0.0 < r["target_entropy"] <= np.log(base.vocab_size) + 1e-9
   assert json.loads((tmp_path / "sweep" / "sweep.json").read_text()) == rows
   # A finished point is not trained again.
   stamp = (tmp_path / "sweep" / "beta0_tau20" / "results.json").stat().st_mtime_ns
-  assert al_sweep.run(base, corpus, tmp_path / "sweep", pts[:1]) == rows[:1]
+  assert al_sweep.run(base, corpus, tmp_path / "sweep", pts[:1], frequent_words=20) == rows[:1]
   assert (tmp_path / "sweep" / "beta0_tau20" / "results.json").stat().st_mtime_ns == stamp
   assert "| 1 | 5 |" in al_sweep.table(rows)
   assert al_sweep.plot(rows, tmp_path / "fig.png", 20, 1).stat().st_size > 1000
+
+
+def test_sweep_distances_over_the_most_frequent_words():
+  """The `frequent` rows: the span's most frequent ids (ties to the smaller id); W = L there gives distance 0
+  whatever the other rows hold, and an update that only touches those rows is all of ‖ΔW‖ there."""
+  from wt_jax.analysis import al_sweep
+  span = np.array([4, 4, 4, 2, 2, 7, 7, 1, 9])
+  assert al_sweep.most_frequent(span, 3).tolist() == [4, 2, 7]
+  rng = np.random.default_rng(0)
+  L0, W0 = rng.standard_normal((10, 3)), rng.standard_normal((10, 3))
+  W = W0.copy()
+  top = np.arange(6)
+  W[top] = L0[top] @ rng.standard_normal((3, 3))  # W's top rows span the same space as L's
+  params = {"words": {"embedding": L0, "out_embedding": W}}
+  d = al_sweep.distances(params, np.arange(10), {"words": {"embedding": L0, "out_embedding": W0}}, top)
+  assert d["distance_frequent"] == pytest.approx(0.0, abs=1e-6) and d["distance_seen"] > 0.1
+  assert d["words_frequent"] == 6 and d["random_frequent"] == pytest.approx(np.sqrt(1 - 3 / 6))
+  assert d["update_norm_ratio_frequent"] > 0 and d["update_norm_ratio"] < d["update_norm_ratio_frequent"]
 
 
 def test_al_target_entropy_limits():

@@ -67,23 +67,38 @@ def _LW(params) -> tuple[np.ndarray, np.ndarray]:
   return leaves["embedding"], leaves["out_embedding"]
 
 
-def distances(params, seen: np.ndarray, initial=None) -> dict:
+def distances(params, seen: np.ndarray, initial=None, frequent: np.ndarray | None = None) -> dict:
   """Subspace distance of W from span(L): over all words, and over the `seen` word ids only; with the
   run's `initial` parameters also the distance between what training added, ΔW and ΔL (seen words), and
   ‖ΔW‖/‖W₀‖. `random_seen` is the expected distance of two random D-dimensional subspaces of R^n
-  (n = seen words), √(1 − D/n): the value to read the others against."""
+  (n = seen words), √(1 − D/n): the value to read the others against. With `frequent` (word ids, e.g. the
+  span's most frequent words, where training moved W furthest from W₀) the same quantities over those rows,
+  suffixed `_frequent`."""
   L, W = _LW(params)
-  out = {"distance_all": embeddings.subspace_distance(W, L),
-         "distance_seen": embeddings.subspace_distance(W[seen], L[seen]),
-         "random_seen": float(np.sqrt(max(0.0, 1.0 - W.shape[1] / len(seen)))),
-         "words_seen": int(len(seen))}
-  if initial is not None:
-    L0, W0 = _LW(initial)
-    dL, dW = (L - L0)[seen], (W - W0)[seen]
-    out["update_norm_ratio"] = float(np.linalg.norm(dW) / np.linalg.norm(W0[seen]))
-    out["update_distance_seen"] = (embeddings.subspace_distance(dW, dL)
-                                   if np.linalg.norm(dW) > 0 and np.linalg.norm(dL) > 0 else float("nan"))
+  L0, W0 = _LW(initial) if initial is not None else (None, None)
+
+  def over(rows, suffix):
+    out = {f"distance_{suffix}": embeddings.subspace_distance(W[rows], L[rows]),
+           f"random_{suffix}": float(np.sqrt(max(0.0, 1.0 - W.shape[1] / len(rows)))),
+           f"words_{suffix}": int(len(rows))}
+    if initial is not None:
+      dL, dW = (L - L0)[rows], (W - W0)[rows]
+      out[f"update_norm_ratio{'' if suffix == 'seen' else '_' + suffix}"] = float(
+          np.linalg.norm(dW) / np.linalg.norm(W0[rows]))
+      out[f"update_distance_{suffix}"] = (embeddings.subspace_distance(dW, dL)
+                                          if np.linalg.norm(dW) > 0 and np.linalg.norm(dL) > 0 else float("nan"))
+    return out
+
+  out = {"distance_all": embeddings.subspace_distance(W, L), **over(seen, "seen")}
+  if frequent is not None:
+    out.update(over(frequent, "frequent"))
   return out
+
+
+def most_frequent(span: np.ndarray, k: int) -> np.ndarray:
+  """The ids of the k most frequent words of `span` (ties: the smaller id first)."""
+  ids, counts = np.unique(np.asarray(span), return_counts=True)
+  return ids[np.argsort(-counts, kind="stable")][:k]
 
 
 def target_entropy(params, seen: np.ndarray, tau: float) -> float:
@@ -97,13 +112,15 @@ def target_entropy(params, seen: np.ndarray, tau: float) -> float:
   return float(-(np.exp(logp) * logp).sum(axis=1).mean())
 
 
-def run(base, corpus, workdir: str | Path, points: Sequence[Point]) -> list[dict]:
+def run(base, corpus, workdir: str | Path, points: Sequence[Point], frequent_words: int = 1000) -> list[dict]:
   """Train (or resume, or skip if finished) every point; returns one row per point and writes
-  <workdir>/sweep.json."""
+  <workdir>/sweep.json. Distances are measured over all words, the span's words and its `frequent_words`
+  most frequent words."""
   workdir = Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   span = corpus.train[:base.train_max_tokens] if base.get("train_max_tokens", 0) else corpus.train
   seen = np.unique(np.asarray(span))
+  frequent = most_frequent(span, frequent_words)
   model = models.build(base)
   initial = loop.init_params(model, loop.run_keys(base.seed)[0], base.batch_size, base.bptt)
   rows = []
@@ -116,7 +133,7 @@ def run(base, corpus, workdir: str | Path, points: Sequence[Point]) -> list[dict
     state, _ = ckpts.restore_saved("last")
     ckpts.close()
     rows.append({"point": point.name, "proportion": point.proportion, "tau": point.tau,
-                 **distances(state["params"], seen, initial),
+                 **distances(state["params"], seen, initial, frequent),
                  "target_entropy": target_entropy(state["params"], seen, point.tau), "train_ppl": results["train_ppl"],
                  "valid_ppl": results["valid_ppl"], "steps": results["steps"]})
     (workdir / "sweep.json").write_text(json.dumps(rows, indent=2))
@@ -124,13 +141,17 @@ def run(base, corpus, workdir: str | Path, points: Sequence[Point]) -> list[dict
 
 
 def table(rows: Sequence[dict]) -> str:
+  k = rows[0]["words_frequent"] if rows else 0
   lines = ["| β (AL proportion) | τ | distance (all words) | distance (words in the span; random) "
-           "| distance ΔW–ΔL | ‖ΔW‖/‖W₀‖ | entropy of ỹ (nats) | train ppl | valid ppl |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           f"| distance ΔW–ΔL | ‖ΔW‖/‖W₀‖ | distance ({k:,} most frequent; random) | ΔW–ΔL ({k:,}) "
+           f"| ‖ΔW‖/‖W₀‖ ({k:,}) | entropy of ỹ (nats) | train ppl | valid ppl |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
     lines.append(f"| {r['proportion']:g} | {r['tau']:g} | {r['distance_all']:.3f} "
                  f"| {r['distance_seen']:.3f} ({r['random_seen']:.3f}) | {r['update_distance_seen']:.3f} "
                  f"| {r['update_norm_ratio']:.3g} "
+                 f"| {r['distance_frequent']:.3f} ({r['random_frequent']:.3f}) | {r['update_distance_frequent']:.3f} "
+                 f"| {r['update_norm_ratio_frequent']:.3g} "
                  f"| {r['target_entropy']:.2f} | {r['train_ppl']:.1f} | {r['valid_ppl']:.1f} |")
   return "\n".join(lines)
 
