@@ -94,6 +94,7 @@ REPORTS = {
         rows=(
             PaperRow("nnlm", "NNLM", "—", None, None, None),
             PaperRow("nnlm_tied", "NNLM + WT (output = C)", "—", None, None, None),
+            PaperRow("nnlm_tied_proj", "NNLM + WT through a projection (o = h·P_o)", "—", None, None, None),
             PaperRow("lbl_untied", "LBL, separate tables", "—", None, None, None),
             PaperRow("lbl", "LBL, one table (Mnih & Hinton's)", "—", None, None, None),
         )),

@@ -13,7 +13,7 @@ from wt_jax.models.ffnn_lm import LBL, NNLM
 from wt_jax.train import loop
 
 sys.path.insert(0, str(REPO))
-from configs import lbl, lbl_untied, nnlm, nnlm_tied  # noqa: E402
+from configs import lbl, lbl_untied, nnlm, nnlm_tied, nnlm_tied_proj  # noqa: E402
 
 V, M, N = 17, 6, 3
 
@@ -54,11 +54,13 @@ def test_parameter_counts_and_tying():
 
 
 def test_configs_build_the_models():
-  for mod, cls, mode in ((nnlm, NNLM, "untied"), (nnlm_tied, NNLM, "tied"), (lbl, LBL, "tied"),
-                         (lbl_untied, LBL, "untied")):
+  for mod, cls, mode in ((nnlm, NNLM, "untied"), (nnlm_tied, NNLM, "tied"), (nnlm_tied_proj, NNLM, "tied"),
+                         (lbl, LBL, "tied"), (lbl_untied, LBL, "untied")):
     c = mod.get_config()
     m = models.build(c)
     assert isinstance(m, cls) and m.tying == mode and m.vocab_size == 10000
+    if cls is NNLM:
+      assert m.output_projection == (mod is nnlm_tied_proj)
 
 
 @pytest.mark.parametrize("config_module", [nnlm_tied, lbl])
