@@ -92,8 +92,9 @@ def matmul_flops_per_step(config) -> int | None:
   """Matmul FLOPs of one training step (forward + backward = 3 × forward; 2 per multiply-add), by formula.
 
   Forward per token: LSTM layer 2·(I + H)·4H; RHN layer 2·(I·2H + depth·H·2H); projection (PR) 2·H²; output
-  layer 2·H·V; with the augmented loss, 2·H·V more for its target (× 3 if its gradient is taken). (XLA's own `cost_analysis` counts the body of a `lax.scan` once, not once per time step, so
-  it under-counts the recurrences; it is reported beside this as `xla_flops_per_step`.)
+  layer 2·H·V; with the augmented loss, 2·H·V more for its target (× 3 if its gradient is taken). (XLA's own
+  `cost_analysis` counts the body of a `lax.scan` once, not once per time step, so it under-counts the
+  recurrences; it is reported beside this as `xla_flops_per_step`.)
   """
   H, V, L, tokens = config.hidden_size, config.vocab_size, config.num_layers, config.batch_size * config.bptt
   if config.model in ("lstm_lm", "bd_lstm_lm"):
