@@ -4,6 +4,7 @@ and the input embedding.
 
     python -m experiments.inan_sweep --workdir=runs/inan_sec62
     python -m experiments.inan_sweep --workdir=runs/inan_sec62 --proportions=0,0.5,1 --temperatures=5,20
+    python -m experiments.inan_sweep --workdir=runs/inan_sec62 --kl_scale=tau2   # KL weighted β·τ², not β·τ
 
 Every point is a resumable run in <workdir>/beta<β>_tau<τ>/ (finished points are not retrained). Writes
 <workdir>/sweep.json, sweep.md and figure1.png (`wt_jax.analysis.al_sweep`).
@@ -25,6 +26,10 @@ _TEMPERATURES = flags.DEFINE_list("temperatures", ["1", "2", "5", "10", "20", "4
                                   "Temperatures τ for the second sweep (at --fixed_proportion).")
 _FIXED_TAU = flags.DEFINE_float("fixed_tau", 20.0, "τ of the proportion sweep (Inan: 20).")
 _FIXED_PROPORTION = flags.DEFINE_float("fixed_proportion", 0.5, "β of the temperature sweep (ours).")
+_KL_SCALE = flags.DEFINE_enum("kl_scale", "tau", list(al_sweep.KL_SCALES),
+                              "The KL term's weight: β·τ (tau: Inan's α = γτ) or β·τ² (tau2: Hinton et al.'s "
+                              "distillation scaling, which keeps the KL's logit gradient (ŷ − ỹ)/τ from shrinking "
+                              "with τ). tau2 points are named beta<β>_tau<τ>_kltau2.")
 _FREQUENT = flags.DEFINE_integer("frequent_words", 1000, "Also measure the distances over the span's N most "
                                  "frequent words (where training moved W furthest from its initial value).")
 flags.mark_flags_as_required(["workdir"])
@@ -36,7 +41,7 @@ def main(argv):
   metrics.quiet_library_logs()
   try:
     points = al_sweep.grid([float(b) for b in _PROPORTIONS.value], [float(t) for t in _TEMPERATURES.value],
-                           _FIXED_TAU.value, _FIXED_PROPORTION.value)
+                           _FIXED_TAU.value, _FIXED_PROPORTION.value, _KL_SCALE.value)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
   config = _CONFIG.value

@@ -175,6 +175,14 @@ def test_section_6_2_sweep_grid_configs_and_runs(tmp_path):
   assert loop.augmented_loss_settings(al_sweep.point_config(base, al_sweep.Point(0.0, 20.0))) is None  # CE only
   with pytest.raises(ValueError, match="untied"):
     al_sweep.point_config(tiny_config(tying="tied"), al_sweep.Point(0.5, 20.0))
+  # The τ² scaling: α = βτ², the same CE weight, and points named apart from Inan's.
+  p2 = al_sweep.Point(0.25, 5.0, "tau2")
+  s2 = loop.augmented_loss_settings(al_sweep.point_config(base, p2))
+  assert s2["alpha"] == pytest.approx(0.25 * 25.0) == p2.alpha and s2["ce_weight"] == 0.75 and s2["tau"] == 5.0
+  assert p2.name == "beta0.25_tau5_kltau2" != al_sweep.Point(0.25, 5.0).name
+  assert [p.kl_scale for p in al_sweep.grid([0.5], [5], 20, 0.5, kl_scale="tau2")] == ["tau2", "tau2"]
+  with pytest.raises(ValueError, match="kl_scale"):
+    al_sweep.Point(0.5, 20.0, "tau3")
 
   corpus = ptb.load(str(write_corpus(tmp_path / "data" / "ptb").parent), download=False)
   pts = al_sweep.grid([0, 1], [5], fixed_tau=20, fixed_proportion=1)
@@ -193,7 +201,7 @@ def test_section_6_2_sweep_grid_configs_and_runs(tmp_path):
   stamp = (tmp_path / "sweep" / "beta0_tau20" / "results.json").stat().st_mtime_ns
   assert al_sweep.run(base, corpus, tmp_path / "sweep", pts[:1], frequent_words=20) == rows[:1]
   assert (tmp_path / "sweep" / "beta0_tau20" / "results.json").stat().st_mtime_ns == stamp
-  assert "| 1 | 5 |" in al_sweep.table(rows)
+  assert "| 1 | 5 | 5 |" in al_sweep.table(rows)  # β, τ, α = βτ
   assert al_sweep.plot(rows, tmp_path / "fig.png", 20, 1).stat().st_size > 1000
 
 

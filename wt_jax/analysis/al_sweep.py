@@ -25,36 +25,51 @@ from wt_jax.train import loop
 from wt_jax.train.checkpoint import Checkpoints
 
 
+KL_SCALES = ("tau", "tau2")
+
+
 @dataclasses.dataclass(frozen=True)
 class Point:
   proportion: float  # β: the AL's share of the loss (0: cross-entropy only; 1: AL only)
   tau: float         # τ: the AL's temperature
+  kl_scale: str = "tau"  # the KL's weight α: β·τ (Inan's α = γτ) or β·τ² (the distillation scaling)
+
+  def __post_init__(self):
+    if self.kl_scale not in KL_SCALES:
+      raise ValueError(f"kl_scale must be one of {KL_SCALES}, not {self.kl_scale!r}.")
+
+  @property
+  def alpha(self) -> float:
+    """The KL term's weight α."""
+    return self.proportion * self.tau ** (2 if self.kl_scale == "tau2" else 1)
 
   @property
   def name(self) -> str:
-    return f"beta{self.proportion:g}_tau{self.tau:g}"
+    return f"beta{self.proportion:g}_tau{self.tau:g}" + ("_kltau2" if self.kl_scale == "tau2" else "")
 
 
 def grid(proportions: Sequence[float], temperatures: Sequence[float], fixed_tau: float,
-         fixed_proportion: float) -> list[Point]:
-  """Figure 1's two sweeps: every β at `fixed_tau`, then every τ at `fixed_proportion` (shared points once)."""
+         fixed_proportion: float, kl_scale: str = "tau") -> list[Point]:
+  """Figure 1's two sweeps: every β at `fixed_tau`, then every τ at `fixed_proportion` (shared points once),
+  all with the KL weighted by `kl_scale` (see `Point`)."""
   for b in [*proportions, fixed_proportion]:
     if not 0.0 <= b <= 1.0:
       raise ValueError(f"AL proportions must lie in [0, 1], not {b}.")
   for t in [*temperatures, fixed_tau]:
     if t <= 0:
       raise ValueError(f"Temperatures must be positive, not {t}.")
-  points = [Point(float(b), float(fixed_tau)) for b in proportions]
-  points += [Point(float(fixed_proportion), float(t)) for t in temperatures]
+  points = [Point(float(b), float(fixed_tau), kl_scale) for b in proportions]
+  points += [Point(float(fixed_proportion), float(t), kl_scale) for t in temperatures]
   return list(dict.fromkeys(points))
 
 
 def point_config(base, point: Point):
-  """`base` with the loss of `point`: al_gamma = β (so α = βτ), al_ce_weight = 1 − β, al_tau = τ."""
+  """`base` with the loss of `point`: al_ce_weight = 1 − β, al_tau = τ and al_gamma = α/τ (the loop's
+  α = γτ), i.e. γ = β for Inan's scaling and γ = βτ for the τ² one."""
   c = base.copy_and_resolve_references()
   with c.unlocked():
     c.name = f"{base.name}_{point.name}"
-    c.al_gamma = point.proportion
+    c.al_gamma = point.alpha / point.tau
     c.al_ce_weight = 1.0 - point.proportion
     c.al_tau = point.tau
   if c.tying != "untied":
@@ -132,7 +147,7 @@ def run(base, corpus, workdir: str | Path, points: Sequence[Point], frequent_wor
     ckpts = Checkpoints(run_dir / "checkpoints")
     state, _ = ckpts.restore_saved("last")
     ckpts.close()
-    rows.append({"point": point.name, "proportion": point.proportion, "tau": point.tau,
+    rows.append({"point": point.name, "proportion": point.proportion, "tau": point.tau, "alpha": point.alpha,
                  **distances(state["params"], seen, initial, frequent),
                  "target_entropy": target_entropy(state["params"], seen, point.tau), "train_ppl": results["train_ppl"],
                  "valid_ppl": results["valid_ppl"], "steps": results["steps"]})
@@ -142,12 +157,13 @@ def run(base, corpus, workdir: str | Path, points: Sequence[Point], frequent_wor
 
 def table(rows: Sequence[dict]) -> str:
   k = rows[0]["words_frequent"] if rows else 0
-  lines = ["| β (AL proportion) | τ | distance (all words) | distance (words in the span; random) "
+  lines = ["| β (AL proportion) | τ | α | distance (all words) | distance (words in the span; random) "
            f"| distance ΔW–ΔL | ‖ΔW‖/‖W₀‖ | distance ({k:,} most frequent; random) | ΔW–ΔL ({k:,}) "
            f"| ‖ΔW‖/‖W₀‖ ({k:,}) | entropy of ỹ (nats) | train ppl | valid ppl |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
-    lines.append(f"| {r['proportion']:g} | {r['tau']:g} | {r['distance_all']:.3f} "
+    alpha = r.get("alpha", r["proportion"] * r["tau"])  # rows from before α was recorded used α = βτ
+    lines.append(f"| {r['proportion']:g} | {r['tau']:g} | {alpha:g} | {r['distance_all']:.3f} "
                  f"| {r['distance_seen']:.3f} ({r['random_seen']:.3f}) | {r['update_distance_seen']:.3f} "
                  f"| {r['update_norm_ratio']:.3g} "
                  f"| {r['distance_frequent']:.3f} ({r['random_frequent']:.3f}) | {r['update_distance_frequent']:.3f} "
