@@ -18,6 +18,7 @@ def get_config():
   c.num_layers = 2            # Zaremba: 2 LSTM layers
   c.dropout = 0.0             # Zaremba small: keep_prob 1.0 (no dropout)
   c.init_scale = 0.1          # Zaremba small: U(-0.1, 0.1)
+  c.embedding_init_scale = 0.0  # ours, off: >0 draws the embedding/output layer from U(-s, s) instead
   c.tying = "untied"          # untied | tied | projection | tied_projection (Press & Wolf 2017)
   c.pr_lambda = 1.0 / 6.5     # Press & Wolf code: l2_loss(P) / (batch * 6.5); the paper rounds to 0.15
   c.proj_bias = True          # Press & Wolf code: proj_b (a bias after P)

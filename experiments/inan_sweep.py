@@ -5,6 +5,7 @@ and the input embedding.
     python -m experiments.inan_sweep --workdir=runs/inan_sec62
     python -m experiments.inan_sweep --workdir=runs/inan_sec62 --proportions=0,0.5,1 --temperatures=5,20
     python -m experiments.inan_sweep --workdir=runs/inan_sec62 --kl_scale=tau2   # KL weighted β·τ², not β·τ
+    python -m experiments.inan_sweep --workdir=runs/inan_sec62_e1 --config.embedding_init_scale=1.0  # wider L, W
 
 Every point is a resumable run in <workdir>/beta<β>_tau<τ>/ (finished points are not retrained). Writes
 <workdir>/sweep.json, sweep.md and figure1.png (`wt_jax.analysis.al_sweep`).

@@ -29,4 +29,6 @@ def build(config):
   name = config.model
   if name not in _REGISTRY:
     raise ValueError(f"Unknown model {name!r}; known models: {', '.join(sorted(_REGISTRY))}.")
+  if config.get("embedding_init_scale", 0.0) and name != "lstm_lm":
+    raise ValueError(f"embedding_init_scale is only implemented for lstm_lm, not {name!r}; leave it at 0.")
   return _REGISTRY[name](config)

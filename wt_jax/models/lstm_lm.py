@@ -133,6 +133,7 @@ class LSTMLM(nn.Module):
   num_layers: int = 2
   dropout: float = 0.0
   init_scale: float = 0.1
+  embedding_init_scale: float = 0.0  # > 0: the word embeddings / output layer from U(−s, s), not init_scale
   tying: str = "tied"
   pr_lambda: float = 1.0 / 6.5
   proj_bias: bool = True
@@ -142,8 +143,8 @@ class LSTMLM(nn.Module):
 
   def setup(self):
     self.words = tying.WordEmbeddings(
-        vocab_size=self.vocab_size, dim=self.hidden, mode=self.tying, init_scale=self.init_scale,
-        pr_lambda=self.pr_lambda, proj_bias=self.proj_bias, output_bias=self.output_bias,
+        vocab_size=self.vocab_size, dim=self.hidden, mode=self.tying,
+        init_scale=self.embedding_init_scale or self.init_scale, pr_lambda=self.pr_lambda, proj_bias=self.proj_bias, output_bias=self.output_bias,
         logit_scale=self.logit_scale, dtype=self.dtype)
     self.layers = [LSTMLayer(self.hidden, self.init_scale, self.dtype, name=f"lstm_{l}")
                    for l in range(self.num_layers)]
@@ -170,7 +171,8 @@ class LSTMLM(nn.Module):
 def from_config(config) -> LSTMLM:
   return LSTMLM(
       vocab_size=config.vocab_size, hidden=config.hidden_size, num_layers=config.num_layers,
-      dropout=config.dropout, init_scale=config.init_scale, tying=config.tying,
+      dropout=config.dropout, init_scale=config.init_scale,
+      embedding_init_scale=config.get("embedding_init_scale", 0.0), tying=config.tying,
       pr_lambda=config.pr_lambda, proj_bias=config.proj_bias, output_bias=config.output_bias,
       logit_scale=config.logit_scale,
       dtype=precision.compute_dtype(config.compute_dtype))
