@@ -144,7 +144,8 @@ class LSTMLM(nn.Module):
   def setup(self):
     self.words = tying.WordEmbeddings(
         vocab_size=self.vocab_size, dim=self.hidden, mode=self.tying,
-        init_scale=self.embedding_init_scale or self.init_scale, pr_lambda=self.pr_lambda, proj_bias=self.proj_bias, output_bias=self.output_bias,
+        init_scale=self.embedding_init_scale or self.init_scale, pr_lambda=self.pr_lambda,
+        proj_bias=self.proj_bias, output_bias=self.output_bias,
         logit_scale=self.logit_scale, dtype=self.dtype)
     self.layers = [LSTMLayer(self.hidden, self.init_scale, self.dtype, name=f"lstm_{l}")
                    for l in range(self.num_layers)]
