@@ -99,16 +99,16 @@ REPORTS = {
             PaperRow("lbl", "LBL, one table (Mnih & Hinton's)", "—", None, None, None),
         )),
     # Inan, Khosravi & Socher (ICLR 2017), Table 1: the small (200-unit) VD-LSTM on PTB, with the augmented
-    # loss (AL), reused embeddings (RE: tied, no output bias) and both (REAL). The issue quotes the baseline
-    # and REAL rows; the +AL and +RE rows are not transcribed here.
+    # loss (AL), reused embeddings (RE: tied, no output bias) and both (REAL). All four small rows as printed
+    # in the paper's Table 1 (valid / test; the table has no parameter or training-perplexity column).
     "inan_ptb_table1": ReportSpec(
         title="Inan et al. (2017), Table 1: small VD-LSTM on PTB with AL, RE and REAL",
         source="Inan, Khosravi & Socher, Tying Word Vectors and Word Classifiers, ICLR 2017, Table 1",
         command="python -m experiments.ptb --config={flag} --config.seed={seed} --workdir={workdir}",
         rows=(
             PaperRow("inan_small_vd", "VD-LSTM (small)", "—", None, 92.6, 87.3, "configs/inan.py:small,vd"),
-            PaperRow("inan_small_al", "+ AL", "—", None, None, None, "configs/inan.py:small,al"),
-            PaperRow("inan_small_re", "+ RE", "—", None, None, None, "configs/inan.py:small,re"),
+            PaperRow("inan_small_al", "+ AL", "—", None, 86.3, 82.9, "configs/inan.py:small,al"),
+            PaperRow("inan_small_re", "+ RE", "—", None, 89.9, 85.1, "configs/inan.py:small,re"),
             PaperRow("inan_small_real", "+ REAL (RE + AL)", "—", None, 86.3, 82.7, "configs/inan.py:small,real"),
         )),
 }
