@@ -19,6 +19,7 @@ def get_config():
   c.dropout = 0.0             # Zaremba small: keep_prob 1.0 (no dropout)
   c.init_scale = 0.1          # Zaremba small: U(-0.1, 0.1)
   c.embedding_init_scale = 0.0  # ours, off: >0 draws the embedding/output layer from U(-s, s) instead
+  c.embedding_row_norm = 0.0  # off; >0 holds every input-embedding row at this L2 norm (Inan §6.2: 1)
   c.tying = "untied"          # untied | tied | projection | tied_projection (Press & Wolf 2017)
   c.pr_lambda = 1.0 / 6.5     # Press & Wolf code: l2_loss(P) / (batch * 6.5); the paper rounds to 0.15
   c.proj_bias = True          # Press & Wolf code: proj_b (a bias after P)

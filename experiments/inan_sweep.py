@@ -2,10 +2,15 @@
 small untied LSTM LM (configs/inan_sec62.py) and plot the subspace distance between the output projection
 and the input embedding.
 
-    python -m experiments.inan_sweep --workdir=runs/inan_sec62
-    python -m experiments.inan_sweep --workdir=runs/inan_sec62 --proportions=0,0.5,1 --temperatures=5,20
-    python -m experiments.inan_sweep --workdir=runs/inan_sec62 --kl_scale=tau2   # KL weighted β·τ², not β·τ
-    python -m experiments.inan_sweep --workdir=runs/inan_sec62_e1 --config.embedding_init_scale=1.0  # wider L, W
+    python -m experiments.inan_sweep --workdir=runs/inan_sec62_paper   # the paper's recipe (defaults)
+    python -m experiments.inan_sweep --workdir=runs/inan_sec62_paper --proportions=0,0.5,1 --temperatures=5,20
+    # the session-6 sweep (results/inan_sec62/): KL weighted β·τ, β at τ = 20, τ at β = 0.5, L's rows free
+    python -m experiments.inan_sweep --workdir=runs/inan_sec62 --kl_scale=tau --fixed_tau=20 \
+        --fixed_proportion=0.5 --config.embedding_row_norm=0
+
+The paper's recipe (Inan et al. Section 6.2, eq. 6.1): loss (1 − β)·CE + β·τ²·|V|·KL, β swept at τ = 10 and
+τ swept with the AL alone (β = 1), the rows of L held at norm 1 (`configs/inan_sec62.py`). The paper averages
+10 runs per point; a sweep here is one seed (`--config.seed`).
 
 Every point is a resumable run in <workdir>/beta<β>_tau<τ>/ (finished points are not retrained). Writes
 <workdir>/sweep.json, sweep.md and figure1.png (`wt_jax.analysis.al_sweep`).
@@ -25,12 +30,14 @@ _PROPORTIONS = flags.DEFINE_list("proportions", ["0", "0.25", "0.5", "0.75", "1"
                                  "AL proportions β for the first sweep (at --fixed_tau).")
 _TEMPERATURES = flags.DEFINE_list("temperatures", ["1", "2", "5", "10", "20", "40"],
                                   "Temperatures τ for the second sweep (at --fixed_proportion).")
-_FIXED_TAU = flags.DEFINE_float("fixed_tau", 20.0, "τ of the proportion sweep (Inan: 20).")
-_FIXED_PROPORTION = flags.DEFINE_float("fixed_proportion", 0.5, "β of the temperature sweep (ours).")
-_KL_SCALE = flags.DEFINE_enum("kl_scale", "tau", list(al_sweep.KL_SCALES),
-                              "The KL term's weight: β·τ (tau: Inan's α = γτ) or β·τ² (tau2: Hinton et al.'s "
-                              "distillation scaling, which keeps the KL's logit gradient (ŷ − ỹ)/τ from shrinking "
-                              "with τ). tau2 points are named beta<β>_tau<τ>_kltau2.")
+_FIXED_TAU = flags.DEFINE_float("fixed_tau", 10.0, "τ of the proportion sweep (Inan Figure 1a: 10).")
+_FIXED_PROPORTION = flags.DEFINE_float("fixed_proportion", 1.0,
+                                       "β of the temperature sweep (Inan Figure 1b: 1, the AL alone).")
+_KL_SCALE = flags.DEFINE_enum("kl_scale", "tau2v", list(al_sweep.KL_SCALES),
+                              "The KL term's weight: β·τ²·|V| (tau2v: Inan eq. 6.1, which makes the KL's high-τ "
+                              "logit gradient (W·h − Lᵀu)/(τ²|V|) of unit size), β·τ (tau: Table 1's α = γτ) or "
+                              "β·τ² (tau2: distillation's scaling). Points are named beta<β>_tau<τ>_kl<scale>, "
+                              "except tau's (beta<β>_tau<τ>).")
 _FREQUENT = flags.DEFINE_integer("frequent_words", 1000, "Also measure the distances over the span's N most "
                                  "frequent words (where training moved W furthest from its initial value).")
 flags.mark_flags_as_required(["workdir"])
@@ -40,12 +47,12 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   metrics.quiet_library_logs()
+  config = _CONFIG.value
   try:
     points = al_sweep.grid([float(b) for b in _PROPORTIONS.value], [float(t) for t in _TEMPERATURES.value],
-                           _FIXED_TAU.value, _FIXED_PROPORTION.value, _KL_SCALE.value)
+                           _FIXED_TAU.value, _FIXED_PROPORTION.value, _KL_SCALE.value, config.vocab_size)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
-  config = _CONFIG.value
   if config.dataset != "ptb":
     raise app.UsageError(f"The Section-6.2 sweep runs on PTB, not {config.dataset!r}.")
   corpus = ptb.load(config.data_dir or None, download=config.download)

@@ -183,6 +183,16 @@ def test_section_6_2_sweep_grid_configs_and_runs(tmp_path):
   assert [p.kl_scale for p in al_sweep.grid([0.5], [5], 20, 0.5, kl_scale="tau2")] == ["tau2", "tau2"]
   with pytest.raises(ValueError, match="kl_scale"):
     al_sweep.Point(0.5, 20.0, "tau3")
+  # The paper's scaling (eq. 6.1): α = β·τ²·|V|, which needs |V| and must agree with the config's.
+  p3 = al_sweep.Point(0.25, 5.0, "tau2v", base.vocab_size)
+  s3 = loop.augmented_loss_settings(al_sweep.point_config(base, p3))
+  assert s3["alpha"] == pytest.approx(0.25 * 25.0 * base.vocab_size) == p3.alpha and s3["ce_weight"] == 0.75
+  assert p3.name == "beta0.25_tau5_kltau2v"
+  with pytest.raises(ValueError, match="vocabulary size"):
+    al_sweep.Point(0.5, 20.0, "tau2v")
+  with pytest.raises(ValueError, match="vocab_size"):
+    al_sweep.point_config(base, al_sweep.Point(0.5, 20.0, "tau2v", base.vocab_size + 1))
+  assert {p.alpha for p in al_sweep.grid([1], [10], 10, 1, "tau2v", 100)} == {1 * 10.0 ** 2 * 100}
 
   corpus = ptb.load(str(write_corpus(tmp_path / "data" / "ptb").parent), download=False)
   pts = al_sweep.grid([0, 1], [5], fixed_tau=20, fixed_proportion=1)
@@ -246,3 +256,30 @@ def test_run_keys_rebuild_a_runs_initial_parameters(tmp_path):
   model = models.build(config)
   initial = loop.init_params(model, loop.run_keys(7)[0], config.batch_size, config.bptt)
   jax.tree_util.tree_map(np.testing.assert_array_equal, saved["params"], jax.device_get(initial))
+
+
+def test_embedding_row_norm_holds_the_input_rows_at_that_norm(tmp_path):
+  """Inan Section 6.2's constraint: L's rows at norm 1 from the first step (fit's initial parameters, which
+  init_params rebuilds for ΔL) to the last; W and the LSTM are left alone; 0 is off and < 0 an error."""
+  from wt_jax.train.checkpoint import Checkpoints
+  params = {"words": {"embedding": jnp.array([[3.0, 4.0], [0.0, 0.5]]), "out_embedding": jnp.ones((2, 2))}}
+  out = tying.constrain_embedding_rows(params, 2.0)
+  np.testing.assert_allclose(out["words"]["embedding"], [[1.2, 1.6], [0.0, 2.0]], rtol=1e-6)
+  assert out["words"]["out_embedding"] is params["words"]["out_embedding"]
+  assert tying.constrain_embedding_rows(params, 0.0) is params
+  with pytest.raises(ValueError, match="≥ 0"):
+    tying.constrain_embedding_rows(params, -1.0)
+
+  corpus = ptb.load(str(write_corpus(tmp_path / "data" / "ptb").parent), download=False)
+  config = tiny_config(embedding_row_norm=1.0, max_steps=3, seed=5, al_gamma=2.0)
+  model = models.build(config)
+  initial = loop.init_params(model, loop.run_keys(5)[0], config.batch_size, config.bptt, 1.0)
+  np.testing.assert_allclose(np.linalg.norm(initial["words"]["embedding"], axis=1), 1.0, rtol=1e-5)
+  assert not np.allclose(np.linalg.norm(initial["words"]["out_embedding"], axis=1), 1.0, rtol=1e-3)
+  loop.fit(config, corpus, tmp_path / "run")
+  ckpts = Checkpoints(tmp_path / "run" / "checkpoints")
+  saved, _ = ckpts.restore_saved("last")
+  ckpts.close()
+  L = np.asarray(saved["params"]["words"]["embedding"])
+  np.testing.assert_allclose(np.linalg.norm(L, axis=1), 1.0, rtol=1e-5)
+  assert int(saved["step"]) == 3 and not np.allclose(L, initial["words"]["embedding"])  # trained, then projected

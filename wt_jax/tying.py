@@ -125,6 +125,23 @@ def count_params(params: Any) -> int:
   return int(sum(x.size for x in jax.tree_util.tree_leaves(params)))
 
 
+def constrain_embedding_rows(params: Any, norm: float) -> Any:
+  """`params` with every row of the input embedding (params['words']['embedding'], V×D) rescaled to L2 norm
+  `norm`; `params` itself when norm is 0. Inan et al. (2017, Section 6.2) hold the rows of L at norm 1; the
+  loop applies this to the initial parameters and after every update (a projection onto the constraint, so
+  the stored leaf is the constrained L that the AL target and the analyses read)."""
+  if not norm:
+    return params
+  if norm < 0:
+    raise ValueError(f"embedding_row_norm must be ≥ 0 (0: off), not {norm}.")
+  if "words" not in params or "embedding" not in params["words"]:
+    raise ValueError("embedding_row_norm needs a model whose input embedding is params['words']['embedding'].")
+  embedding = params["words"]["embedding"]
+  row_norms = jnp.linalg.norm(embedding, axis=-1, keepdims=True)
+  words = {**params["words"], "embedding": embedding * (norm / jnp.maximum(row_norms, 1e-12))}
+  return {**params, "words": words}
+
+
 def embedding_leaves(params: Any) -> dict[str, jax.Array]:
   """The V×D embedding matrices of a parameter tree, by path: one when tied, two when untied."""
   out = {}

@@ -1,8 +1,13 @@
 """Inan et al. (2017) Section 6.2 / Figure 1: train small untied LMs with a loss mixing cross-entropy and the
-augmented loss, (1 − β)·CE + β·τ·KL(ỹ‖ŷ), over a grid of AL proportions β and temperatures τ, and measure
+augmented loss, (1 − β)·CE + α·KL(ỹ‖ŷ), over a grid of AL proportions β and temperatures τ, and measure
 after training how far the output projection W [V, D] lies from the input embedding L's column space
 (`embeddings.subspace_distance`). Inan et al. argue that the AL drives W into L's span, which is what
 motivates reusing L as W.
+
+The KL's weight α is β·τ²·|V| in the paper's equation (6.1) (`kl_scale="tau2v"`: at high τ the KL's logit
+gradient is (W·h − Lᵀ·u)/(τ²|V|), eq. 4.3, so this scaling makes it a logit-matching term of unit size);
+`"tau"` (β·τ, the α = γτ of Table 1's runs) and `"tau2"` (β·τ², distillation's scaling) are the weaker
+weightings this project's first sweeps used before the paper's text was checked.
 
 Each point is one ordinary run of the shared training loop (`loop.fit`) in <workdir>/<point>/ — resumable,
 skipped when its results.json exists. The distance is reported over all V rows and over the rows of the
@@ -25,47 +30,54 @@ from wt_jax.train import loop
 from wt_jax.train.checkpoint import Checkpoints
 
 
-KL_SCALES = ("tau", "tau2")
+KL_SCALES = ("tau2v", "tau", "tau2")
 
 
 @dataclasses.dataclass(frozen=True)
 class Point:
   proportion: float  # β: the AL's share of the loss (0: cross-entropy only; 1: AL only)
   tau: float         # τ: the AL's temperature
-  kl_scale: str = "tau"  # the KL's weight α: β·τ (Inan's α = γτ) or β·τ² (the distillation scaling)
+  kl_scale: str = "tau"  # the KL's weight α: β·τ²·|V| (tau2v, Inan eq. 6.1), β·τ (tau) or β·τ² (tau2)
+  vocab_size: int = 0  # |V|, needed by tau2v only
 
   def __post_init__(self):
     if self.kl_scale not in KL_SCALES:
       raise ValueError(f"kl_scale must be one of {KL_SCALES}, not {self.kl_scale!r}.")
+    if self.kl_scale == "tau2v" and self.vocab_size <= 0:
+      raise ValueError("kl_scale='tau2v' (α = β·τ²·|V|) needs the vocabulary size.")
 
   @property
   def alpha(self) -> float:
     """The KL term's weight α."""
+    if self.kl_scale == "tau2v":
+      return self.proportion * self.tau ** 2 * self.vocab_size
     return self.proportion * self.tau ** (2 if self.kl_scale == "tau2" else 1)
 
   @property
   def name(self) -> str:
-    return f"beta{self.proportion:g}_tau{self.tau:g}" + ("_kltau2" if self.kl_scale == "tau2" else "")
+    return f"beta{self.proportion:g}_tau{self.tau:g}" + ("" if self.kl_scale == "tau" else f"_kl{self.kl_scale}")
 
 
 def grid(proportions: Sequence[float], temperatures: Sequence[float], fixed_tau: float,
-         fixed_proportion: float, kl_scale: str = "tau") -> list[Point]:
+         fixed_proportion: float, kl_scale: str = "tau", vocab_size: int = 0) -> list[Point]:
   """Figure 1's two sweeps: every β at `fixed_tau`, then every τ at `fixed_proportion` (shared points once),
-  all with the KL weighted by `kl_scale` (see `Point`)."""
+  all with the KL weighted by `kl_scale` (see `Point`; `vocab_size` for tau2v)."""
   for b in [*proportions, fixed_proportion]:
     if not 0.0 <= b <= 1.0:
       raise ValueError(f"AL proportions must lie in [0, 1], not {b}.")
   for t in [*temperatures, fixed_tau]:
     if t <= 0:
       raise ValueError(f"Temperatures must be positive, not {t}.")
-  points = [Point(float(b), float(fixed_tau), kl_scale) for b in proportions]
-  points += [Point(float(fixed_proportion), float(t), kl_scale) for t in temperatures]
+  points = [Point(float(b), float(fixed_tau), kl_scale, vocab_size) for b in proportions]
+  points += [Point(float(fixed_proportion), float(t), kl_scale, vocab_size) for t in temperatures]
   return list(dict.fromkeys(points))
 
 
 def point_config(base, point: Point):
   """`base` with the loss of `point`: al_ce_weight = 1 − β, al_tau = τ and al_gamma = α/τ (the loop's
-  α = γτ), i.e. γ = β for Inan's scaling and γ = βτ for the τ² one."""
+  α = γτ), i.e. γ = β·τ·|V| for the paper's scaling, β for Table 1's and βτ for the τ² one."""
+  if point.kl_scale == "tau2v" and point.vocab_size != base.vocab_size:
+    raise ValueError(f"The point's |V| = {point.vocab_size} is not the config's vocab_size {base.vocab_size}.")
   c = base.copy_and_resolve_references()
   with c.unlocked():
     c.name = f"{base.name}_{point.name}"
@@ -137,7 +149,8 @@ def run(base, corpus, workdir: str | Path, points: Sequence[Point], frequent_wor
   seen = np.unique(np.asarray(span))
   frequent = most_frequent(span, frequent_words)
   model = models.build(base)
-  initial = loop.init_params(model, loop.run_keys(base.seed)[0], base.batch_size, base.bptt)
+  initial = loop.init_params(model, loop.run_keys(base.seed)[0], base.batch_size, base.bptt,
+                             base.get("embedding_row_norm", 0.0))
   rows = []
   for point in points:
     config = point_config(base, point)

@@ -56,11 +56,12 @@ def run_keys(seed: int) -> tuple[jax.Array, jax.Array]:
   return init_key, dropout_key
 
 
-def init_params(model, rng: jax.Array, batch_size: int, bptt: int):
-  """The model's parameter pytree (only the 'params' collection)."""
+def init_params(model, rng: jax.Array, batch_size: int, bptt: int, embedding_row_norm: float = 0.0):
+  """The model's parameter pytree (only the 'params' collection); with `embedding_row_norm` > 0 the input
+  embedding's rows rescaled to that norm (`tying.constrain_embedding_rows`, as `fit` starts from)."""
   x = jnp.zeros((batch_size, bptt), jnp.int32)
   variables = model.init(rng, x, model.initial_carry(batch_size), train=False)
-  return variables["params"]
+  return tying.constrain_embedding_rows(variables["params"], embedding_row_norm)
 
 
 def augmented_loss_settings(config) -> dict | None:
@@ -87,7 +88,8 @@ def _al_matrix(params, which: str) -> jax.Array:
 
 
 def make_train_step(model, tx: optax.GradientTransformation, dropout_key: jax.Array, l2_on_loss: float = 0.0,
-                    dp: parallel.DataParallel | None = None, augmented: dict | None = None):
+                    dp: parallel.DataParallel | None = None, augmented: dict | None = None,
+                    embedding_row_norm: float = 0.0):
   """Returns step(state, carry, acc, x[B,T], y[B,T]) → (state, carry, acc, norms), jit-compiled.
 
   With `dp`, the step is compiled for that mesh: x, y and the carry sharded along the batch, the state,
@@ -98,7 +100,8 @@ def make_train_step(model, tx: optax.GradientTransformation, dropout_key: jax.Ar
   decoupled weight decay lives in the optimizer, see `optim.make_optimizer`), plus, with `augmented`
   (`augmented_loss_settings`), α·Σ_t mean_b KL(ỹ‖ŷ) (Inan et al. 2017; `losses.augmented_kl`), the NLL term
   then weighted by its `ce_weight` (1 unless a Section-6.2 sweep mixes the two). Perplexities count the NLL
-  only.
+  only. With `embedding_row_norm` > 0 the input embedding's rows are rescaled to that norm after the update
+  (`tying.constrain_embedding_rows`; Inan et al.'s Section 6.2 holds them at 1).
 
   state: {'params', 'opt_state', 'step'}; acc: running {'nll', 'tokens', 'nonfinite'} sums; norms: this
   step's global L2 norm of the gradient (before clipping) and the norm of the gradient of each embedding
@@ -128,7 +131,7 @@ def make_train_step(model, tx: optax.GradientTransformation, dropout_key: jax.Ar
     (_, (carry, nll_sum)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         state["params"], carry, x, y, key)
     updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
-    params = optax.apply_updates(state["params"], updates)
+    params = tying.constrain_embedding_rows(optax.apply_updates(state["params"], updates), embedding_row_norm)
     acc = {"nll": acc["nll"] + nll_sum, "tokens": acc["tokens"] + y.size,
            "nonfinite": acc["nonfinite"] + (~jnp.isfinite(nll_sum)).astype(jnp.int32)}
     # (norms of params and updates cost ~15% of a small-model step here: the loop takes the params' norm
@@ -151,7 +154,7 @@ def train_step_for(config, model, tx: optax.GradientTransformation, dropout_key:
   """`make_train_step` with every cost term `config` asks for (weight decay on the loss, the augmented
   loss): the step `fit` trains with, and the one `experiments.bench` times."""
   return make_train_step(model, tx, dropout_key, optim.weight_decay_on_loss(config), dp,
-                         augmented_loss_settings(config))
+                         augmented_loss_settings(config), config.get("embedding_row_norm", 0.0))
 
 
 def make_eval_window(model):
@@ -248,8 +251,8 @@ def perplexity(nll_sum: float, tokens: int) -> float:
   return math.exp(mean) if mean < 700 else float("inf")
 
 
-def _initial_state(model, tx, rng, batch_size, bptt):
-  params = init_params(model, rng, batch_size, bptt)
+def _initial_state(model, tx, rng, batch_size, bptt, embedding_row_norm=0.0):
+  params = init_params(model, rng, batch_size, bptt, embedding_row_norm)
   return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)}
 
 
@@ -327,7 +330,7 @@ def fit(config, corpus, workdir: str | Path) -> dict:
 
   init_key, dropout_key = run_keys(config.seed)
   # Built on the devices, replicated (every process computes the same initial parameters from the seed).
-  state = jax.jit(lambda k: _initial_state(model, tx, k, B, T), out_shardings=dp.replicated)(init_key)
+  state = jax.jit(lambda k: _initial_state(model, tx, k, B, T, config.get("embedding_row_norm", 0.0)), out_shardings=dp.replicated)(init_key)
   num_params = tying.count_params(state["params"])
   new_carry = lambda: dp.shard_batch(model.initial_carry(B), models.CARRY_BATCH_AXIS)
   carry = new_carry()
