@@ -89,9 +89,10 @@ def point_config(base, point: Point):
   return c
 
 
-def _LW(params) -> tuple[np.ndarray, np.ndarray]:
+def embedding_matrices(params) -> tuple[np.ndarray, np.ndarray]:
+  """(L, W), the input embedding and the output projection [V, D] as float64; W is L when tied."""
   leaves = {k.rsplit("/", 1)[-1]: np.asarray(v, np.float64) for k, v in tying.embedding_leaves(params).items()}
-  return leaves["embedding"], leaves["out_embedding"]
+  return leaves["embedding"], leaves.get("out_embedding", leaves["embedding"])
 
 
 def distances(params, seen: np.ndarray, initial=None, frequent: np.ndarray | None = None) -> dict:
@@ -101,8 +102,8 @@ def distances(params, seen: np.ndarray, initial=None, frequent: np.ndarray | Non
   (n = seen words), √(1 − D/n): the value to read the others against. With `frequent` (word ids, e.g. the
   span's most frequent words, where training moved W furthest from W₀) the same quantities over those rows,
   suffixed `_frequent`."""
-  L, W = _LW(params)
-  L0, W0 = _LW(initial) if initial is not None else (None, None)
+  L, W = embedding_matrices(params)
+  L0, W0 = embedding_matrices(initial) if initial is not None else (None, None)
 
   def over(rows, suffix):
     out = {f"distance_{suffix}": embeddings.subspace_distance(W[rows], L[rows]),
@@ -132,7 +133,7 @@ def target_entropy(params, seen: np.ndarray, tau: float) -> float:
   """Mean entropy (nats) of the AL's target ỹ = softmax(L·u_w/τ) over the `seen` words w, with the trained
   input embedding L. ln V means ỹ is uniform (the AL then only flattens ŷ); small values mean it points
   at w's neighbours."""
-  L, _ = _LW(params)
+  L, _ = embedding_matrices(params)
   z = L[seen] @ L.T / tau
   z -= z.max(axis=1, keepdims=True)
   logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
