@@ -52,4 +52,7 @@ def get_config(arg: str = "small,vd"):
   c.al_gamma = {"ptb": 0.65, "wikitext2": 1.25}[dataset] if variant in ("al", "real") else 0.0
   # Inan: γ in 0.5–0.8 (PTB) / 1.0–1.5 (WikiText-2); the middle of each range (ours)
   c.al_tau = 20.0             # Inan: τ = 20
+  # Ours (the paper does not say): the AL target ỹ carries a gradient. With a fixed target the first small
+  # REAL run diverged in epoch 4 (frequent words' tied rows grew into hubs of ỹ; BUILD_NOTES §11).
+  c.al_target_gradient = variant in ("al", "real")
   return c

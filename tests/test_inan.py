@@ -142,6 +142,8 @@ def test_inan_configs():
   assert (c.model, c.hidden_size, c.tying, c.output_bias, c.tie_state_masks, c.mask_per_gate, c.dropout_i) == \
       ("bd_lstm_lm", 200, "tied", False, True, False, 0.0)
   assert loop.augmented_loss_settings(c)["alpha"] == pytest.approx(0.65 * 20)
+  assert loop.augmented_loss_settings(c)["target_gradient"]  # since the fixed-target REAL run diverged
+  assert loop.augmented_loss_settings(inan.get_config("small,al"))["target_gradient"]
   c = inan.get_config("large,vd,wikitext2")
   assert (c.hidden_size, c.vocab_size, c.tying, c.output_bias, c.al_gamma) == (1500, 33278, "untied", True, 0.0)
   assert loop.augmented_loss_settings(inan.get_config("medium,al")) is not None
