@@ -26,21 +26,6 @@ _DATA_DIR = flags.DEFINE_string("data_dir", None, "PTB folder (default: WT_JAX_D
 flags.mark_flag_as_required("checkpoints")
 
 
-def target_stats(L: np.ndarray, words: np.ndarray, tau: float) -> dict:
-  """ỹ_w = softmax(L·l_w/τ) for each w in `words` (ids): mean entropy, the share peaking on w itself, the
-  commonest peak (id) with how many ỹ's peak there and its mean mass."""
-  z = L[words] @ L.T / tau
-  z -= z.max(axis=1, keepdims=True)
-  p = np.exp(z)
-  p /= p.sum(axis=1, keepdims=True)
-  peaks = p.argmax(axis=1)
-  ids, counts = np.unique(peaks, return_counts=True)
-  hub = int(ids[np.argmax(counts)])
-  return {"entropy": float(-(p * np.log(np.maximum(p, 1e-300))).sum(axis=1).mean()),
-          "peak_on_self": float((peaks == words).mean()), "hub": hub, "hub_peaks": int(counts.max()),
-          "hub_mass": float(p[:, hub].mean())}
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
@@ -52,7 +37,7 @@ def main(argv):
   norms = np.linalg.norm(L, axis=1)
   top = np.argsort(-norms)[:5]
   frequent = al_sweep.most_frequent(corpus.train, _WORDS.value)
-  stats = target_stats(L, frequent, _TAU.value)
+  stats = al_sweep.target_stats(L, frequent, _TAU.value)
   stats["hub"] = corpus.vocab.words[stats["hub"]]
   print(json.dumps({"checkpoint": f"{_CHECKPOINTS.value}/{_WHICH.value}", "step": int(state["step"]),
                     "row_norm_mean": float(norms.mean()),

@@ -288,14 +288,14 @@ def test_embedding_row_norm_holds_the_input_rows_at_that_norm(tmp_path):
 
 
 def test_al_target_stats_find_a_hub():
-  """experiments.al_target: a row that is long and close to every other row takes every target's peak."""
-  from experiments import al_target
+  """al_sweep.target_stats (experiments.al_target): a long row close to every other row takes the targets' peaks."""
+  from wt_jax.analysis import al_sweep
   L = np.zeros((5, 4))
   L[:4, :4] = np.eye(4)
   L[4] = 5.0 * np.array([1.0, 1.0, 1.0, 0.0])  # the hub: ⟨l_w, l_4⟩ = 5 > ⟨l_w, l_w⟩ = 1 for w = 0, 1, 2
-  s = al_target.target_stats(L, np.array([0, 1, 2, 3]), tau=1.0)
+  s = al_sweep.target_stats(L, np.array([0, 1, 2, 3]), tau=1.0)
   assert s["hub"] == 4 and s["hub_peaks"] == 3 and s["peak_on_self"] == 0.25  # word 3 is orthogonal to it
   assert 0.0 < s["entropy"] < np.log(5) and s["hub_mass"] > 0.5
   L[4] *= 0.01
-  s = al_target.target_stats(L, np.array([0, 1, 2, 3]), tau=1.0)
+  s = al_sweep.target_stats(L, np.array([0, 1, 2, 3]), tau=1.0)
   assert s["peak_on_self"] == 1.0

@@ -140,6 +140,21 @@ def target_entropy(params, seen: np.ndarray, tau: float) -> float:
   return float(-(np.exp(logp) * logp).sum(axis=1).mean())
 
 
+def target_stats(L: np.ndarray, words: np.ndarray, tau: float) -> dict:
+  """ỹ_w = softmax(L·l_w/τ) for each w in `words` (ids): mean entropy, the share peaking on w itself, the
+  commonest peak (id) with how many ỹ's peak there and its mean mass."""
+  z = L[words] @ L.T / tau
+  z -= z.max(axis=1, keepdims=True)
+  p = np.exp(z)
+  p /= p.sum(axis=1, keepdims=True)
+  peaks = p.argmax(axis=1)
+  ids, counts = np.unique(peaks, return_counts=True)
+  hub = int(ids[np.argmax(counts)])
+  return {"entropy": float(-(p * np.log(np.maximum(p, 1e-300))).sum(axis=1).mean()),
+          "peak_on_self": float((peaks == words).mean()), "hub": hub, "hub_peaks": int(counts.max()),
+          "hub_mass": float(p[:, hub].mean())}
+
+
 def run(base, corpus, workdir: str | Path, points: Sequence[Point], frequent_words: int = 1000) -> list[dict]:
   """Train (or resume, or skip if finished) every point; returns one row per point and writes
   <workdir>/sweep.json. Distances are measured over all words, the span's words and its `frequent_words`
