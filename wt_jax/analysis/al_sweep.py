@@ -133,11 +133,7 @@ def target_entropy(params, seen: np.ndarray, tau: float) -> float:
   """Mean entropy (nats) of the AL's target ỹ = softmax(L·u_w/τ) over the `seen` words w, with the trained
   input embedding L. ln V means ỹ is uniform (the AL then only flattens ŷ); small values mean it points
   at w's neighbours."""
-  L, _ = embedding_matrices(params)
-  z = L[seen] @ L.T / tau
-  z -= z.max(axis=1, keepdims=True)
-  logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-  return float(-(np.exp(logp) * logp).sum(axis=1).mean())
+  return target_stats(embedding_matrices(params)[0], seen, tau)["entropy"]
 
 
 def target_stats(L: np.ndarray, words: np.ndarray, tau: float) -> dict:
@@ -145,12 +141,12 @@ def target_stats(L: np.ndarray, words: np.ndarray, tau: float) -> dict:
   commonest peak (id) with how many ỹ's peak there and its mean mass."""
   z = L[words] @ L.T / tau
   z -= z.max(axis=1, keepdims=True)
-  p = np.exp(z)
-  p /= p.sum(axis=1, keepdims=True)
+  logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+  p = np.exp(logp)
   peaks = p.argmax(axis=1)
   ids, counts = np.unique(peaks, return_counts=True)
   hub = int(ids[np.argmax(counts)])
-  return {"entropy": float(-(p * np.log(np.maximum(p, 1e-300))).sum(axis=1).mean()),
+  return {"entropy": float(-(p * logp).sum(axis=1).mean()),
           "peak_on_self": float((peaks == words).mean()), "hub": hub, "hub_peaks": int(counts.max()),
           "hub_mass": float(p[:, hub].mean())}
 
