@@ -52,6 +52,7 @@ class ReportSpec:
   command: str  # how each run was produced ({flag}, {seed}, {workdir} filled in; {flag}: the --config value)
   rows: tuple[PaperRow, ...]
   dataset: str = "ptb"  # every run of the report must be on this corpus (results.json "dataset")
+  runs: str = ""  # where the README's commands put the runs ("" → runs/<report name>)
 
 
 REPORTS = {
@@ -82,7 +83,7 @@ REPORTS = {
             PaperRow("small_pr", "small + PR", "—", None, None, None),
             PaperRow("small_tied_pr", "small + WT + PR", "—", None, None, None),
         ),
-        dataset="bbc"),
+        dataset="bbc", runs="runs/bbc"),
     # Bengio et al. (2003) NNLM and Mnih & Hinton (2007) LBL, tied vs untied, on PTB. Neither paper reports
     # PTB (they used Brown / AP News), so there is no paper column to compare with; the question is what
     # tying does to each model at equal size of everything else.
@@ -97,7 +98,7 @@ REPORTS = {
             PaperRow("nnlm_tied_proj", "NNLM + WT through a projection (o = h·P_o)", "—", None, None, None),
             PaperRow("lbl_untied", "LBL, separate tables", "—", None, None, None),
             PaperRow("lbl", "LBL, one table (Mnih & Hinton's)", "—", None, None, None),
-        )),
+        ), runs="runs/ffnn"),
     # Inan, Khosravi & Socher (ICLR 2017), Table 1: the small (200-unit) VD-LSTM on PTB, with the augmented
     # loss (AL), reused embeddings (RE: tied, no output bias) and both (REAL). All four small rows as printed
     # in the paper's Table 1 (valid / test; the table has no parameter or training-perplexity column).
@@ -110,7 +111,7 @@ REPORTS = {
             PaperRow("inan_small_al", "+ AL", "—", None, 86.3, 82.9, "configs/inan.py:small,al"),
             PaperRow("inan_small_re", "+ RE", "—", None, 89.9, 85.1, "configs/inan.py:small,re"),
             PaperRow("inan_small_real", "+ REAL (RE + AL)", "—", None, 86.3, 82.7, "configs/inan.py:small,real"),
-        )),
+        ), runs="runs/inan"),
 }
 
 
@@ -267,7 +268,7 @@ def provenance(name: str, spec: ReportSpec, by_config: dict[str, list[dict]]) ->
       machine = (f"{host.get('cpu', '?')}, {host.get('cpu_count', '?')} cores" if host
                  else "not recorded")
       cmd = spec.command.format(flag=row.flag or f"configs/{r['config']}.py", seed=r["seed"],
-                                workdir=f"runs/{name}/{r['_dir']}")
+                                workdir=f"{spec.runs or 'runs/' + name}/{r['_dir']}")
       commit = (r.get("versions") or {}).get("wt_jax_commit") or "not recorded"
       lines.append(
           f"- `{r['_dir']}`: `{cmd}` — commit `{commit}`, machine: {machine}; "

@@ -44,7 +44,7 @@ def test_report_imports_finished_runs_and_builds_table(tmp_path):
   assert "![validation curves](results/ptb_table6/valid_curves.png)" in text
   runs_md = (out / "README.md").read_text()
   assert "commit `abc123`" in runs_md and "Test CPU, 2 cores" in runs_md
-  assert "--config=configs/small_tied.py --config.seed=1" in runs_md
+  assert "--config=configs/small_tied.py --config.seed=1 --workdir=runs/ptb_table6/small_tied_seed1`" in runs_md
 
   # Rebuilding from the committed files alone gives the same table.
   assert report.build("ptb_table6", tmp_path / "results", None, None) == tab
@@ -57,7 +57,9 @@ def test_inan_table1_names_the_config_argument(tmp_path):
   assert "| + REAL (RE + AL) | — | 2,651,600 | 0 | — / 35.0 | 86.3 / 118.0 | 82.7 / 84.0 | +1.3 |" in tab
   assert "| VD-LSTM (small) | — | — | none yet | — / — | 92.6 / — | 87.3 / — | — |" in tab
   runs_md = (tmp_path / "results" / "inan_ptb_table1" / "README.md").read_text()
-  assert "`python -m experiments.ptb --config=configs/inan.py:small,real --config.seed=0 " in runs_md
+  # The workdir is where the README's commands put the run (runs/inan/), not runs/<report name>/.
+  assert ("`python -m experiments.ptb --config=configs/inan.py:small,real --config.seed=0 "
+          "--workdir=runs/inan/small_real`") in runs_md
 
 
 def test_report_rejects_runs_of_other_configs(tmp_path):
