@@ -30,7 +30,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   corpus = ptb.load(_DATA_DIR.value, download=False)
-  ckpts = Checkpoints(_CHECKPOINTS.value)
+  ckpts = Checkpoints(_CHECKPOINTS.value, read_only=True)
   state, _ = ckpts.restore_saved(_WHICH.value)
   ckpts.close()
   L, _ = al_sweep.embedding_matrices(state["params"])

@@ -53,7 +53,9 @@ FINDINGS = {
 
 def run_embeddings(workdir: str | Path) -> dict[str, np.ndarray]:
   """{'embedding': [V, D], ('out_embedding': [V, D])} from a run's last checkpoint."""
-  state, _ = Checkpoints(Path(workdir) / "checkpoints").restore_saved("last")
+  ckpts = Checkpoints(Path(workdir) / "checkpoints", read_only=True)
+  state, _ = ckpts.restore_saved("last")
+  ckpts.close()
   leaves = tying.embedding_leaves(state["params"])
   return {name.rsplit("/", 1)[-1]: np.asarray(x) for name, x in leaves.items()}
 

@@ -41,7 +41,7 @@ def main(argv):
     tx = optim.make_optimizer(config, len(windows))
     target = {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32),
               "carry": carry}
-    restored, _ = Checkpoints(_CHECKPOINT.value).restore("last", target)
+    restored, _ = Checkpoints(_CHECKPOINT.value, read_only=True).restore("last", target)
     params, carry, start = restored["params"], restored["carry"], int(restored["step"])
 
   def cost(p, x_offset, carry, x, y):

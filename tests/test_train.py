@@ -4,6 +4,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -144,6 +145,35 @@ def test_restoring_tied_into_untied_fails_clearly(tiny_corpus, tmp_path):
   loop.fit(tiny_config(tying="tied", max_steps=2), corpus, tmp_path)
   with pytest.raises(CheckpointMismatchError, match="out_embedding"):
     loop.fit(tiny_config(tying="untied", max_steps=4), corpus, tmp_path)
+
+
+def test_reopening_checkpoints_removes_a_killed_saves_temporary_directory(tmp_path):
+  """A run killed while orbax writes leaves `<step>.orbax-checkpoint-tmp` beside the good steps (seen in a
+  real run); the resumed run restores the last complete step and, by its next save, has removed the debris
+  (orbax starts the clean-up when the checkpoints are reopened and finishes it before any save)."""
+  from wt_jax.train.checkpoint import Checkpoints
+  tree = {"params": {"w": jnp.arange(6.0).reshape(2, 3)}, "step": jnp.asarray(3, jnp.int32)}
+  ck = Checkpoints(tmp_path)
+  ck.save("best", 3, tree, {"epoch": 1})
+  ck.close()
+  killed = tmp_path / "best" / "7.orbax-checkpoint-tmp"
+  (killed / "state.orbax-checkpoint-tmp").mkdir(parents=True)
+  (killed / "_CHECKPOINT_METADATA").write_text("{}")
+  # a reader (an analysis beside a running run) leaves a writer's unfinished save alone
+  reader = Checkpoints(tmp_path, read_only=True)
+  assert reader.restore_saved("best")[1] == {"epoch": 1}
+  reader.close()
+  time.sleep(1.0)  # a clean-up, had the reader started one, runs in the background
+  assert killed.exists()
+  ck = Checkpoints(tmp_path)
+  assert ck.latest_step("best") == 3
+  state, meta = ck.restore("best", tree)
+  np.testing.assert_array_equal(state["params"]["w"], tree["params"]["w"])
+  assert meta == {"epoch": 1}
+  ck.save("best", 9, tree, {"epoch": 2})
+  ck.close()
+  assert not killed.exists()
+  assert sorted(p.name for p in (tmp_path / "best").iterdir()) == ["9"]
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_corpus, tmp_path):

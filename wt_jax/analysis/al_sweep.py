@@ -169,7 +169,7 @@ def run(base, corpus, workdir: str | Path, points: Sequence[Point], frequent_wor
     run_dir = workdir / point.name
     results_path = run_dir / "results.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else loop.fit(config, corpus, run_dir)
-    ckpts = Checkpoints(run_dir / "checkpoints")
+    ckpts = Checkpoints(run_dir / "checkpoints", read_only=True)
     state, _ = ckpts.restore_saved("last")
     ckpts.close()
     rows.append({"point": point.name, "proportion": point.proportion, "tau": point.tau, "alpha": point.alpha,

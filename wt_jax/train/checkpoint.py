@@ -31,9 +31,14 @@ def _shapes(tree) -> dict[str, tuple]:
 class Checkpoints:
   """The `last` and `best` checkpoints of one run."""
 
-  def __init__(self, directory: str | Path):
+  def __init__(self, directory: str | Path, read_only: bool = False):
+    """`read_only` for readers (analyses of a finished or running run): they never write, create folders or
+    touch a training run's unfinished save. A writer (the training loops) removes the debris of a save that
+    was killed half-way, `<step>.orbax-checkpoint-tmp`, which orbax never restores; the complete steps
+    beside it are kept."""
     self.directory = Path(directory).absolute()
-    opts = ocp.CheckpointManagerOptions(max_to_keep=1, create=True)
+    opts = ocp.CheckpointManagerOptions(max_to_keep=1, create=not read_only, read_only=read_only,
+                                        cleanup_tmp_directories=not read_only)
     self._managers = {
         kind: ocp.CheckpointManager(
             self.directory / kind, options=opts,
