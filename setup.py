@@ -7,7 +7,9 @@ setup(
     description=("JAX/Flax reimplementation of Press & Wolf (2017) and Inan et al. (2017): "
                  "tied input/output embeddings for language models."),
     python_requires=">=3.10",
-    packages=find_packages(include=["wt_jax", "wt_jax.*", "experiments", "experiments.*"]),
+    # `configs` (the paper rows) is importable once installed; `experiments` (the entry points) runs from the
+    # checkout (`python -m experiments.ptb`) and is not installed as a top-level package.
+    packages=find_packages(include=["wt_jax", "wt_jax.*", "configs"]),
     install_requires=[
         "jax>=0.4.30",
         "jaxlib>=0.4.30",

@@ -47,12 +47,13 @@ def get_config(arg: str = "small,vd"):
   c.dropout_h = s["dropout"]  # ours: the state masks' drop probability
   c.dropout_o = s["dropout"]  # (unused with tie_state_masks: the top state's mask is used)
   c.weight_decay = 0.0
-  c.tying = "tied" if variant in ("re", "real") else "untied"
-  c.output_bias = variant not in ("re", "real")      # Inan RE: W = Lᵀ and no output bias
-  c.al_gamma = {"ptb": 0.65, "wikitext2": 1.25}[dataset] if variant in ("al", "real") else 0.0
-  # Inan: γ in 0.5–0.8 (PTB) / 1.0–1.5 (WikiText-2); the middle of each range (ours)
-  c.al_tau = 20.0             # Inan: τ = 20
-  # Ours (the paper does not say): the AL target ỹ carries a gradient. With a fixed target the first small
-  # REAL run diverged in epoch 4 (frequent words' tied rows grew into hubs of ỹ; BUILD_NOTES §11).
-  c.al_target_gradient = variant in ("al", "real")
+  c.words.mode = "tied" if variant in ("re", "real") else "untied"
+  c.words.output_bias = variant not in ("re", "real")      # Inan RE: W = Lᵀ and no output bias
+  c.al.tau = 20.0             # Inan: τ = 20
+  # Inan: α = γτ with γ in 0.5–0.8 (PTB) / 1.0–1.5 (WikiText-2); γ the middle of each range (ours)
+  gamma = {"ptb": 0.65, "wikitext2": 1.25}[dataset]
+  c.al.alpha = gamma * c.al.tau if variant in ("al", "real") else 0.0
+  # Ours (the paper does not say): the AL target ỹ carries a gradient. With a fixed target and a tied matrix
+  # without output bias, frequent words' rows can grow into hubs that dominate every ỹ (BUILD_NOTES §11).
+  c.al.target_gradient = variant in ("al", "real")
   return c

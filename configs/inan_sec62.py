@@ -20,16 +20,16 @@ def get_config():
   c.hidden_size = 300         # Inan Section 6.2: 2-layer LSTM, 300 units
   c.num_layers = 2
   c.dropout = 0.0             # Inan Section 6.2: no regularisation
-  c.tying = "untied"          # the measured distance is between L and W, so they must be two leaves
+  c.words.mode = "untied"          # the measured distance is between L and W, so they must be two leaves
   c.train_max_tokens = 20000  # Inan: a 20,000-word contiguous span (theirs random; ours the first 20k of train)
-  c.embedding_row_norm = 1.0  # Inan Section 6.2: each row of the input embedding constrained to norm 1
+  c.words.row_norm = 1.0  # Inan Section 6.2: each row of the input embedding constrained to norm 1
   c.num_epochs = 20           # ours: 50 steps per epoch at 20 × 20, 1,000 steps in all
   c.decay_after_epoch = 10    # ours: lr 1 for 11 epochs, then × 0.5 per epoch (Zaremba small's shape)
-  # One point, β = 0.5 at τ = 10: cost (1 − β)·CE + α·KL with Inan's α = β·τ²·|V| (eq. 6.1), written as the
-  # loop's α = γτ, so γ = β·τ·|V| = 0.5 · 10 · 10,000. The sweep sets all three per point.
-  c.al_gamma = 0.5 * 10.0 * 10000
-  c.al_ce_weight = 0.5        # 1 − β
-  c.al_tau = 10.0             # Inan Figure 1a: τ = 10
+  # One point, β = 0.5 at τ = 10: cost (1 − β)·CE + α·KL with Inan's α = β·τ²·|V| (eq. 6.1). The sweep
+  # sets all three per point.
+  c.al.tau = 10.0             # Inan Figure 1a: τ = 10
+  c.al.alpha = 0.5 * c.al.tau ** 2 * 10000  # β·τ²·|V|
+  c.al.ce_weight = 0.5        # 1 − β
   c.eval_max_tokens = 10000   # ours: validate / test on the first 10k tokens (the measurement is the distance)
   c.checkpoint_every_steps = 0
   c.log_every = 50

@@ -14,7 +14,7 @@ def get_config():
   c = large.get_config()
   c.name = "large_bd"
   c.model = "bd_lstm_lm"
-  del c.dropout               # Zaremba's per-step dropout is replaced by the four variational rates:
+  c.dropout = 0.0             # (unused: Zaremba's per-step dropout is replaced by the four variational rates)
   c.dropout_x = 0.3           # Gal / Press & Wolf code: word-type embedding dropout 0.3
   c.dropout_i = 0.5           # ... each layer's input, one mask per gate: 0.5
   c.dropout_h = 0.3           # ... recurrent state, one mask per gate: 0.3

@@ -10,5 +10,5 @@ from configs import large_bd
 def get_config():
   c = large_bd.get_config()
   c.name = "large_bd_tied"
-  c.tying = "tied"            # Press & Wolf code: h2y:share(lookup table, 'weight', 'gradWeight')
+  c.words.mode = "tied"            # Press & Wolf code: h2y:share(lookup table, 'weight', 'gradWeight')
   return c

@@ -11,5 +11,5 @@ from configs import large_bd_wd
 def get_config():
   c = large_bd_wd.get_config()
   c.name = "large_bd_wd_tied"
-  c.tying = "tied"
+  c.words.mode = "tied"
   return c

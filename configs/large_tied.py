@@ -10,5 +10,5 @@ from configs import large
 def get_config():
   c = large.get_config()
   c.name = "large_tied"
-  c.tying = "tied"
+  c.words.mode = "tied"
   return c

@@ -10,7 +10,7 @@ def get_config():
   c = nnlm.get_config()
   c.name = "lbl"
   c.model = "lbl"
-  c.tying = "tied"            # Mnih & Hinton: the same R for context and next word
+  c.words.mode = "tied"            # Mnih & Hinton: the same R for context and next word
   c.context = 4               # n − 1 (Mnih & Hinton: n − 1 = 5 on AP News)
   c.emb_size = 200            # m (ours; Mnih & Hinton: 100)
   c.dropout = 0.3             # ours

@@ -8,5 +8,5 @@ from configs import lbl
 def get_config():
   c = lbl.get_config()
   c.name = "lbl_untied"
-  c.tying = "untied"
+  c.words.mode = "untied"
   return c

@@ -10,5 +10,5 @@ from configs import medium
 def get_config():
   c = medium.get_config()
   c.name = "medium_tied"
-  c.tying = "tied"
+  c.words.mode = "tied"
   return c

@@ -47,6 +47,7 @@ def get_config(tying: str = "none"):
   c.beam_size = 5             # Nematus/DL4MT translate.py -k 5
   c.length_alpha = 1.0        # normalise finished hypotheses by length^α (Nematus -n: α = 1)
   c.decode_max_len = 128      # cap on 2·source length + 10
-  c.log_every = 100
+  c.log_every = 100           # steps between progress lines (and at least every 30 s)
+  c.checkpoint_every_steps = 0  # mid-epoch checkpoints (0: only at epoch ends)
   c.plot = True
   return c

@@ -9,5 +9,5 @@ from configs import nnlm
 def get_config():
   c = nnlm.get_config()
   c.name = "nnlm_tied"
-  c.tying = "tied"
+  c.words.mode = "tied"
   return c

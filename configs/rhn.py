@@ -12,7 +12,6 @@ def get_config():
   c = small.get_config()
   c.name = "rhn"
   c.model = "rhn_lm"
-  del c.dropout, c.num_layers
   c.num_layers = 1            # RHN code ptb_sota: num_layers 1
   c.depth = 10                # ... recurrence depth 10
   c.hidden_size = 830         # ... hidden_size 830 (embedding size = hidden size)

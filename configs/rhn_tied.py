@@ -12,5 +12,5 @@ from configs import rhn
 def get_config():
   c = rhn.get_config()
   c.name = "rhn_tied"
-  c.tying = "tied"
+  c.words.mode = "tied"
   return c

@@ -10,5 +10,5 @@ from configs import small
 def get_config():
   c = small.get_config()
   c.name = "small_tied"
-  c.tying = "tied"            # Press & Wolf: one matrix for the input lookup and the softmax
+  c.words.mode = "tied"            # Press & Wolf: one matrix for the input lookup and the softmax
   return c

@@ -30,5 +30,7 @@ def get_config():
                               # | text8 (Press & Wolf's corpus for Table 2; 1,000-word pieces as word2vec.c)
   c.data_dir = ""             # "" -> $WT_JAX_DATA -> ~/.cache/wt_jax
   c.download = True
-  c.log_every = 500
+  c.log_every = 500           # steps between progress lines (and at least every 30 s)
+  c.checkpoint_every_steps = 0  # mid-epoch checkpoints (0: only at epoch ends)
+  c.plot = False              # (no validation curve to draw)
   return c

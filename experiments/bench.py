@@ -15,13 +15,13 @@ FLOPs (formula) with the fraction of this machine's measured float32 matmul rate
 (`floor_ms_per_step` = FLOPs / peak: the time the step would take at that rate).
 
 For a skip-gram config (`model = "skipgram"`) it trains --w2v_epochs epochs of the real pipeline
-(`skipgram_loop.fit_skipgram`: pair generation, subsampling, negative sampling, SGD) on the PTB training
+(`wt_jax.train.skipgram.fit_skipgram`: pair generation, subsampling, negative sampling, SGD) on the PTB training
 sentences in a temporary workdir and reports in-vocabulary words/s per epoch; the last epoch is the steady
 state (the first includes compilation). With --gensim_python=PATH (a Python that has gensim) it alternates,
---rounds times, gensim's word2vec on the same sentences and settings (`experiments/gensim_reference.py`, one
+--rounds times, gensim's word2vec on the same sentences and settings (`experiments/bench_helpers/gensim_reference.py`, one
 epoch) with this benchmark, each in its own process, and prints both with their medians.
 
-For a translation config (`configs/nmt_*.py`) it runs the real pipeline (`nmt_loop.fit_nmt`: BPE, bucketed
+For a translation config (`configs/nmt_*.py`) it runs the real pipeline (`wt_jax.train.nmt.fit_nmt`: BPE, bucketed
 batches, training, greedy validation, beam-search decoding) in a temporary workdir on the first
 --nmt_train_pairs training pairs for --nmt_epochs epochs and the first --nmt_eval_sentences validation and
 test sentences, and reports training target tokens/s per epoch (the last is the steady state; the first
@@ -48,7 +48,7 @@ from ml_collections import config_flags
 
 from wt_jax import losses, models, precision, tying
 from wt_jax.data import batching, lm_corpora, ptb, translation
-from wt_jax.train import loop, nmt_loop, optim, skipgram_loop
+from wt_jax.train import evaluate, lm, nmt, optim, skipgram, trainer
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
 _STEPS = flags.DEFINE_integer("steps", 200, "Timed train steps per repeat.")
@@ -103,10 +103,10 @@ def matmul_flops_per_step(config) -> int | None:
     body = L * 2 * (H * 2 * H + config.depth * H * 2 * H)
   else:
     return None
-  head = 2 * H * V + (2 * H * H if config.tying in ("projection", "tied_projection") else 0)
+  head = 2 * H * V + (2 * H * H if config.words.mode in ("projection", "tied_projection") else 0)
   # Inan's augmented loss: its target ỹ = softmax(L·u_y / τ) costs one more V×H product per token, forward
   # only unless the gradient flows through ỹ.
-  augmented = (2 * H * V * (3 if config.get("al_target_gradient") else 1)) if config.get("al_gamma", 0.0) else 0
+  augmented = (2 * H * V * (3 if config.al.target_gradient else 1)) if config.al.alpha else 0
   return 3 * tokens * (body + head) + tokens * augmented
 
 
@@ -147,9 +147,10 @@ def breakdown(config, params, tx) -> dict:
   backward, on random hidden states of the step's shape) and the optimizer update (clip + SGD on a
   gradient-shaped tree). The rest of the step (embedding lookup, recurrence, glue) is what remains."""
   B, T, H = config.batch_size, config.bptt, config.hidden_size
-  head = tying.WordEmbeddings(vocab_size=config.vocab_size, dim=H, mode=config.tying,
-                              init_scale=config.init_scale, pr_lambda=config.pr_lambda,
-                              proj_bias=config.proj_bias, dtype=precision.compute_dtype(config.compute_dtype))
+  w = config.words
+  head = tying.WordEmbeddings(vocab_size=config.vocab_size, dim=H, mode=w.mode, init_scale=config.init_scale,
+                              pr_lambda=w.pr_lambda, proj_bias=w.proj_bias, output_bias=w.output_bias,
+                              logit_scale=w.logit_scale, dtype=precision.compute_dtype(config.compute_dtype))
   h = jax.random.normal(jax.random.key(0), (B, T, H))
   y = jax.random.randint(jax.random.key(1), (B, T), 0, config.vocab_size)
   head_params = head.init(jax.random.key(2), h, method=head.logits)["params"]
@@ -194,9 +195,9 @@ def _interleave(reference: str, reference_cmd: list[str], own_flags: tuple[str, 
 
 def compare_with_torch(config) -> None:
   """Alternate reference and wt_jax runs in separate processes; print all runs and the medians."""
-  tied = ["--tied"] if config.tying in ("tied", "tied_projection") else []
+  tied = ["--tied"] if config.words.mode in ("tied", "tied_projection") else []
   # Equal precisions: with compute_dtype=bfloat16 the reference runs under CPU autocast to bfloat16.
-  autocast = ([str(Path(__file__).with_name("torch_autocast.py"))] if config.compute_dtype == "bfloat16"
+  autocast = ([str(Path(__file__).parent / "bench_helpers" / "torch_autocast.py")] if config.compute_dtype == "bfloat16"
               else [])
   torch_cmd = [_TORCH_PYTHON.value, *autocast, _TORCH_SCRIPT.value, *tied, "--steps", str(_STEPS.value),
                "--warmup", str(_WARMUP.value), "--batch", str(config.batch_size), "--bptt",
@@ -220,13 +221,14 @@ def bench_skipgram(config, sentences, epochs: int) -> dict:
   c.num_epochs = epochs
   c.log_every = 1 << 30
   with tempfile.TemporaryDirectory() as tmp:
-    r = skipgram_loop.fit_skipgram(c, sentences, tmp)
-  per_epoch = [h["words_per_s"] for h in r["history"]]
+    r = skipgram.fit_skipgram(c, sentences, tmp)
+  epoch_s = np.diff([0.0] + [h["train_s"] for h in r["history"]])  # (the first epoch includes compilation)
+  per_epoch = [r["tokens"] / s for s in epoch_s]
   return {"bench": "wt_jax_skipgram", "config": config.name, "tying": config.tying, "vocab": r["vocab_size"],
           "words_per_epoch": r["tokens"], "batch": config.batch_size, "epochs": epochs,
           "words_per_s_by_epoch": [round(w, 1) for w in per_epoch],
           "words_per_s": round(per_epoch[-1], 1),
-          "pairs_per_s": round(r["history"][-1]["pairs"] / r["history"][-1]["seconds"], 1),
+          "pairs_per_s": round(r["steps_per_epoch"] * config.batch_size / epoch_s[-1], 1),
           "jax": jax.__version__, "devices": [str(d) for d in jax.devices()]}
 
 
@@ -238,8 +240,9 @@ def bench_nmt(config, data: dict, train_pairs: int, epochs: int, eval_sentences:
   n = {"train": train_pairs, "valid": eval_sentences, "test": eval_sentences}
   sub = {k: (src[:n[k]], tgt[:n[k]]) for k, (src, tgt) in data.items() if k in n}
   with tempfile.TemporaryDirectory() as tmp:
-    r = nmt_loop.fit_nmt(c, sub, Path(tmp))
-  per_epoch = [h["target_tokens_per_s"] for h in r["history"]]
+    r = nmt.fit_nmt(c, sub, Path(tmp))
+  epoch_s = np.diff([0.0] + [h["train_s"] for h in r["history"]])  # (the first epoch includes compilation)
+  per_epoch = [h["target_tokens"] / s for h, s in zip(r["history"], epoch_s)]
   return {"bench": "wt_jax_nmt", "config": config.name, "tying": config.tying,
           "pair": f"{config.src_lang}-{config.tgt_lang}", "num_params": r["num_params"],
           "train_pairs": len(sub["train"][0]), "batch": config.batch_size, "epochs": epochs,
@@ -254,7 +257,7 @@ def bench_nmt(config, data: dict, train_pairs: int, epochs: int, eval_sentences:
 
 def compare_with_gensim(config) -> None:
   """Alternate gensim and wt_jax skip-gram runs in separate processes; print all runs and the medians."""
-  gensim_cmd = [_GENSIM_PYTHON.value, str(Path(__file__).with_name("gensim_reference.py")),
+  gensim_cmd = [_GENSIM_PYTHON.value, str(Path(__file__).parent / "bench_helpers" / "gensim_reference.py"),
                 f"--config={_config_path()}", "--epochs=1"]
   runs = _interleave("gensim", gensim_cmd, ("--gensim", "--rounds"))
   g = statistics.median(r["in_vocab_words_per_s"] for r in runs["gensim"])
@@ -273,19 +276,14 @@ def _config_path() -> str:
 
 
 def compiled_train_step(config, model, windows: batching.Windows):
-  """The train step `loop.fit` runs for `config` (`loop.train_step_for`: every cost term included),
-  compiled for the shape of `windows`, with a fresh state. Returns (step, state, carry, acc, compile_s)."""
-  B, T = windows.x.shape[1:]
+  """The train step `lm.fit` runs for `config` (`lm.train_step_for`: the cost and optimiser of the config),
+  compiled for the shape of `windows`, from the run's initial state. Returns (step, state, tx, compile_s)."""
   tx = optim.make_optimizer(config, len(windows))
-  init_key, dropout_key = jax.random.split(jax.random.key(config.seed))
-  params = loop.init_params(model, init_key, B, T)
-  state = {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)}
-  carry = model.initial_carry(B)
-  acc = loop._zero_acc()
+  init_key, step_key = trainer.run_keys(config.seed)
+  state = lm.initial_state(config, model, tx, init_key)
   t0 = time.perf_counter()
-  step_fn = loop.train_step_for(config, model, tx, dropout_key).lower(
-      state, carry, acc, windows.x[0], windows.y[0]).compile()
-  return step_fn, state, carry, acc, time.perf_counter() - t0
+  step_fn = lm.train_step_for(config, model, tx, step_key).lower(state, windows.x[0], windows.y[0]).compile()
+  return step_fn, state, tx, time.perf_counter() - t0
 
 
 def main(argv):
@@ -294,7 +292,7 @@ def main(argv):
   if config.get("model") == "skipgram":
     if _GENSIM_PYTHON.value:
       if config.dataset != "ptb":
-        raise app.UsageError("The gensim comparison reads PTB (experiments/gensim_reference.py).")
+        raise app.UsageError("The gensim comparison reads PTB (experiments/bench_helpers/gensim_reference.py).")
       return compare_with_gensim(config)
     if config.dataset != "ptb":
       raise app.UsageError("The skip-gram benchmark runs on PTB; drop --config.dataset.")
@@ -317,7 +315,7 @@ def main(argv):
   B, T = config.batch_size, config.bptt
   model = models.build(config)
   windows = batching.lm_windows(train_stream, B, T)
-  step_fn, state, carry, acc, compile_s = compiled_train_step(config, model, windows)
+  step_fn, state, tx, compile_s = compiled_train_step(config, model, windows)
   params = state["params"]
   memory = _memory(step_fn)
   xla_flops = _xla_flops(step_fn)
@@ -325,12 +323,11 @@ def main(argv):
   i = 0
 
   def run(n):
-    nonlocal state, carry, acc, i
+    nonlocal state, i
     for _ in range(n):
-      state, carry, acc, _ = step_fn(state, carry, acc, windows.x[i % len(windows)],
-                                  windows.y[i % len(windows)])
+      state, sums = step_fn(state, windows.x[i % len(windows)], windows.y[i % len(windows)])
       i += 1
-    jax.block_until_ready(acc)
+    jax.block_until_ready(sums)
 
   run(_WARMUP.value)
   times = []
@@ -340,12 +337,12 @@ def main(argv):
     times.append((time.perf_counter() - t0) / _STEPS.value)
   ms = 1000 * statistics.median(times)
 
-  eval_window = loop.make_eval_window(model)
+  eval_window = evaluate.make_eval_window(model)
   n_eval = min(_EVAL_WINDOWS.value, (len(valid_stream) // config.eval_batch_size - 1) // T)
   stream = valid_stream[: (n_eval * T + 1) * config.eval_batch_size]
-  loop.evaluate(model, eval_window, state["params"], stream, config.eval_batch_size, T, True)  # compile
+  evaluate.evaluate(model, eval_window, state["params"], stream, config.eval_batch_size, T, True)  # compile
   t0 = time.perf_counter()
-  ev = loop.evaluate(model, eval_window, state["params"], stream, config.eval_batch_size, T, True)
+  ev = evaluate.evaluate(model, eval_window, state["params"], stream, config.eval_batch_size, T, True)
   eval_s = time.perf_counter() - t0
 
   parts = breakdown(config, state["params"], tx) if _BREAKDOWN.value else {}

@@ -8,12 +8,14 @@ Writes <workdir>/results.json (parameters, vocabulary sizes, Table 1 subword ove
 the sacrebleu signature), {valid,test}.hyp.txt (beam-search translations), metrics.jsonl, curves.png,
 subwords.{model,json} and checkpoints/ (resumes after the last finished epoch).
 """
+import sys
+
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 from wt_jax import parallel
 from wt_jax.data import translation
-from wt_jax.train import metrics, nmt_loop
+from wt_jax.train import metrics, nmt, trainer
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file in configs/.",
                                           lock_config=True)
@@ -32,7 +34,10 @@ def main(argv):
     data = translation.load_corpus(config)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
-  nmt_loop.fit_nmt(config, data, _WORKDIR.value)
+  try:
+    nmt.fit_nmt(config, data, _WORKDIR.value)
+  except trainer.Interrupted as e:  # SIGINT/SIGTERM: `last` is saved; the same command resumes
+    sys.exit(str(e))
 
 
 if __name__ == "__main__":

@@ -7,12 +7,14 @@
 
 Writes <workdir>/results.json, metrics.jsonl, curves.png and checkpoints/ (resumes from them if present).
 """
+import sys
+
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 from wt_jax import parallel
 from wt_jax.data import lm_corpora
-from wt_jax.train import loop
+from wt_jax.train import lm, trainer
 from wt_jax.train import metrics
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file in configs/.",
@@ -31,7 +33,10 @@ def main(argv):
     raise app.UsageError(f"Unknown dataset {config.dataset!r}; known: {', '.join(lm_corpora.CORPORA)}.")
   logging.info("Config:\n%s", config)
   corpus = lm_corpora.load_corpus(config)
-  loop.fit(config, corpus, _WORKDIR.value)
+  try:
+    lm.fit(config, corpus, _WORKDIR.value)
+  except trainer.Interrupted as e:  # SIGINT/SIGTERM: `last` is saved; the same command resumes
+    sys.exit(str(e))
 
 
 if __name__ == "__main__":

@@ -5,12 +5,14 @@
 
 Writes <workdir>/results.json, metrics.jsonl, vocab.txt and checkpoints/ (resumes at epoch ends).
 """
+import sys
+
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 from wt_jax import parallel
 from wt_jax.data import ptb, text8, wikitext2
-from wt_jax.train import metrics, skipgram_loop
+from wt_jax.train import metrics, skipgram, trainer
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file in configs/.",
                                           lock_config=True)
@@ -33,7 +35,10 @@ def main(argv):
   if config.dataset not in DATASETS:
     raise app.UsageError(f"Unknown dataset {config.dataset!r}; known: {', '.join(DATASETS)}.")
   logging.info("Config:\n%s", config)
-  skipgram_loop.fit_skipgram(config, DATASETS[config.dataset](config), _WORKDIR.value)
+  try:
+    skipgram.fit_skipgram(config, DATASETS[config.dataset](config), _WORKDIR.value)
+  except trainer.Interrupted as e:  # SIGINT/SIGTERM: `last` is saved; the same command resumes
+    sys.exit(str(e))
 
 
 if __name__ == "__main__":

@@ -118,9 +118,8 @@ def unused_port() -> int:
 
 
 def tiny_config(**overrides):
-  """small.py shrunk to a few-second model (vocabulary set from the corpus by the caller)."""
-  import sys
-  sys.path.insert(0, str(REPO))
+  """small.py shrunk to a few-second model (vocabulary set from the corpus by the caller). Overrides by
+key, a group's keys as a dict: tiny_config(max_steps=3, words=dict(mode="tied"))."""
   from configs import small
   c = small.get_config()
   c.vocab_size = 31
@@ -134,6 +133,16 @@ def tiny_config(**overrides):
   c.log_every = 1000
   c.checkpoint_every_steps = 0
   c.plot = False
-  for k, v in overrides.items():
-    setattr(c, k, v)
+  c.update_from_flattened_dict({k: v for k, v in overrides.items() if not isinstance(v, dict)})
+  for group, values in overrides.items():  # words=dict(mode="tied"), al=dict(alpha=1.0): within the group
+    if isinstance(values, dict):
+      c[group].update(values)
   return c
+
+
+def init_lm_params(model, rng, batch_size: int = 2, bptt: int = 3):
+  """The 'params' of a language-model module built directly (not from a config): `model.init` on a
+  [batch_size, bptt] window. (From a config: `wt_jax.models.init_params(model, config, rng)`.)"""
+  import jax.numpy as jnp
+  x = jnp.zeros((batch_size, bptt), jnp.int32)
+  return model.init(rng, x, model.initial_carry(batch_size), train=False)["params"]

@@ -1,4 +1,4 @@
-"""Helper process for tests/test_parallel.py (not a test): trains tiny models with `loop.fit` on N devices.
+"""Helper process for tests/test_parallel.py (not a test): trains tiny models with every trainer on N devices.
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m tests.dp_worker \
         --data=DIR --workdir=DIR --out=FILE.json --runs=lstm:1,lstm:2,rhn:4
@@ -16,20 +16,20 @@ from wt_jax import parallel
 
 parallel.initialize_distributed()  # before anything touches a device
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-import orbax.checkpoint as ocp  # noqa: E402
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
 
-from tests.conftest import tiny_config  # noqa: E402
-from wt_jax.data import ptb  # noqa: E402
-from wt_jax.train import loop, skipgram_loop  # noqa: E402
+from tests.conftest import tiny_config
+from wt_jax.data import ptb
+from wt_jax.train import lm, skipgram
 
 # Tiny versions of each model family (dropout on, so the masks must not depend on the sharding).
 MODELS = {
-    "lstm": dict(model="lstm_lm", tying="tied_projection", dropout=0.3),
-    "bd": dict(model="bd_lstm_lm", tying="tied", dropout_x=0.2, dropout_i=0.2, dropout_h=0.2, dropout_o=0.2,
+    "lstm": dict(model="lstm_lm", words=dict(mode="tied_projection"), dropout=0.3),
+    "bd": dict(model="bd_lstm_lm", words=dict(mode="tied"), dropout_x=0.2, dropout_i=0.2, dropout_h=0.2, dropout_o=0.2,
                mask_per_gate=True, weight_decay=1e-4),
-    "rhn": dict(model="rhn_lm", tying="tied", num_layers=1, depth=2, dropout_x=0.2, dropout_i=0.2,
+    "rhn": dict(model="rhn_lm", words=dict(mode="tied"), num_layers=1, depth=2, dropout_x=0.2, dropout_i=0.2,
                 dropout_h=0.2, dropout_o=0.2, transform_bias=-2.0, remat=False),
 }
 
@@ -41,18 +41,15 @@ def model_config(name: str, vocab_size: int):
 
 
 def w2v_config():
-  import sys
-  sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
   from configs import w2v_untied
   c = w2v_untied.get_config()
   c.dim, c.num_epochs, c.batch_size, c.log_every, c.min_count, c.learning_rate = 8, 1, 256, 1, 1, 0.1
   c.sample = 0.0  # (keep every token of the tiny corpus)
+  c.steps_per_call = 4  # (a loss record per call: several records, and calls of several steps)
   return c
 
 
 def nmt_config():
-  import sys
-  sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
   from configs import nmt_multi30k
   c = nmt_multi30k.get_config("decoder")
   c.bpe_vocab_size, c.emb_size, c.hidden_size, c.init_scale = 80, 16, 16, 0.1
@@ -78,24 +75,24 @@ def main():
     if name == "nmt":  # the translation trainer, on a generated Multi30k-format corpus
       from tests.conftest import write_parallel
       from wt_jax.data import multi30k
-      from wt_jax.train import nmt_loop
+      from wt_jax.train import nmt
       write_parallel(Path(args.workdir) / "nmt_data" / "multi30k", n_train=200, n_eval=20)
       config = nmt_config()
       config.num_devices = int(n)
-      results = nmt_loop.fit_nmt(config, multi30k.load_pair("en", "de", str(Path(args.workdir) / "nmt_data")),
+      results = nmt.fit_nmt(config, multi30k.load_pair("en", "de", str(Path(args.workdir) / "nmt_data")),
                                  workdir)
       step = results["history"][-1]["step"]
       curve, valid, test, processes = "train_ppl", results["valid_ppl"], results["test_ppl"], jax.process_count()
     elif name == "w2v":  # the skip-gram trainer: loss per pair at every step, no perplexities
       config = w2v_config()
       config.num_devices = int(n)
-      results = skipgram_loop.fit_skipgram(config, ptb.sentences("train", args.data, download=False), workdir)
+      results = skipgram.fit_skipgram(config, ptb.sentences("train", args.data, download=False), workdir)
       step = results["steps"]
       curve, valid, test, processes = "loss_per_pair", None, None, jax.process_count()
     else:
       config = model_config(name, corpus.vocab_size)
       config.num_devices = int(n)
-      results = loop.fit(config, corpus, workdir)
+      results = lm.fit(config, corpus, workdir)
       step = results["steps"]
       curve, valid, test, processes = "train_ppl", results["valid_ppl"], results["test_ppl"], results["num_processes"]
     ckpt = workdir / "checkpoints" / "last" / str(step) / "state"

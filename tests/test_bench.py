@@ -6,9 +6,8 @@ import sys
 
 from tests.conftest import REPO
 
-sys.path.insert(0, str(REPO))
-from configs import rhn_tied, small, small_tied_pr  # noqa: E402
-from experiments import bench  # noqa: E402
+from configs import rhn_tied, small, small_tied_pr
+from experiments import bench
 
 
 def test_flop_formula_small_model():
@@ -24,9 +23,9 @@ def test_flop_formula_small_model():
 def test_flop_formula_counts_the_augmented_loss_target():
   c = small.get_config()
   plain = bench.matmul_flops_per_step(c)
-  c.al_gamma = 0.65
+  c.al.alpha = 13.0
   assert bench.matmul_flops_per_step(c) - plain == 400 * 2 * 200 * 10_000  # ỹ's L·u_y, forward only
-  c.al_target_gradient = True
+  c.al.target_gradient = True
   assert bench.matmul_flops_per_step(c) - plain == 3 * 400 * 2 * 200 * 10_000
 
 
@@ -37,11 +36,11 @@ def test_bench_times_the_step_fit_trains_with():
   from tests.conftest import tiny_config
   from wt_jax import models
   from wt_jax.data import batching
-  config = tiny_config(vocab_size=50, hidden_size=16, tying="tied")
+  config = tiny_config(vocab_size=50, hidden_size=16, words=dict(mode="tied"))
   windows = batching.lm_windows(np.arange(2000, dtype=np.int32) % 50, config.batch_size, config.bptt)
   flops = []
-  for gamma in (0.0, 0.65):
-    config.al_gamma = gamma
+  for alpha in (0.0, 13.0):
+    config.al.alpha = alpha
     step = bench.compiled_train_step(config, models.build(config), windows)[0]
     flops.append(bench._xla_flops(step))
   assert flops[1] - flops[0] >= config.batch_size * config.bptt * 2 * 16 * 50, flops

@@ -10,7 +10,7 @@ from tests.conftest import REPO, tiny_config, write_corpus
 from tests.test_skipgram_train import _config as w2v_config, _sentences
 from wt_jax.analysis import embeddings as emb
 from wt_jax.data import ptb
-from wt_jax.train import loop, skipgram_loop
+from wt_jax.train import lm, skipgram
 
 
 def _wordsim(root, vocab=40):
@@ -30,8 +30,8 @@ def runs(tmp_path_factory):
   _wordsim(root)
   corpus = ptb.load(str(root), download=False)
   for tying in ("untied", "tied"):
-    skipgram_loop.fit_skipgram(w2v_config(tying=tying, num_epochs=1), _sentences(), root / f"w2v_{tying}")
-    loop.fit(tiny_config(tying=tying, max_steps=6), corpus, root / f"lm_{tying}")
+    skipgram.fit_skipgram(w2v_config(tying=tying, num_epochs=1), _sentences(), root / f"w2v_{tying}")
+    lm.fit(tiny_config(max_steps=6, words=dict(mode=tying)), corpus, root / f"lm_{tying}")
   return root
 
 
@@ -58,9 +58,9 @@ def test_saved_params_are_the_trained_ones(runs):
   from wt_jax import models
   from wt_jax.train import optim
   from wt_jax.train.checkpoint import Checkpoints
-  config = tiny_config(tying="untied", max_steps=6)
+  config = tiny_config(max_steps=6, words=dict(mode="untied"))
   model = models.build(config)
-  params = loop.init_params(model, jax.random.key(0), config.batch_size, config.bptt)
+  params = models.init_params(model, config, jax.random.key(0))
   ck = Checkpoints(runs / "lm_untied" / "checkpoints")
   saved, _ = ck.restore_saved("last")
   assert int(saved["step"]) == 6

@@ -1,19 +1,17 @@
 """Feed-forward LMs (Bengio et al. 2003 NNLM, Mnih & Hinton 2007 LBL) on the shared LM loop."""
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, write_corpus
+from tests.conftest import write_corpus
 from wt_jax import models, tying
 from wt_jax.data import ptb
 from wt_jax.models.ffnn_lm import LBL, NNLM
-from wt_jax.train import loop
+from wt_jax.train import lm
 
-sys.path.insert(0, str(REPO))
-from configs import lbl, lbl_untied, nnlm, nnlm_tied, nnlm_tied_proj  # noqa: E402
+from configs import lbl, lbl_untied, nnlm, nnlm_tied, nnlm_tied_proj
 
 V, M, N = 17, 6, 3
 
@@ -70,7 +68,7 @@ def test_fit_on_a_tiny_corpus(config_module, tmp_path):
   c.vocab_size, c.emb_size, c.hidden_size, c.batch_size, c.eval_batch_size = 31, 16, 16, 8, 8
   c.bptt, c.test_window, c.num_epochs, c.learning_rate, c.log_every, c.plot = 10, 50, 3, 1e-2, 1000, False
   c.checkpoint_every_steps, c.dropout = 0, 0.0
-  res = loop.fit(c, corpus, tmp_path / "run")
+  res = lm.fit(c, corpus, tmp_path / "run")
   # The counting corpus is predictable from the current word except at sentence starts and ends (a unigram
   # model scores ~31). (This test alone cannot catch a context shifted by one word — the word before the
   # current one predicts the next as well here; the dependency test above does.)

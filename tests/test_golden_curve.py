@@ -27,7 +27,7 @@ import numpy as np
 
 from configs import small_tied
 from wt_jax.data import ptb
-from wt_jax.train import loop, metrics
+from wt_jax.train import lm, metrics
 
 GOLDEN = Path(__file__).parent / "golden" / "ptb_small_tied.json"
 TOLERANCE_NATS = 0.10  # train NLL: cross-machine drift measured up to 0.060 (step 125); smallest break 0.134
@@ -48,7 +48,7 @@ def golden_config():
 def run_curve(data_root: Path, workdir: Path) -> dict:
   full = ptb.load(str(data_root), download=False)
   corpus = dataclasses.replace(full, train=full.train[:40_020], valid=full.valid[:8_020], test=full.test[:2_001])
-  results = loop.fit(golden_config(), corpus, workdir)
+  results = lm.fit(golden_config(), corpus, workdir)
   assert results["steps_per_epoch"] == 100 and results["steps"] == 300
   train = {r["step"]: math.log(r["train_ppl"]) for r in metrics.read(workdir / "metrics.jsonl")
            if r["kind"] == "train"}

@@ -1,4 +1,4 @@
-"""Inan, Khosravi & Socher (2017): the augmented loss (AL) and reused embeddings (RE) in the shared LM loop."""
+"""Inan, Khosravi & Socher (2017): the augmented loss (AL) and reused embeddings (RE) in the LM trainer."""
 import json
 
 import jax
@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import tiny_config, write_corpus
 from wt_jax import losses, models, tying
 from wt_jax.data import ptb
-from wt_jax.train import loop, optim
+from wt_jax.train import lm, optim, trainer
 
 
 def _kl_reference(logits, y, L, tau):
@@ -47,10 +47,10 @@ def test_augmented_kl_target_gradient_switch():
 
 
 def test_reused_embeddings_drop_the_output_bias():
-  tied = models.build(tiny_config(tying="tied"))
-  re = models.build(tiny_config(tying="tied", output_bias=False))
-  p_tied = loop.init_params(tied, jax.random.key(0), 2, 3)
-  p_re = loop.init_params(re, jax.random.key(0), 2, 3)
+  tied = models.build(tiny_config(words=dict(mode="tied")))
+  re = models.build(tiny_config(words=dict(mode="tied", output_bias=False)))
+  p_tied = models.init_params(tied, tiny_config(), jax.random.key(0))
+  p_re = models.init_params(re, tiny_config(), jax.random.key(0))
   assert "out_bias" in p_tied["words"] and sorted(p_re["words"]) == ["embedding"]
   assert tying.count_params(p_tied) - tying.count_params(p_re) == 31
 
@@ -60,15 +60,13 @@ def test_reused_embeddings_drop_the_output_bias():
 def test_train_step_adds_alpha_times_the_augmented_loss(tying_mode, which, ce_weight):
   """One SGD step (lr 1, no clipping) must equal params − ∇(w·Σ_t mean_b NLL + α·Σ_t mean_b KL), w the
   CE weight (1, or 1 − β in the Section-6.2 mixture)."""
-  config = tiny_config(tying=tying_mode, al_gamma=0.7, al_tau=5.0, al_embedding=which, clip_norm=1e9,
-                       output_bias=tying_mode == "untied", al_ce_weight=ce_weight)
+  config = tiny_config(clip_norm=1e9, words=dict(mode=tying_mode, output_bias=tying_mode == "untied"),
+                       al=dict(alpha=3.5, tau=5.0, embedding=which, ce_weight=ce_weight))
   model = models.build(config)
   B, T = 4, 5
-  params = loop.init_params(model, jax.random.key(0), B, T)
+  params = models.init_params(model, config, jax.random.key(0))
   x = jax.random.randint(jax.random.key(1), (B, T), 0, config.vocab_size)
   y = jax.random.randint(jax.random.key(2), (B, T), 0, config.vocab_size)
-  settings = loop.augmented_loss_settings(config)
-  assert settings["alpha"] == pytest.approx(0.7 * 5.0)
 
   def reference_cost(p):
     logits, _ = model.apply({"params": p}, x, model.initial_carry(B))
@@ -79,28 +77,29 @@ def test_train_step_adds_alpha_times_the_augmented_loss(tying_mode, which, ce_we
   expected = jax.tree_util.tree_map(lambda p, g: p - g, params, jax.grad(reference_cost)(params))
   tx = optim.make_optimizer(config, steps_per_epoch=100)
   fresh = jax.tree_util.tree_map(jnp.copy, params)
-  state = {"params": fresh, "opt_state": tx.init(fresh), "step": jnp.zeros((), jnp.int32)}
-  step = loop.make_train_step(model, tx, jax.random.key(3), augmented=settings)
-  state, _, acc, _ = step(state, model.initial_carry(B), loop._zero_acc(), x, y)
+  state = {"params": fresh, "opt_state": tx.init(fresh), "step": jnp.zeros((), jnp.int32),
+           "carry": model.initial_carry(B)}
+  step = lm.make_train_step(model, tx, losses.make_lm_cost(config), jax.random.key(3))
+  state, sums = step(state, x, y)
   jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
                          state["params"], expected)
   logits, _ = model.apply({"params": params}, x, model.initial_carry(B))
-  np.testing.assert_allclose(acc["nll"], losses.token_nll(logits, y).sum(), rtol=1e-5)  # NLL only
+  np.testing.assert_allclose(sums["nll"], losses.token_nll(logits, y).sum(), rtol=1e-5)  # NLL only
 
 
 def test_augmented_loss_settings_validate():
-  assert loop.augmented_loss_settings(tiny_config()) is None  # γ = 0: off
-  with pytest.raises(ValueError, match="al_embedding"):
-    loop.augmented_loss_settings(tiny_config(al_gamma=0.5, al_embedding="both"))
-  with pytest.raises(ValueError, match="al_tau"):
-    loop.augmented_loss_settings(tiny_config(al_gamma=0.5, al_tau=0.0))
-  with pytest.raises(ValueError, match="al_ce_weight"):
-    loop.augmented_loss_settings(tiny_config(al_gamma=0.5, al_ce_weight=-0.1))
+  with pytest.raises(ValueError, match="al.embedding"):
+    losses.make_lm_cost(tiny_config(al=dict(alpha=0.5, embedding="both")))
+  with pytest.raises(ValueError, match="al.tau"):
+    losses.make_lm_cost(tiny_config(al=dict(alpha=0.5, tau=0.0)))
+  with pytest.raises(ValueError, match="al.ce_weight"):
+    losses.make_lm_cost(tiny_config(al=dict(alpha=0.5, ce_weight=-0.1)))
 
 
 def test_fit_with_augmented_loss_and_reused_embeddings(tmp_path):
   corpus = ptb.load(str(write_corpus(tmp_path / "data" / "ptb").parent), download=False)
-  res = loop.fit(tiny_config(tying="tied", output_bias=False, al_gamma=0.8, al_tau=20.0), corpus, tmp_path)
+  res = lm.fit(tiny_config(words=dict(mode="tied", output_bias=False), al=dict(alpha=16.0, tau=20.0)), corpus,
+               tmp_path)
   first, last = res["history"][0], res["history"][-1]
   assert np.isfinite(last["valid_ppl"]) and last["valid_ppl"] < first["train_ppl"]
 
@@ -134,19 +133,16 @@ def test_vd_lstm_uses_one_mask_per_state_across_and_up():
 
 
 def test_inan_configs():
-  import sys
-  from tests.conftest import REPO
-  sys.path.insert(0, str(REPO))
   from configs import inan
   c = inan.get_config("small,real")
-  assert (c.model, c.hidden_size, c.tying, c.output_bias, c.tie_state_masks, c.mask_per_gate, c.dropout_i) == \
-      ("bd_lstm_lm", 200, "tied", False, True, False, 0.0)
-  assert loop.augmented_loss_settings(c)["alpha"] == pytest.approx(0.65 * 20)
-  assert loop.augmented_loss_settings(c)["target_gradient"]  # since the fixed-target REAL run diverged
-  assert loop.augmented_loss_settings(inan.get_config("small,al"))["target_gradient"]
+  assert (c.model, c.hidden_size, c.words.mode, c.words.output_bias, c.tie_state_masks, c.mask_per_gate,
+          c.dropout_i) == ("bd_lstm_lm", 200, "tied", False, True, False, 0.0)
+  assert (c.al.alpha, c.al.tau) == (pytest.approx(0.65 * 20), 20.0)  # α = γτ
+  assert c.al.target_gradient and inan.get_config("small,al").al.target_gradient
   c = inan.get_config("large,vd,wikitext2")
-  assert (c.hidden_size, c.vocab_size, c.tying, c.output_bias, c.al_gamma) == (1500, 33278, "untied", True, 0.0)
-  assert loop.augmented_loss_settings(inan.get_config("medium,al")) is not None
+  assert (c.hidden_size, c.vocab_size, c.words.mode, c.words.output_bias, c.al.alpha) == \
+      (1500, 33278, "untied", True, 0.0)
+  assert inan.get_config("medium,al").al.alpha > 0
   assert sorted(inan.get_config("medium,re").to_dict()) == sorted(c.to_dict())
   assert models.build(inan.get_config("small,re")).tie_state_masks
   with pytest.raises(ValueError, match="SIZE,VARIANT"):
@@ -155,40 +151,39 @@ def test_inan_configs():
 
 def test_train_max_tokens_trains_on_a_prefix(tmp_path):
   corpus = ptb.load(str(write_corpus(tmp_path / "data" / "ptb").parent), download=False)
-  res = loop.fit(tiny_config(train_max_tokens=500, num_epochs=1), corpus, tmp_path / "run")
+  res = lm.fit(tiny_config(train_max_tokens=500, num_epochs=1), corpus, tmp_path / "run")
   assert res["train_max_tokens"] == 500 and res["steps_per_epoch"] == (500 - 1) // (4 * 5)
   with pytest.raises(ValueError, match="less than one batch"):
-    loop.fit(tiny_config(train_max_tokens=10), corpus, tmp_path / "run2")
+    lm.fit(tiny_config(train_max_tokens=10), corpus, tmp_path / "run2")
 
 
 def test_section_6_2_sweep_grid_configs_and_runs(tmp_path):
   """Inan Section 6.2: the two sweeps' grid, each point's loss, a tiny end-to-end sweep, and resumption."""
   from wt_jax.analysis import al_sweep
-  pts = al_sweep.grid([0, 0.5, 1], [5, 20], fixed_tau=20, fixed_proportion=0.5)
+  pts = al_sweep.grid([0, 0.5, 1], [5, 20], fixed_tau=20, fixed_proportion=0.5, kl_scale="tau")
   assert [p.name for p in pts] == ["beta0_tau20", "beta0.5_tau20", "beta1_tau20", "beta0.5_tau5"]
   with pytest.raises(ValueError, match="proportions"):
     al_sweep.grid([1.5], [20], 20, 0.5)
   with pytest.raises(ValueError, match="Temperatures"):
     al_sweep.grid([0.5], [0], 20, 0.5)
-  base = tiny_config(train_max_tokens=400, num_epochs=1, al_gamma=0.0, al_ce_weight=1.0)
-  c = al_sweep.point_config(base, al_sweep.Point(0.25, 5.0))
-  s = loop.augmented_loss_settings(c)
-  assert s["ce_weight"] == 0.75 and s["alpha"] == pytest.approx(0.25 * 5.0) and s["tau"] == 5.0
-  assert loop.augmented_loss_settings(al_sweep.point_config(base, al_sweep.Point(0.0, 20.0))) is None  # CE only
+  base = tiny_config(train_max_tokens=400, num_epochs=1)
+  s = al_sweep.point_config(base, al_sweep.Point(0.25, 5.0, "tau")).al
+  assert s.ce_weight == 0.75 and s.alpha == pytest.approx(0.25 * 5.0) and s.tau == 5.0
+  assert al_sweep.point_config(base, al_sweep.Point(0.0, 20.0, "tau")).al.alpha == 0.0  # CE only
   with pytest.raises(ValueError, match="untied"):
-    al_sweep.point_config(tiny_config(tying="tied"), al_sweep.Point(0.5, 20.0))
-  # The τ² scaling: α = βτ², the same CE weight, and points named apart from Inan's.
+    al_sweep.point_config(tiny_config(words=dict(mode="tied")), al_sweep.Point(0.5, 20.0, "tau"))
+  # The τ² scaling: α = βτ², the same CE weight, and points named apart.
   p2 = al_sweep.Point(0.25, 5.0, "tau2")
-  s2 = loop.augmented_loss_settings(al_sweep.point_config(base, p2))
-  assert s2["alpha"] == pytest.approx(0.25 * 25.0) == p2.alpha and s2["ce_weight"] == 0.75 and s2["tau"] == 5.0
-  assert p2.name == "beta0.25_tau5_kltau2" != al_sweep.Point(0.25, 5.0).name
+  s2 = al_sweep.point_config(base, p2).al
+  assert s2.alpha == pytest.approx(0.25 * 25.0) == p2.alpha and s2.ce_weight == 0.75 and s2.tau == 5.0
+  assert p2.name == "beta0.25_tau5_kltau2" != al_sweep.Point(0.25, 5.0, "tau").name
   assert [p.kl_scale for p in al_sweep.grid([0.5], [5], 20, 0.5, kl_scale="tau2")] == ["tau2", "tau2"]
   with pytest.raises(ValueError, match="kl_scale"):
     al_sweep.Point(0.5, 20.0, "tau3")
   # The paper's scaling (eq. 6.1): α = β·τ²·|V|, which needs |V| and must agree with the config's.
   p3 = al_sweep.Point(0.25, 5.0, "tau2v", base.vocab_size)
-  s3 = loop.augmented_loss_settings(al_sweep.point_config(base, p3))
-  assert s3["alpha"] == pytest.approx(0.25 * 25.0 * base.vocab_size) == p3.alpha and s3["ce_weight"] == 0.75
+  s3 = al_sweep.point_config(base, p3).al
+  assert s3.alpha == pytest.approx(0.25 * 25.0 * base.vocab_size) == p3.alpha and s3.ce_weight == 0.75
   assert p3.name == "beta0.25_tau5_kltau2v"
   with pytest.raises(ValueError, match="vocabulary size"):
     al_sweep.Point(0.5, 20.0, "tau2v")
@@ -197,7 +192,7 @@ def test_section_6_2_sweep_grid_configs_and_runs(tmp_path):
   assert {p.alpha for p in al_sweep.grid([1], [10], 10, 1, "tau2v", 100)} == {1 * 10.0 ** 2 * 100}
 
   corpus = ptb.load(str(write_corpus(tmp_path / "data" / "ptb").parent), download=False)
-  pts = al_sweep.grid([0, 1], [5], fixed_tau=20, fixed_proportion=1)
+  pts = al_sweep.grid([0, 1], [5], fixed_tau=20, fixed_proportion=1, kl_scale="tau")
   rows = al_sweep.run(base, corpus, tmp_path / "sweep", pts, frequent_words=20)
   assert [r["point"] for r in rows] == ["beta0_tau20", "beta1_tau20", "beta1_tau5"]
   for r in rows:
@@ -247,16 +242,16 @@ def test_al_target_entropy_limits():
 
 
 def test_run_keys_rebuild_a_runs_initial_parameters(tmp_path):
-  """The sweep's ΔW = W − W₀ needs W₀: init_params(run_keys(seed)[0]) must be what `fit` started from."""
+  """The sweep's ΔW = W − W₀ needs W₀: models.init_params(run_keys(seed)[0]) must be what `fit` started from."""
   from wt_jax.train.checkpoint import Checkpoints
   corpus = ptb.load(str(write_corpus(tmp_path / "data" / "ptb").parent), download=False)
   config = tiny_config(learning_rate=0.0, max_steps=1, seed=7)
-  loop.fit(config, corpus, tmp_path / "run")
+  lm.fit(config, corpus, tmp_path / "run")
   ckpts = Checkpoints(tmp_path / "run" / "checkpoints")
   saved, _ = ckpts.restore_saved("last")
   ckpts.close()
   model = models.build(config)
-  initial = loop.init_params(model, loop.run_keys(7)[0], config.batch_size, config.bptt)
+  initial = models.init_params(model, config, trainer.run_keys(7)[0])
   jax.tree_util.tree_map(np.testing.assert_array_equal, saved["params"], jax.device_get(initial))
 
 
@@ -273,12 +268,12 @@ def test_embedding_row_norm_holds_the_input_rows_at_that_norm(tmp_path):
     tying.constrain_embedding_rows(params, -1.0)
 
   corpus = ptb.load(str(write_corpus(tmp_path / "data" / "ptb").parent), download=False)
-  config = tiny_config(embedding_row_norm=1.0, max_steps=3, seed=5, al_gamma=2.0)
+  config = tiny_config(max_steps=3, seed=5, words=dict(row_norm=1.0), al=dict(alpha=2.0 * 20.0))
   model = models.build(config)
-  initial = loop.init_params(model, loop.run_keys(5)[0], config.batch_size, config.bptt, 1.0)
+  initial = models.init_params(model, config, trainer.run_keys(5)[0])
   np.testing.assert_allclose(np.linalg.norm(initial["words"]["embedding"], axis=1), 1.0, rtol=1e-5)
   assert not np.allclose(np.linalg.norm(initial["words"]["out_embedding"], axis=1), 1.0, rtol=1e-3)
-  loop.fit(config, corpus, tmp_path / "run")
+  lm.fit(config, corpus, tmp_path / "run")
   ckpts = Checkpoints(tmp_path / "run" / "checkpoints")
   saved, _ = ckpts.restore_saved("last")
   ckpts.close()

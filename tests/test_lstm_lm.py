@@ -101,14 +101,14 @@ def test_custom_vjp_matches_autodiff():
 
 
 def test_embedding_init_scale_draws_only_the_word_layers_wider():
-  """`embedding_init_scale` > 0 widens U(−s, s) for the embedding / output layer and leaves the LSTM at
+  """`words.init_scale` > 0 widens U(−s, s) for the embedding / output layer and leaves the LSTM at
   init_scale; other models refuse the field rather than ignore it."""
   import pytest
   from configs import nnlm, small
   from wt_jax import models
 
   c = small.get_config()
-  c.vocab_size, c.hidden_size, c.embedding_init_scale = 200, 30, 2.0
+  c.vocab_size, c.hidden_size, c.words.init_scale = 200, 30, 2.0
   model = models.build(c)
   x = jnp.zeros((B, 3), jnp.int32)
   params = model.init(jax.random.key(0), x, model.initial_carry(B))["params"]
@@ -116,10 +116,10 @@ def test_embedding_init_scale_draws_only_the_word_layers_wider():
     m = float(jnp.abs(params["words"][leaf]).max())
     assert c.init_scale < 1.5 < m <= 2.0, (leaf, m)
   assert float(jnp.abs(params["lstm_0"]["w_ih"]).max()) <= c.init_scale
-  c.embedding_init_scale = 0.0  # off: everything from init_scale
+  c.words.init_scale = 0.0  # off: everything from init_scale
   params = models.build(c).init(jax.random.key(0), x, model.initial_carry(B))["params"]
   assert float(jnp.abs(params["words"]["embedding"]).max()) <= c.init_scale
   n = nnlm.get_config()
-  n.embedding_init_scale = 1.0
-  with pytest.raises(ValueError, match="embedding_init_scale"):
+  n.words.init_scale = 1.0
+  with pytest.raises(ValueError, match="words.init_scale"):
     models.build(n)

@@ -11,7 +11,7 @@ import numpy as np
 import optax
 import pytest
 
-from tests.conftest import REPO, serve_folder, unused_port, write_parallel
+from tests.conftest import serve_folder, unused_port, write_parallel
 from wt_jax import decode, tying
 from wt_jax.data import multi30k, paths, subwords, translation
 from wt_jax.data.subwords import BOS, EOS, PAD
@@ -172,13 +172,13 @@ def test_beam_of_one_is_greedy():
 
 
 def test_bleu_on_known_strings():
-  """sacrebleu through nmt_loop.bleu: identical text scores 100; 'the cat sat on the mat' against 'the cat
+  """sacrebleu through nmt_train.bleu: identical text scores 100; 'the cat sat on the mat' against 'the cat
   sat on a mat' has clipped n-gram precisions 5/6, 3/5, 2/4, 1/3 and no brevity penalty, so
   BLEU = 100 · (5/6 · 3/5 · 2/4 · 1/3)^(1/4) = 100 · (1/12)^(1/4) ≈ 53.73."""
-  from wt_jax.train import nmt_loop
-  score, signature = nmt_loop.bleu(["Ein Hund läuft.", "Zwei Männer."], ["Ein Hund läuft.", "Zwei Männer."])
+  from wt_jax.train import nmt as nmt_train
+  score, signature = nmt_train.bleu(["Ein Hund läuft.", "Zwei Männer."], ["Ein Hund läuft.", "Zwei Männer."])
   assert score == pytest.approx(100.0) and signature.startswith("nrefs:1|case:mixed|eff:no|tok:13a")
-  score, _ = nmt_loop.bleu(["the cat sat on the mat"], ["the cat sat on a mat"])
+  score, _ = nmt_train.bleu(["the cat sat on the mat"], ["the cat sat on a mat"])
   assert score == pytest.approx(100 * (1 / 12) ** 0.25, abs=1e-4)
 
 
@@ -260,8 +260,6 @@ def test_batches_cover_every_pair_once_with_buckets():
 # ------------------------------------------------------------------------------------------ training
 
 def _tiny_config(tying, **kw):
-  import sys
-  sys.path.insert(0, str(REPO))
   from configs import nmt_multi30k
   c = nmt_multi30k.get_config(tying)
   c.bpe_vocab_size = 80
@@ -280,14 +278,14 @@ def _tiny_config(tying, **kw):
 
 
 def test_training_learns_the_toy_translation_resumes_and_stops_on_nan(tmp_path):
-  from wt_jax.train import loop, nmt_loop
+  from wt_jax.train import nmt as nmt_train, trainer
   from wt_jax.train.checkpoint import Checkpoints
   root = write_parallel(tmp_path / "data" / "multi30k").parent
   data = multi30k.load_pair("en", "de", str(root))
   work = tmp_path / "run"
-  first = nmt_loop.fit_nmt(_tiny_config("three_way", num_epochs=5), data, work)
+  first = nmt_train.fit_nmt(_tiny_config("three_way", num_epochs=5), data, work)
   assert first["epochs"] == 5 and len(first["history"]) == 5
-  res = nmt_loop.fit_nmt(_tiny_config("three_way", num_epochs=8), data, work)  # resumes after epoch 5
+  res = nmt_train.fit_nmt(_tiny_config("three_way", num_epochs=8), data, work)  # resumes after epoch 5
   assert res["epochs"] == 8 and [h["epoch"] for h in res["history"]] == list(range(1, 9))
   assert res["history"][:5] == first["history"]
   saved = json.loads((work / "results.json").read_text())
@@ -303,34 +301,34 @@ def test_training_learns_the_toy_translation_resumes_and_stops_on_nan(tmp_path):
   assert len(hyps) == 40 and sum(h == r for h, r in zip(hyps, data["test"][1])) >= 4
   # A separate-vocabulary config cannot reuse this run's joint subword model.
   with pytest.raises(ValueError, match="new --workdir"):
-    nmt_loop.fit_nmt(_tiny_config("decoder"), data, work)
+    nmt_train.fit_nmt(_tiny_config("decoder"), data, work)
   # A NaN loss stops the run with a clear error; the last checkpoint and the results stay as they were.
   step = Checkpoints(work / "checkpoints").latest_step()
-  with pytest.raises(loop.NonFiniteLossError, match="non-finite in epoch 9"):
-    nmt_loop.fit_nmt(_tiny_config("three_way", learning_rate=float("nan"), num_epochs=9), data, work)
+  with pytest.raises(trainer.NonFiniteLossError, match=r"non-finite before step \d+ \(epoch 9\)"):
+    nmt_train.fit_nmt(_tiny_config("three_way", learning_rate=float("nan"), num_epochs=9), data, work)
   assert Checkpoints(work / "checkpoints").latest_step() == step
   assert json.loads((work / "results.json").read_text()) == saved
 
 
 def test_log_unigram_output_bias(tmp_path, monkeypatch):
   from wt_jax import parallel
-  from wt_jax.train import nmt_loop
+  from wt_jax.train import nmt as nmt_train
   targets = [np.array([5, 5, 6]), np.array([5])]  # with </s> (id 3) per sentence: 5×3, 6×1, 3×2
-  b = nmt_loop.log_unigram_bias(targets, 8)
+  b = nmt_train.log_unigram_bias(targets, 8)
   assert b.shape == (8,) and b.dtype == np.float32 and abs(float(b.mean())) < 1e-6
   counts = np.array([0, 0, 0, 2, 0, 3, 1, 0]) + 1.0  # add-one smoothing
   np.testing.assert_allclose(np.exp(b) / np.exp(b).sum(), counts / counts.sum(), rtol=1e-5)
   # The initial state carries it; nothing else changes.
   model = NMT(src_vocab=12, tgt_vocab=8, emb=8, hidden=8, tying="none", init_scale=0.1)
   tx, dp, key = optax.adam(1e-3), parallel.DataParallel.create(num_devices=1), jax.random.key(0)
-  uniform = nmt_loop.init_state(model, tx, key, "uniform", targets, dp)
-  state = nmt_loop.init_state(model, tx, key, "log_unigram", targets, dp)
+  uniform = nmt_train.init_state(model, tx, key, "uniform", targets, dp)
+  state = nmt_train.init_state(model, tx, key, "log_unigram", targets, dp)
   np.testing.assert_allclose(state["params"]["words"]["out_bias"], b, rtol=1e-6, atol=1e-7)
   assert np.ptp(np.asarray(uniform["params"]["words"]["out_bias"])) > 0  # (so the check above can fail)
   del state["params"]["words"]["out_bias"], uniform["params"]["words"]["out_bias"]
   chex.assert_trees_all_equal(state["params"], uniform["params"])
   with pytest.raises(ValueError, match="output_bias_init"):
-    nmt_loop.init_state(model, tx, key, "zeros", targets, dp)
+    nmt_train.init_state(model, tx, key, "zeros", targets, dp)
   # fit_nmt builds its state with it, from the config's choice and the training targets it will use.
   root = write_parallel(tmp_path / "data" / "multi30k").parent
   data = multi30k.load_pair("en", "de", str(root))
@@ -343,10 +341,10 @@ def test_log_unigram_output_bias(tmp_path, monkeypatch):
     seen.append((output_bias_init, train_targets))
     raise Stop  # (before any compilation)
 
-  monkeypatch.setattr(nmt_loop, "init_state", spy)
+  monkeypatch.setattr(nmt_train, "init_state", spy)
   config = _tiny_config("none")
   with pytest.raises(Stop):
-    nmt_loop.fit_nmt(config, data, tmp_path / "run")
+    nmt_train.fit_nmt(config, data, tmp_path / "run")
   from wt_jax.data import subwords as sw_lib
   from wt_jax.data import translation as tr
   sw = sw_lib.Subwords.load(tmp_path / "run")
@@ -359,8 +357,6 @@ def test_log_unigram_output_bias(tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------------ entry point, WMT
 
 def test_configs_and_entry_point_data(tmp_path):
-  import sys
-  sys.path.insert(0, str(REPO))
   from configs import nmt_multi30k_baseline, nmt_multi30k_dec_tied, nmt_multi30k_three_way, nmt_wmt
   assert [m.get_config().tying for m in (nmt_multi30k_baseline, nmt_multi30k_dec_tied, nmt_multi30k_three_way)] \
       == ["none", "decoder", "three_way"]

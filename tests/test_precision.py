@@ -5,9 +5,8 @@ from jax.extend import core as jax_core
 import numpy as np
 import pytest
 
-from tests.conftest import tiny_config
+from tests.conftest import init_lm_params, tiny_config
 from wt_jax import losses, models, precision
-from wt_jax.train import loop
 
 
 def _dot_input_dtypes(fn, *args):
@@ -42,15 +41,15 @@ def test_low_precision_dot_forward_and_backward_use_bf16_inputs():
 
 
 @pytest.mark.parametrize("model_name,extra", [
-    ("lstm_lm", dict(tying="tied_projection")),
-    ("rhn_lm", dict(tying="tied", num_layers=1, depth=2, dropout_x=0.0, dropout_i=0.0, dropout_h=0.0,
+    ("lstm_lm", dict(words=dict(mode="tied_projection"))),
+    ("rhn_lm", dict(words=dict(mode="tied"), num_layers=1, depth=2, dropout_x=0.0, dropout_i=0.0, dropout_h=0.0,
                     dropout_o=0.0, transform_bias=-2.0, remat=False)),
 ])
 def test_bf16_model_keeps_float32_params_and_matches_float32(model_name, extra):
   B, T = 4, 6
   cfg = lambda dtype: tiny_config(model=model_name, compute_dtype=dtype, hidden_size=32, **extra)
   m32, m16 = models.build(cfg("float32")), models.build(cfg("bfloat16"))
-  params = loop.init_params(m32, jax.random.key(0), B, T)
+  params = init_lm_params(m32, jax.random.key(0), B, T)
   x = jax.random.randint(jax.random.key(1), (B, T), 0, 31)
   y = jax.random.randint(jax.random.key(2), (B, T), 0, 31)
 

@@ -1,19 +1,16 @@
-"""Variational dropout, weight decay, the BD LSTM and the Recurrent Highway Network (issue 4)."""
+"""Variational dropout, weight decay, the BD LSTM and the Recurrent Highway Network."""
 import math
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.conftest import REPO
-from wt_jax import models, tying
+from configs import large_bd, large_bd_tied, large_bd_wd, large_bd_wd_tied, rhn, rhn_tied
+from tests.conftest import init_lm_params
+from wt_jax import losses, models, tying
 from wt_jax.models import bd_lstm_lm, rhn_lm, variational
-from wt_jax.train import loop, optim
-
-sys.path.insert(0, str(REPO))
-from configs import large_bd, large_bd_tied, large_bd_wd, large_bd_wd_tied, rhn, rhn_tied  # noqa: E402
+from wt_jax.train import lm, optim
 
 
 # --- masks ---------------------------------------------------------------------------------------
@@ -61,7 +58,7 @@ def test_output_mask_is_the_same_at_every_step_and_fresh_per_sequence_and_step(k
   else:
     model = rhn_lm.RHNLM(vocab_size=V, hidden=H, depth=2, dropout_o=0.5, tying="untied")
   ids = jax.random.randint(jax.random.key(0), (B, T), 0, V)
-  params = _identity_readout(model, loop.init_params(model, jax.random.key(1), B, T))
+  params = _identity_readout(model, init_lm_params(model, jax.random.key(1), B, T))
 
   def dropped(step_key):
     logits, _ = model.apply({"params": params}, ids, model.initial_carry(B), train=True,
@@ -87,7 +84,7 @@ def test_dropout_is_off_at_evaluation(kind):
   plain = (bd_lstm_lm.BDLSTMLM(vocab_size=V, hidden=H) if kind == "bd"
            else rhn_lm.RHNLM(vocab_size=V, hidden=H, depth=3))
   ids = jax.random.randint(jax.random.key(0), (B, T), 0, V)
-  params = loop.init_params(model, jax.random.key(1), B, T)
+  params = init_lm_params(model, jax.random.key(1), B, T)
   a, _ = model.apply({"params": params}, ids, model.initial_carry(B), train=False)
   b, _ = plain.apply({"params": params}, ids, plain.initial_carry(B), train=True, rngs={"dropout": jax.random.key(5)})
   np.testing.assert_allclose(a, b, rtol=1e-6)  # eval with dropout configured == train with none
@@ -100,7 +97,7 @@ def test_bd_input_and_state_masks_change_the_output_per_gate():
   kw = dict(vocab_size=V, hidden=H, num_layers=1, dropout_i=0.5, dropout_h=0.5)
   per_gate = bd_lstm_lm.BDLSTMLM(mask_per_gate=True, **kw)
   shared = bd_lstm_lm.BDLSTMLM(mask_per_gate=False, **kw)
-  params = loop.init_params(per_gate, jax.random.key(1), B, T)
+  params = init_lm_params(per_gate, jax.random.key(1), B, T)
   key = {"dropout": jax.random.key(2)}
   a, _ = per_gate.apply({"params": params}, ids, per_gate.initial_carry(B), train=True, rngs=key)
   b, _ = shared.apply({"params": params}, ids, shared.initial_carry(B), train=True, rngs=key)
@@ -139,7 +136,7 @@ def test_weight_decay_on_the_loss_adds_half_l2_of_every_leaf_once():
                    dropout_o=0.0).items():
     setattr(config, k, v)
   model = models.build(config)
-  params = loop.init_params(model, jax.random.key(0), B, T)
+  params = init_lm_params(model, jax.random.key(0), B, T)
   x = jax.random.randint(jax.random.key(1), (B, T), 0, V)
 
   def cost_without_decay(p):
@@ -151,9 +148,10 @@ def test_weight_decay_on_the_loss_adds_half_l2_of_every_leaf_once():
   expected = jax.tree_util.tree_map(lambda p, gi: p - (gi + 0.05 * p), params, g)  # ∂(wd·½p²)/∂p = wd·p
   tx = optim.make_optimizer(config, 10)
   fresh = jax.tree_util.tree_map(jnp.copy, params)
-  state = {"params": fresh, "opt_state": tx.init(fresh), "step": jnp.zeros((), jnp.int32)}
-  step = loop.make_train_step(model, tx, jax.random.key(2), optim.weight_decay_on_loss(config))
-  state, *_ = step(state, model.initial_carry(B), loop._zero_acc(), x, x)
+  state = {"params": fresh, "opt_state": tx.init(fresh), "step": jnp.zeros((), jnp.int32),
+           "carry": model.initial_carry(B)}
+  step = lm.make_train_step(model, tx, losses.make_lm_cost(config), jax.random.key(2))
+  state, _ = step(state, x, x)
   jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
                          state["params"], expected)
 
@@ -191,7 +189,7 @@ def test_rhn_remat_gives_the_same_gradients():
   grads = []
   for remat in (False, True):
     model = rhn_lm.RHNLM(vocab_size=V, hidden=H, depth=3, remat=remat)
-    params = loop.init_params(model, jax.random.key(1), B, T)
+    params = init_lm_params(model, jax.random.key(1), B, T)
     f = lambda p: model.apply({"params": p}, ids, model.initial_carry(B))[0].sum()
     grads.append(jax.grad(f)(params))
   jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), *grads)
@@ -205,9 +203,9 @@ def test_rhn_remat_gives_the_same_gradients():
 def test_parameter_counts(config_module, expected):
   c = config_module.get_config()
   model = models.build(c)
-  shapes = jax.eval_shape(lambda: loop.init_params(model, jax.random.key(0), 2, 3))
+  shapes = jax.eval_shape(lambda: init_lm_params(model, jax.random.key(0), 2, 3))
   assert tying.count_params(shapes) == expected
-  if c.tying == "tied":
+  if c.words.mode == "tied":
     assert len(tying.embedding_leaves(shapes)) == 1
 
 
@@ -254,10 +252,10 @@ def test_mc_dropout_evaluation_and_best_params(tmp_path):
   config = tiny_config(**{k: base[k] for k in ("model", "depth", "dropout_x", "dropout_i", "dropout_h",
                                               "dropout_o", "transform_bias", "remat")})
   config.num_layers, config.test_params, config.eval_mc_samples, config.num_epochs = 1, "best", 3, 1
-  res = loop.fit(config, corpus, tmp_path / "run")
+  res = lm.fit(config, corpus, tmp_path / "run")
   assert res["test_params"] == "best (epoch 1)" and "MC dropout, 3 samples" in res["eval_dropout"]
   assert math.isfinite(res["test_ppl_mc"]) and res["test_ppl_mc"] != res["test_ppl"]
   for k in ("dropout_x", "dropout_i", "dropout_h", "dropout_o"):
     config[k] = 0.0
-  res = loop.fit(config, corpus, tmp_path / "run_nodrop")
+  res = lm.fit(config, corpus, tmp_path / "run_nodrop")
   assert res["test_ppl_mc"] == pytest.approx(res["test_ppl"], rel=1e-5)

@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import REPO, tiny_config, write_corpus
 from wt_jax import losses, models, tying
 from wt_jax.data import ptb
-from wt_jax.train import loop, optim
+from wt_jax.train import lm, optim, trainer
 from wt_jax.train.checkpoint import CheckpointMismatchError
 
 
@@ -49,35 +49,36 @@ def test_schedule_matches_reference_off_by_one(lr, decay, max_epoch, epochs):
 
 def test_train_step_uses_sum_over_time_mean_over_batch():
   """One SGD step (lr 1, no clipping) moves the parameters by exactly −∇[Σ_t mean_b NLL + penalty/B]."""
-  config = tiny_config(tying="tied_projection", clip_norm=1e9, learning_rate=1.0)
+  config = tiny_config(clip_norm=1e9, learning_rate=1.0, words=dict(mode="tied_projection"))
   model = models.build(config)
   B, T = config.batch_size, config.bptt
-  params = loop.init_params(model, jax.random.key(0), B, T)
+  params = models.init_params(model, config, jax.random.key(0))
   x = jax.random.randint(jax.random.key(1), (B, T), 0, config.vocab_size)
   y = jax.random.randint(jax.random.key(2), (B, T), 0, config.vocab_size)
 
   def reference_cost(p):
     (logits, _), aux = model.apply({"params": p}, x, model.initial_carry(B), mutable=[tying.PENALTIES])
     per_sequence = jnp.stack([losses.token_nll(logits[b], y[b]).sum() for b in range(B)])
-    penalty = config.pr_lambda * 0.5 * jnp.sum(p["words"]["proj_kernel"] ** 2)
+    penalty = config.words.pr_lambda * 0.5 * jnp.sum(p["words"]["proj_kernel"] ** 2)
     return per_sequence.mean() + penalty / B
 
   ref_grads = jax.grad(reference_cost)(params)
   expected = jax.tree_util.tree_map(lambda p, g: p - g, params, ref_grads)
   tx = optim.make_optimizer(config, steps_per_epoch=100)
   fresh = jax.tree_util.tree_map(jnp.copy, params)  # the step donates its inputs
-  state = {"params": fresh, "opt_state": tx.init(fresh), "step": jnp.zeros((), jnp.int32)}
-  step = loop.make_train_step(model, tx, jax.random.key(3))
-  state, _, acc, norms = step(state, model.initial_carry(B), loop._zero_acc(), x, y)
+  state = {"params": fresh, "opt_state": tx.init(fresh), "step": jnp.zeros((), jnp.int32),
+           "carry": model.initial_carry(B)}
+  step = lm.make_train_step(model, tx, losses.make_lm_cost(config), jax.random.key(3))
+  state, sums = step(state, x, y)
   jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
                          state["params"], expected)
   # the accumulated NLL (what perplexity is computed from) excludes the penalty
   logits, _ = model.apply({"params": params}, x, model.initial_carry(B))
-  np.testing.assert_allclose(acc["nll"], losses.token_nll(logits, y).sum(), rtol=1e-5)
-  assert int(acc["tokens"]) == B * T
+  np.testing.assert_allclose(sums["nll"], losses.token_nll(logits, y).sum(), rtol=1e-5)
+  assert int(sums["tokens"]) == B * T
   # the step reports the norm of the one (tied) embedding gradient
-  assert sorted(k for k in norms if k.startswith("grad/")) == ["grad/words/embedding"]
-  np.testing.assert_allclose(norms["grad/words/embedding"], jnp.linalg.norm(ref_grads["words"]["embedding"]),
+  assert sorted(k for k in sums if k.startswith("norm/grad/")) == ["norm/grad/words/embedding"]
+  np.testing.assert_allclose(sums["norm/grad/words/embedding"], jnp.linalg.norm(ref_grads["words"]["embedding"]),
                              rtol=1e-5)
 
 
@@ -88,12 +89,12 @@ def test_zaremba_cost_definition():
 
 def test_reported_perplexity_excludes_penalty(tiny_corpus, tmp_path):
   corpus, _ = tiny_corpus
-  config = tiny_config(tying="tied_projection", pr_lambda=1e6, max_steps=3)
-  res = loop.fit(config, corpus, tmp_path)
+  config = tiny_config(max_steps=3, words=dict(mode="tied_projection", pr_lambda=1e6))
+  res = lm.fit(config, corpus, tmp_path)
   model = models.build(config)
   from wt_jax.train.checkpoint import Checkpoints
   ck = Checkpoints(tmp_path / "checkpoints")
-  params = loop.init_params(model, jax.random.key(0), config.batch_size, config.bptt)
+  params = models.init_params(model, config, jax.random.key(0))
   tx = optim.make_optimizer(config, 10)
   target = {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32),
             "carry": model.initial_carry(config.batch_size)}
@@ -110,8 +111,8 @@ def test_reported_perplexity_excludes_penalty(tiny_corpus, tmp_path):
 
 def test_tiny_model_learns(tiny_corpus, tmp_path):
   corpus, _ = tiny_corpus
-  config = tiny_config(tying="tied", num_epochs=10, decay_after_epoch=8, hidden_size=32)
-  res = loop.fit(config, corpus, tmp_path)
+  config = tiny_config(num_epochs=10, decay_after_epoch=8, hidden_size=32, words=dict(mode="tied"))
+  res = lm.fit(config, corpus, tmp_path)
   counts = np.bincount(corpus.train, minlength=corpus.vocab_size) + 1
   p = counts / counts.sum()
   unigram_ppl = math.exp(-np.mean(np.log(p[corpus.valid])))
@@ -126,13 +127,13 @@ def test_tiny_model_learns(tiny_corpus, tmp_path):
 
 def test_resume_after_interruption_gives_identical_results(tiny_corpus, tmp_path):
   corpus, _ = tiny_corpus
-  config = tiny_config(tying="tied", dropout=0.3, num_epochs=3)
+  config = tiny_config(dropout=0.3, num_epochs=3, words=dict(mode="tied"))
   spe = (len(corpus.train) // config.batch_size - 1) // config.bptt
-  full = loop.fit(config, corpus, tmp_path / "full")
+  full = lm.fit(config, corpus, tmp_path / "full")
   # "killed" mid-way through epoch 2 (a checkpoint at the stop step), then resumed with the same config
-  part = tiny_config(tying="tied", dropout=0.3, num_epochs=3, max_steps=spe + spe // 2)
-  loop.fit(part, corpus, tmp_path / "resumed")
-  resumed = loop.fit(config, corpus, tmp_path / "resumed")
+  part = tiny_config(dropout=0.3, num_epochs=3, max_steps=spe + spe // 2, words=dict(mode="tied"))
+  lm.fit(part, corpus, tmp_path / "resumed")
+  resumed = lm.fit(config, corpus, tmp_path / "resumed")
   assert resumed["resumed_from_step"] == spe + spe // 2
   for key in ("train_ppl", "valid_ppl", "test_ppl", "test_ppl_batched"):
     assert resumed[key] == pytest.approx(full[key], rel=1e-5), key
@@ -142,9 +143,9 @@ def test_resume_after_interruption_gives_identical_results(tiny_corpus, tmp_path
 
 def test_restoring_tied_into_untied_fails_clearly(tiny_corpus, tmp_path):
   corpus, _ = tiny_corpus
-  loop.fit(tiny_config(tying="tied", max_steps=2), corpus, tmp_path)
+  lm.fit(tiny_config(max_steps=2, words=dict(mode="tied")), corpus, tmp_path)
   with pytest.raises(CheckpointMismatchError, match="out_embedding"):
-    loop.fit(tiny_config(tying="untied", max_steps=4), corpus, tmp_path)
+    lm.fit(tiny_config(max_steps=4, words=dict(mode="untied")), corpus, tmp_path)
 
 
 def test_reopening_checkpoints_removes_a_killed_saves_temporary_directory(tmp_path):
@@ -178,21 +179,21 @@ def test_reopening_checkpoints_removes_a_killed_saves_temporary_directory(tmp_pa
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_corpus, tmp_path):
   corpus, _ = tiny_corpus
-  loop.fit(tiny_config(max_steps=5), corpus, tmp_path)
+  lm.fit(tiny_config(max_steps=5), corpus, tmp_path)
   before = sorted(p.name for p in (tmp_path / "checkpoints" / "last").iterdir())
-  with pytest.raises(loop.NonFiniteLossError, match="last good checkpoint"):
-    loop.fit(tiny_config(max_steps=20, learning_rate=float("nan")), corpus, tmp_path)
+  with pytest.raises(trainer.NonFiniteLossError, match="last good checkpoint"):
+    lm.fit(tiny_config(max_steps=20, learning_rate=float("nan")), corpus, tmp_path)
   after = sorted(p.name for p in (tmp_path / "checkpoints" / "last").iterdir())
   assert before == after == ["5"]
   # and the run can go on from it with a sane config
-  res = loop.fit(tiny_config(max_steps=8), corpus, tmp_path)
+  res = lm.fit(tiny_config(max_steps=8), corpus, tmp_path)
   assert res["resumed_from_step"] == 5 and math.isfinite(res["valid_ppl"])
 
 
 def test_max_steps_on_a_checkpoint_step_finishes(tiny_corpus, tmp_path):
   """A smoke run whose last step is also a mid-epoch checkpoint step must not write that step twice."""
   corpus, _ = tiny_corpus
-  res = loop.fit(tiny_config(max_steps=4, checkpoint_every_steps=2), corpus, tmp_path)
+  res = lm.fit(tiny_config(max_steps=4, checkpoint_every_steps=2), corpus, tmp_path)
   assert res["steps"] == 4 and math.isfinite(res["valid_ppl"])
   assert sorted(p.name for p in (tmp_path / "checkpoints" / "last").iterdir()) == ["4"]
 
@@ -200,7 +201,7 @@ def test_max_steps_on_a_checkpoint_step_finishes(tiny_corpus, tmp_path):
 def test_vocab_mismatch_is_reported(tiny_corpus, tmp_path):
   corpus, _ = tiny_corpus
   with pytest.raises(ValueError, match="vocab_size"):
-    loop.fit(tiny_config(vocab_size=10_000), corpus, tmp_path)
+    lm.fit(tiny_config(vocab_size=10_000), corpus, tmp_path)
 
 
 # --- the entry point -----------------------------------------------------------------------------
@@ -278,7 +279,8 @@ def test_killed_entry_point_resumes_to_the_same_numbers(tiny_corpus, tmp_path):
     assert b[key] == pytest.approx(a[key], rel=1e-5), key
 
 
-def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes(tiny_corpus, tmp_path):
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])  # Ctrl-C; a preempted machine or a scheduler
+def test_a_signal_saves_a_checkpoint_and_the_run_resumes(tiny_corpus, tmp_path, signame):
   import signal
   import time
   _, root = tiny_corpus
@@ -291,10 +293,10 @@ def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes(tiny_corpus, tmp_path):
   deadline = time.time() + 120
   while time.time() < deadline and proc.poll() is None and not (tmp_path / "metrics.jsonl").exists():
     time.sleep(0.02)
-  proc.send_signal(signal.SIGINT)
+  proc.send_signal(getattr(signal, signame))
   _, err = proc.communicate(timeout=120)
-  assert proc.returncode != 0
-  assert "Interrupted at step" in err, err[-2000:]
+  assert proc.returncode == 1, err[-2000:]
+  assert f"by {signame}; saved a checkpoint" in err.splitlines()[-1], err[-2000:]
   last = tmp_path / "checkpoints" / "last"
   steps = [int(p.name) for p in last.iterdir() if p.name.isdigit()]
   assert len(steps) == 1 and steps[0] > 0, err[-3000:]

@@ -1,5 +1,4 @@
 """Tying is one shared leaf: structure, use, gradients, optimizer state, parameter counts, PR penalty."""
-import sys
 
 import chex
 import jax
@@ -8,11 +7,10 @@ import numpy as np
 import optax
 import pytest
 
-from tests.conftest import REPO, tiny_config
+from tests.conftest import tiny_config
 from wt_jax import losses, models, tying
 from wt_jax.models import lstm_lm
 
-sys.path.insert(0, str(REPO))
 
 V, H, B, T = 23, 8, 3, 4
 
@@ -114,12 +112,12 @@ def test_parameter_counts(name):
   assert tying.count_params(shapes) == EXPECTED_COUNTS[name]
 
 
-def test_projection_without_bias_gives_the_issue_counts():
+def test_projection_without_bias_adds_exactly_the_projection_matrix():
   """Without the authors' proj_b, the PR rows are exactly 40,000 (= 200²) above the plain rows."""
   from configs import small_pr, small_tied_pr
   for mod, expected in ((small_pr, 4_691_600), (small_tied_pr, 2_691_600)):
     config = mod.get_config()
-    config.proj_bias = False
+    config.words.proj_bias = False
     model = models.build(config)
     x = jnp.zeros((1, 2), jnp.int32)
     shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), x, model.initial_carry(1))["params"])

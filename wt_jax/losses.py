@@ -10,11 +10,13 @@ penalty of `wt_jax.tying`) are in units of the NLL summed over *all* tokens, so 
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import optax
+
+from wt_jax import tying
 
 
 def token_nll(logits: jax.Array, targets: jax.Array) -> jax.Array:
@@ -51,3 +53,53 @@ def augmented_kl(logits: jax.Array, targets: jax.Array, embedding: jax.Array, ta
   log_y_tilde = jax.nn.log_softmax(target_logits.astype(jnp.float32), axis=-1)
   log_y_hat = jax.nn.log_softmax(logits.astype(jnp.float32) / tau, axis=-1)
   return jnp.sum(jnp.exp(log_y_tilde) * (log_y_tilde - log_y_hat), axis=-1)
+
+
+def weight_l2(params: Any) -> jax.Array:
+  """½‖θ‖² over every leaf (a tied matrix once: it is one leaf)."""
+  return 0.5 * sum(jnp.sum(jnp.square(p)) for p in jax.tree_util.tree_leaves(params))
+
+
+def make_lm_cost(config) -> Callable:
+  """The training cost a language-model config asks for, as one function the train step calls:
+
+      cost(params, logits[B, T, V], targets[B, T], penalties) → (cost, nll[B, T])
+
+  cost = w_ce·Σ_t mean_b NLL                           (`zaremba_cost`; w_ce = config.al.ce_weight, 1 by default)
+       + Σ penalties / B                               (sown by the model, e.g. projection regularisation)
+       + α·Σ_t mean_b KL(ỹ ‖ ŷ)                         (Inan et al.'s augmented loss, when config.al.alpha > 0)
+       + wd·½‖θ‖²                                       (when config.weight_decay_mode == 'loss': Zilly et al.)
+
+  The augmented loss builds ỹ from the embedding `config.al.embedding` names (`tying.word_matrix`); with
+  `config.al.target_gradient` the target carries a gradient too. nll is returned for the perplexities,
+  which never include the other terms.
+  """
+  al = config.al
+  if al.alpha < 0 or al.ce_weight < 0:
+    raise ValueError(f"al.alpha and al.ce_weight must be ≥ 0, not {al.alpha} and {al.ce_weight}.")
+  if al.alpha and al.tau <= 0:
+    raise ValueError(f"al.tau must be positive, not {al.tau}.")
+  if al.alpha and al.embedding not in ("input", "output"):
+    raise ValueError(f"Unknown al.embedding {al.embedding!r}; expected 'input' (Inan's L) or 'output'.")
+  if config.weight_decay_mode not in ("decoupled", "loss"):
+    raise ValueError(f"Unknown weight_decay_mode {config.weight_decay_mode!r}; expected 'decoupled' "
+                     "(p ← (p + u)(1 − wd) after each step, Gal / Press & Wolf) or 'loss' "
+                     "(wd·½‖θ‖² added to the cost, Zilly et al.).")
+  l2 = float(config.weight_decay) if config.weight_decay_mode == "loss" else 0.0
+  alpha, tau, ce_weight = float(al.alpha), float(al.tau), float(al.ce_weight)
+  which, target_gradient = al.embedding, bool(al.target_gradient)
+
+  def cost(params, logits_BxTxV, targets_BxT, penalties):
+    nll_BxT = token_nll(logits_BxTxV, targets_BxT)
+    ce = zaremba_cost(nll_BxT)
+    if ce_weight != 1.0:
+      ce = ce_weight * ce
+    total = ce + total_penalty(penalties) / targets_BxT.shape[0]
+    if alpha:
+      kl_BxT = augmented_kl(logits_BxTxV, targets_BxT, tying.word_matrix(params, which), tau, target_gradient)
+      total = total + alpha * zaremba_cost(kl_BxT)
+    if l2:
+      total = total + l2 * weight_l2(params)
+    return total, nll_BxT
+
+  return cost

@@ -142,6 +142,17 @@ def constrain_embedding_rows(params: Any, norm: float) -> Any:
   return {**params, "words": words}
 
 
+def word_matrix(params: Any, role: str) -> jax.Array:
+  """The V×D matrix of a word role: 'input' (the lookup table L) or 'output' (the softmax matrix W); the
+  same leaf when tied. params is a language model's parameter tree (its head under params['words'])."""
+  words = params["words"]
+  if role == "output" and "out_embedding" in words:
+    return words["out_embedding"]
+  if role not in ("input", "output"):
+    raise ValueError(f"Unknown word role {role!r}; expected 'input' or 'output'.")
+  return words["embedding"]
+
+
 def embedding_leaves(params: Any) -> dict[str, jax.Array]:
   """The V×D embedding matrices of a parameter tree, by path: one when tied, two when untied."""
   out = {}

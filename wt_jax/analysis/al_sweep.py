@@ -6,10 +6,10 @@ motivates reusing L as W.
 
 The KL's weight α is β·τ²·|V| in the paper's equation (6.1) (`kl_scale="tau2v"`: at high τ the KL's logit
 gradient is (W·h − Lᵀ·u)/(τ²|V|), eq. 4.3, so this scaling makes it a logit-matching term of unit size);
-`"tau"` (β·τ, the α = γτ of Table 1's runs) and `"tau2"` (β·τ², distillation's scaling) are the weaker
-weightings this project's first sweeps used before the paper's text was checked.
+`"tau"` (β·τ, the α = γτ of Table 1's runs) and `"tau2"` (β·τ², distillation's scaling) are weaker
+weightings, for comparison.
 
-Each point is one ordinary run of the shared training loop (`loop.fit`) in <workdir>/<point>/ — resumable,
+Each point is one ordinary run of the language-model trainer (`wt_jax.train.lm.fit`) in <workdir>/<point>/ — resumable,
 skipped when its results.json exists. The distance is reported over all V rows and over the rows of the
 words that occur in the training span (the others never receive a gradient through the softmax targets
 and keep much of their random initialisation), with the mean entropy of the AL's target ỹ over those words
@@ -26,7 +26,7 @@ import numpy as np
 
 from wt_jax import models, tying
 from wt_jax.analysis import embeddings
-from wt_jax.train import loop
+from wt_jax.train import lm, trainer
 from wt_jax.train.checkpoint import Checkpoints
 
 
@@ -37,7 +37,7 @@ KL_SCALES = ("tau2v", "tau", "tau2")
 class Point:
   proportion: float  # β: the AL's share of the loss (0: cross-entropy only; 1: AL only)
   tau: float         # τ: the AL's temperature
-  kl_scale: str = "tau"  # the KL's weight α: β·τ²·|V| (tau2v, Inan eq. 6.1), β·τ (tau) or β·τ² (tau2)
+  kl_scale: str = "tau2v"  # the KL's weight α: β·τ²·|V| (tau2v, Inan eq. 6.1), β·τ (tau) or β·τ² (tau2)
   vocab_size: int = 0  # |V|, needed by tau2v only
 
   def __post_init__(self):
@@ -59,7 +59,7 @@ class Point:
 
 
 def grid(proportions: Sequence[float], temperatures: Sequence[float], fixed_tau: float,
-         fixed_proportion: float, kl_scale: str = "tau", vocab_size: int = 0) -> list[Point]:
+         fixed_proportion: float, kl_scale: str = "tau2v", vocab_size: int = 0) -> list[Point]:
   """Figure 1's two sweeps: every β at `fixed_tau`, then every τ at `fixed_proportion` (shared points once),
   all with the KL weighted by `kl_scale` (see `Point`; `vocab_size` for tau2v)."""
   for b in [*proportions, fixed_proportion]:
@@ -74,18 +74,18 @@ def grid(proportions: Sequence[float], temperatures: Sequence[float], fixed_tau:
 
 
 def point_config(base, point: Point):
-  """`base` with the loss of `point`: al_ce_weight = 1 − β, al_tau = τ and al_gamma = α/τ (the loop's
-  α = γτ), i.e. γ = β·τ·|V| for the paper's scaling, β for Table 1's and βτ for the τ² one."""
+  """`base` with the loss of `point`: al.ce_weight = 1 − β, al.tau = τ and al.alpha = the point's α."""
   if point.kl_scale == "tau2v" and point.vocab_size != base.vocab_size:
     raise ValueError(f"The point's |V| = {point.vocab_size} is not the config's vocab_size {base.vocab_size}.")
   c = base.copy_and_resolve_references()
   with c.unlocked():
     c.name = f"{base.name}_{point.name}"
-    c.al_gamma = point.alpha / point.tau
-    c.al_ce_weight = 1.0 - point.proportion
-    c.al_tau = point.tau
-  if c.tying != "untied":
-    raise ValueError(f"The Section-6.2 sweep needs an untied model (L and W as two leaves), not {c.tying!r}.")
+    c.al.alpha = point.alpha
+    c.al.ce_weight = 1.0 - point.proportion
+    c.al.tau = point.tau
+  if c.words.mode != "untied":
+    raise ValueError(f"The Section-6.2 sweep needs an untied model (L and W as two leaves), not "
+                     f"{c.words.mode!r}.")
   return c
 
 
@@ -157,18 +157,17 @@ def run(base, corpus, workdir: str | Path, points: Sequence[Point], frequent_wor
   most frequent words."""
   workdir = Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
-  span = corpus.train[:base.train_max_tokens] if base.get("train_max_tokens", 0) else corpus.train
+  span = corpus.train[:base.train_max_tokens] if base.train_max_tokens else corpus.train
   seen = np.unique(np.asarray(span))
   frequent = most_frequent(span, frequent_words)
   model = models.build(base)
-  initial = loop.init_params(model, loop.run_keys(base.seed)[0], base.batch_size, base.bptt,
-                             base.get("embedding_row_norm", 0.0))
+  initial = models.init_params(model, base, trainer.run_keys(base.seed)[0])
   rows = []
   for point in points:
     config = point_config(base, point)
     run_dir = workdir / point.name
     results_path = run_dir / "results.json"
-    results = json.loads(results_path.read_text()) if results_path.exists() else loop.fit(config, corpus, run_dir)
+    results = json.loads(results_path.read_text()) if results_path.exists() else lm.fit(config, corpus, run_dir)
     ckpts = Checkpoints(run_dir / "checkpoints", read_only=True)
     state, _ = ckpts.restore_saved("last")
     ckpts.close()
@@ -187,8 +186,7 @@ def table(rows: Sequence[dict]) -> str:
            f"| ‖ΔW‖/‖W₀‖ ({k:,}) | entropy of ỹ (nats) | train ppl | valid ppl |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
-    alpha = r.get("alpha", r["proportion"] * r["tau"])  # rows from before α was recorded used α = βτ
-    lines.append(f"| {r['proportion']:g} | {r['tau']:g} | {alpha:g} | {r['distance_all']:.3f} "
+    lines.append(f"| {r['proportion']:g} | {r['tau']:g} | {r['alpha']:g} | {r['distance_all']:.3f} "
                  f"| {r['distance_seen']:.3f} ({r['random_seen']:.3f}) | {r['update_distance_seen']:.3f} "
                  f"| {r['update_norm_ratio']:.3g} "
                  f"| {r['distance_frequent']:.3f} ({r['random_frequent']:.3f}) | {r['update_distance_frequent']:.3f} "
@@ -227,3 +225,30 @@ def plot(rows: Sequence[dict], png: str | Path, fixed_tau: float, fixed_proporti
   fig.savefig(png, dpi=100)
   plt.close(fig)
   return png
+
+
+def checkpoint_report(checkpoints: str | Path, which: str = "last", tau: float = 20.0, words: int = 2000,
+                      data_dir: str | None = None) -> dict:
+  """Where a PTB run's augmented-loss target puts its mass, and how large its embedding rows are.
+
+  Reads `checkpoints` (a run's checkpoints/ folder, read-only) and returns the row norms of the input
+  embedding L [V, D] (mean, and the five largest with their words) and, over the `words` most frequent
+  training words w, `target_stats` of ỹ_w = softmax(L·l_w / τ) with the hub named by its word. With a tied
+  matrix and no output bias, a few frequent words' rows can grow until they dominate every target: a hub.
+
+      python -c "from wt_jax.analysis import al_sweep; print(al_sweep.checkpoint_report('RUN/checkpoints'))"
+  """
+  from wt_jax.data import ptb
+  corpus = ptb.load(data_dir, download=False)
+  ckpts = Checkpoints(checkpoints, read_only=True)
+  state, _ = ckpts.restore_saved(which)
+  ckpts.close()
+  L, _ = embedding_matrices(state["params"])
+  norms = np.linalg.norm(L, axis=1)
+  top = np.argsort(-norms)[:5]
+  frequent = most_frequent(corpus.train, words)
+  stats = target_stats(L, frequent, tau)
+  stats["hub"] = corpus.vocab.words[stats["hub"]]
+  return {"checkpoint": f"{checkpoints}/{which}", "step": int(state["step"]), "row_norm_mean": float(norms.mean()),
+          "largest_rows": [[corpus.vocab.words[i], round(float(norms[i]), 2)] for i in top], "tau": tau,
+          "words": len(frequent), **stats}

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from typing import Callable
 
+import jax
+import jax.numpy as jnp
+
+from wt_jax import tying
 from wt_jax.models import bd_lstm_lm, ffnn_lm, lstm_lm, rhn_lm
 
 CARRY_BATCH_AXIS = 1  # where the batch sits in every leaf of a carry (data parallelism shards it there)
@@ -29,6 +33,15 @@ def build(config):
   name = config.model
   if name not in _REGISTRY:
     raise ValueError(f"Unknown model {name!r}; known models: {', '.join(sorted(_REGISTRY))}.")
-  if config.get("embedding_init_scale", 0.0) and name != "lstm_lm":
-    raise ValueError(f"embedding_init_scale is only implemented for lstm_lm, not {name!r}; leave it at 0.")
+  if config.words.init_scale and name != "lstm_lm":
+    raise ValueError(f"words.init_scale is only implemented for lstm_lm, not {name!r}; leave it at 0.")
   return _REGISTRY[name](config)
+
+
+def init_params(model, config, rng: jax.Array):
+  """The model's initial parameter pytree (the 'params' collection), as training starts from it: built on a
+  [batch_size, bptt] window; with `config.words.row_norm` > 0 the input embedding's rows start at that norm
+  (the constraint `wt_jax.train.optim.embedding_rows_at_norm` then keeps them there)."""
+  x_BxT = jnp.zeros((config.batch_size, config.bptt), jnp.int32)
+  variables = model.init(rng, x_BxT, model.initial_carry(config.batch_size), train=False)
+  return tying.constrain_embedding_rows(variables["params"], config.words.row_norm)

@@ -139,7 +139,7 @@ def from_config(config) -> BDLSTMLM:
       vocab_size=config.vocab_size, hidden=config.hidden_size, num_layers=config.num_layers,
       dropout_x=config.dropout_x, dropout_i=config.dropout_i, dropout_h=config.dropout_h,
       dropout_o=config.dropout_o, mask_per_gate=config.mask_per_gate, init_scale=config.init_scale,
-      tie_state_masks=config.get("tie_state_masks", False),
-      tying=config.tying, pr_lambda=config.pr_lambda, proj_bias=config.proj_bias,
-      output_bias=config.output_bias,
+      tie_state_masks=config.tie_state_masks,
+      tying=config.words.mode, pr_lambda=config.words.pr_lambda, proj_bias=config.words.proj_bias,
+      output_bias=config.words.output_bias,
       dtype=precision.compute_dtype(config.compute_dtype))

@@ -118,11 +118,11 @@ class LBL(nn.Module):
 
 def nnlm_from_config(config) -> NNLM:
   return NNLM(vocab_size=config.vocab_size, emb=config.emb_size, hidden=config.hidden_size,
-              context=config.context, tying=config.tying, output_projection=config.output_projection,
+              context=config.context, tying=config.words.mode, output_projection=config.output_projection,
               direct=config.direct, dropout=config.dropout, init_scale=config.init_scale,
-              output_bias=config.output_bias)
+              output_bias=config.words.output_bias)
 
 
 def lbl_from_config(config) -> LBL:
-  return LBL(vocab_size=config.vocab_size, emb=config.emb_size, context=config.context, tying=config.tying,
-             dropout=config.dropout, init_scale=config.init_scale, output_bias=config.output_bias)
+  return LBL(vocab_size=config.vocab_size, emb=config.emb_size, context=config.context, tying=config.words.mode,
+             dropout=config.dropout, init_scale=config.init_scale, output_bias=config.words.output_bias)

@@ -173,7 +173,7 @@ def from_config(config) -> LSTMLM:
   return LSTMLM(
       vocab_size=config.vocab_size, hidden=config.hidden_size, num_layers=config.num_layers,
       dropout=config.dropout, init_scale=config.init_scale,
-      embedding_init_scale=config.get("embedding_init_scale", 0.0), tying=config.tying,
-      pr_lambda=config.pr_lambda, proj_bias=config.proj_bias, output_bias=config.output_bias,
-      logit_scale=config.logit_scale,
+      embedding_init_scale=config.words.init_scale, tying=config.words.mode,
+      pr_lambda=config.words.pr_lambda, proj_bias=config.words.proj_bias, output_bias=config.words.output_bias,
+      logit_scale=config.words.logit_scale,
       dtype=precision.compute_dtype(config.compute_dtype))

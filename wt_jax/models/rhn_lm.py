@@ -133,6 +133,6 @@ def from_config(config) -> RHNLM:
       vocab_size=config.vocab_size, hidden=config.hidden_size, depth=config.depth,
       num_layers=config.num_layers, dropout_x=config.dropout_x, dropout_i=config.dropout_i,
       dropout_h=config.dropout_h, dropout_o=config.dropout_o, init_scale=config.init_scale,
-      transform_bias=config.transform_bias, tying=config.tying, remat=config.remat,
-      pr_lambda=config.pr_lambda, proj_bias=config.proj_bias, output_bias=config.output_bias,
+      transform_bias=config.transform_bias, tying=config.words.mode, remat=config.remat,
+      pr_lambda=config.words.pr_lambda, proj_bias=config.words.proj_bias, output_bias=config.words.output_bias,
       dtype=precision.compute_dtype(config.compute_dtype))

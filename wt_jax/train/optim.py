@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from wt_jax import tying
+
 
 def epoch_lr(epoch: int, base_lr: float, decay: float, decay_after_epoch: int) -> float:
   """Learning rate of 1-based `epoch`."""
@@ -43,10 +45,18 @@ def decay_after_update(rate: float) -> optax.GradientTransformation:
   return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)
 
 
-def weight_decay_on_loss(config) -> float:
-  """The coefficient of wd·½‖θ‖² that the train step adds to its cost (Zilly et al.'s RHN code), or 0."""
-  check_weight_decay_mode(config)
-  return float(config.weight_decay) if config.weight_decay_mode == "loss" else 0.0
+def embedding_rows_at_norm(norm: float) -> optax.GradientTransformation:
+  """A constraint as the last link of the chain: the update is changed so that the updated input embedding
+  has every row at L2 norm `norm` (`tying.constrain_embedding_rows`; Inan et al.'s Section 6.2 holds the rows
+  of L at 1). A projection after the step, so every user of the optimiser trains the same constrained L."""
+
+  def update_fn(updates, state, params):
+    if params is None:
+      raise ValueError("embedding_rows_at_norm needs the parameters")
+    projected = tying.constrain_embedding_rows(optax.apply_updates(params, updates), norm)
+    return jax.tree_util.tree_map(lambda new, p: new - p, projected, params), state
+
+  return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)
 
 
 def check_weight_decay_mode(config) -> None:
@@ -58,7 +68,9 @@ def check_weight_decay_mode(config) -> None:
 
 def make_optimizer(config, steps_per_epoch: int) -> optax.GradientTransformation:
   """Global-norm clipping, then the optimiser named by `config.optimizer` ('sgd', as the papers, or 'adam'),
-  then decoupled weight decay when `config.weight_decay_mode == 'decoupled'` and `weight_decay` > 0."""
+  then decoupled weight decay when `config.weight_decay_mode == 'decoupled'` and `weight_decay` > 0, then the
+  row-norm constraint on the input embedding when `config.words.row_norm` > 0 (`embedding_rows_at_norm`).
+  The other weight-decay mode, 'loss', is a cost term (`wt_jax.losses.make_lm_cost`)."""
   lr = zaremba_schedule(config.learning_rate, config.lr_decay, config.decay_after_epoch, steps_per_epoch)
   if config.optimizer == "sgd":
     opt = optax.sgd(lr)
@@ -70,4 +82,6 @@ def make_optimizer(config, steps_per_epoch: int) -> optax.GradientTransformation
   chain = [optax.clip_by_global_norm(config.clip_norm), opt]
   if config.weight_decay > 0 and config.weight_decay_mode == "decoupled":
     chain.append(decay_after_update(config.weight_decay))
+  if config.words.row_norm:
+    chain.append(embedding_rows_at_norm(config.words.row_norm))
   return optax.chain(*chain)

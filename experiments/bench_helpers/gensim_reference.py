@@ -1,7 +1,7 @@
 """gensim's word2vec on the same sentences and settings as a wt_jax skip-gram config: the reference users
 know, for words/s (run with a Python that has gensim; gensim is not a dependency of wt_jax).
 
-    /path/to/gensim/python experiments/gensim_reference.py --config=configs/w2v_untied.py [--epochs=1]
+    /path/to/gensim/python experiments/bench_helpers/gensim_reference.py --config=configs/w2v_untied.py [--epochs=1]
 
 That Python needs gensim, numpy and ml_collections (`python -m venv G && G/bin/pip install gensim ml_collections`).
 
@@ -17,7 +17,8 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The checkout's root (this file is experiments/bench_helpers/): wt_jax.data.ptb without installing wt_jax.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from gensim.models import Word2Vec  # noqa: E402
 

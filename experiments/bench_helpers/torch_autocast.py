@@ -1,7 +1,7 @@
 """Run a PyTorch benchmark script under CPU autocast to bfloat16, so that it compares with
 `--config.compute_dtype=bfloat16` at equal precision (used by `experiments.bench --torch_python`).
 
-    /path/to/torch/python experiments/torch_autocast.py ../shared/bench/torch_small_lm.py [its flags]
+    /path/to/torch/python experiments/bench_helpers/torch_autocast.py ../shared/bench/torch_small_lm.py [its flags]
 
 Needs torch (not a dependency of wt_jax). The script runs unchanged, as `__main__`, inside
 `torch.autocast("cpu", dtype=torch.bfloat16)`: its matmuls (and the LSTM) take bfloat16 inputs, while the

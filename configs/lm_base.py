@@ -1,0 +1,96 @@
+"""Every language-model setting, declared once with its default, so any key can be overridden on the
+command line for any LM config (`--config.al.alpha=13`, `--config.words.mode=tied`, ...). The config is
+locked: the paper-row files below it only change values.
+
+The defaults are Zaremba et al. (2014)'s small LSTM on PTB, untied, as Press & Wolf (2017) train it
+(`configs/small.py`); the keys of the other model families (RHN, variational LSTM, NNLM/LBL) are declared
+here with neutral values and set by their configs. Groups:
+  config.words  the embedding and output layer (`wt_jax.tying.WordEmbeddings`)
+  config.al     Inan et al. (2017)'s augmented loss (`wt_jax.losses.make_lm_cost`)
+"""
+import ml_collections
+
+
+def words_config() -> ml_collections.ConfigDict:
+  """The word layers (`wt_jax.tying`): how input embedding and softmax share parameters."""
+  w = ml_collections.ConfigDict()
+  w.mode = "untied"           # untied | tied | projection | tied_projection (Press & Wolf 2017)
+  w.pr_lambda = 1.0 / 6.5     # Press & Wolf code: l2_loss(P) / (batch * 6.5); the paper rounds to 0.15
+  w.proj_bias = True          # Press & Wolf code: proj_b (a bias after P)
+  w.output_bias = True        # softmax bias; Inan et al. (2017) "reused embeddings" (RE): tied and no bias
+  w.logit_scale = False       # optional D^-1/2 logit scale; not used by the papers
+  w.init_scale = 0.0          # ours, off: >0 draws the embedding/output layer from U(-s, s) (lstm_lm only)
+  w.row_norm = 0.0            # off; >0 holds every input-embedding row at this L2 norm (Inan Section 6.2: 1)
+  return w
+
+
+def al_config() -> ml_collections.ConfigDict:
+  """Inan et al. (2017)'s augmented loss: cost = w_ce·CE + α·KL(ỹ‖ŷ), ŷ = softmax(logits/τ),
+  ỹ = softmax(L·u_y/τ)."""
+  a = ml_collections.ConfigDict()
+  a.alpha = 0.0               # α, the AL's weight; 0 turns it off (Inan: α = γτ, γ 0.5–0.8 PTB, 1.0–1.5 WT-2)
+  a.tau = 20.0                # τ, the temperature (Inan Appendix A: 20)
+  a.embedding = "input"       # which matrix builds ỹ in an untied model: input (Inan's L) | output
+  a.target_gradient = False   # False: ỹ is a fixed target (gradient through ŷ only)
+  a.ce_weight = 1.0           # w_ce, the cross-entropy's weight (Inan Section 6.2 mixes (1 − β)·CE + ...)
+  return a
+
+
+def get_config():
+  c = ml_collections.ConfigDict()
+  c.name = "lm"
+  # Model.
+  c.model = "lstm_lm"         # lstm_lm | bd_lstm_lm | rhn_lm | nnlm | lbl (wt_jax.models)
+  c.vocab_size = 10000        # PTB, Mikolov et al. (2011): 9,999 words + <eos>
+  c.hidden_size = 200         # Zaremba small: 200 units; embedding size = hidden size
+  c.num_layers = 2            # Zaremba: 2 LSTM layers
+  c.dropout = 0.0             # Zaremba small: keep_prob 1.0 (no dropout); lstm_lm, nnlm, lbl
+  c.init_scale = 0.1          # Zaremba small: U(-0.1, 0.1)
+  c.compute_dtype = "float32"  # ours; "bfloat16": bf16 matmul inputs, f32 sums (wt_jax/precision.py)
+  c.words = words_config()
+  c.al = al_config()
+  # Variational dropout (bd_lstm_lm, rhn_lm): drop probabilities, one mask per window (Gal 2015).
+  c.dropout_x = 0.0           # word types of the embedding
+  c.dropout_i = 0.0           # each layer's input
+  c.dropout_h = 0.0           # the recurrent state
+  c.dropout_o = 0.0           # the top layer's output
+  c.mask_per_gate = True      # bd_lstm_lm: a mask per gate (Gal's code) or one shared
+  c.tie_state_masks = False   # bd_lstm_lm: Inan et al.'s VD-LSTM (one mask per state, up and across)
+  # Recurrent Highway Network (rhn_lm; Zilly et al. 2017).
+  c.depth = 10                # micro-layers per time step
+  c.transform_bias = -2.0     # transform-gate bias at start
+  c.remat = False             # recompute each time step's micro-layers in the backward pass (memory)
+  # Feed-forward LMs (nnlm, lbl).
+  c.context = 4               # n − 1 previous words
+  c.emb_size = 200            # m
+  c.output_projection = False  # nnlm: an h×m projection before the (tied) output layer
+  c.direct = False            # nnlm: Bengio's direct connections from the context to the output
+  # Optimisation.
+  c.optimizer = "sgd"         # Zaremba: plain SGD (or adam)
+  c.learning_rate = 1.0       # Zaremba: lr 1
+  c.lr_decay = 0.5            # Zaremba small: x0.5 per epoch once decay starts
+  c.decay_after_epoch = 4     # Zaremba small: max_epoch 4 (epochs 1-5 at lr 1; see wt_jax/train/optim.py)
+  c.num_epochs = 13           # Zaremba small: max_max_epoch 13
+  c.clip_norm = 5.0           # Zaremba small: global-norm clip 5
+  c.weight_decay = 0.0        # Zaremba: none
+  c.weight_decay_mode = "decoupled"  # decoupled: p <- (p + u)(1 - wd) per step; loss: + wd/2 |theta|^2
+  c.batch_size = 20           # Zaremba: batch 20
+  c.bptt = 20                 # Zaremba small: num_steps 20
+  c.seed = 0
+  c.num_devices = 0           # data parallelism over the first N devices; 0: all (of every process)
+  c.max_steps = 0             # >0: stop after this many train steps, then evaluate (smoke runs)
+  c.train_max_tokens = 0      # >0: train on the first N tokens of the training stream only (Inan Section 6.2)
+  # Data and evaluation.
+  c.dataset = "ptb"           # ptb | wikitext2 | bbc | imdb (wt_jax.data.lm_corpora)
+  c.data_dir = ""             # "" -> $WT_JAX_DATA -> ~/.cache/wt_jax (downloaded if missing)
+  c.download = True
+  c.eval_batch_size = 20      # validation as the reference: 20 streams, bptt windows
+  c.test_window = 200         # batch-1 test: window length (state carried, so it only affects speed)
+  c.test_params = "final"     # Zaremba / Press & Wolf code: test the final parameters ("best": by valid)
+  c.eval_max_tokens = 0       # >0: evaluate on only the first N valid/test tokens (smoke runs; recorded)
+  c.eval_mc_samples = 0       # >0: also test with Monte-Carlo dropout (Gal 2015), this many passes
+  # Bookkeeping.
+  c.log_every = 200           # steps between progress lines (and at least every 30 s)
+  c.checkpoint_every_steps = 500  # mid-epoch checkpoints (0: only at epoch ends)
+  c.plot = True
+  return c.lock()  # every key is declared above: a misspelt or undeclared key is an error, not a new key

@@ -1,0 +1,173 @@
+"""Language-model training: every LM of `wt_jax.models` on a word-level corpus, on the shared skeleton.
+
+    fit(config, corpus, workdir) → results dict (also <workdir>/results.json)
+
+The model comes from `wt_jax.models.build(config)`, the cost from `wt_jax.losses.make_lm_cost(config)` and
+the optimiser (with any parameter constraint) from `wt_jax.train.optim.make_optimizer`; the train step
+(`make_train_step`) knows nothing else: forward over a [B, T] window (the model scans over time), cost,
+gradients, optax update. The recurrent state ("carry") is part of the training state: carried across
+windows, reset at the start of each epoch, checkpointed with the rest, so a resumed run ends with the same
+numbers. Validation every epoch (batched, `config.eval_batch_size` streams); the test protocol is
+`wt_jax.train.evaluate.test_perplexities`. Checkpoints, resume, signals and the non-finite policy are the
+skeleton's (`wt_jax.train.trainer`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from wt_jax import losses, models, parallel, tying
+from wt_jax.data import batching
+from wt_jax.train import evaluate as eval_lib
+from wt_jax.train import optim, trainer
+
+
+def make_train_step(model, tx: optax.GradientTransformation, cost: Callable, step_key: jax.Array,
+                    dp: parallel.DataParallel | None = None):
+  """Returns step(state, x[B, T], y[B, T]) → (state, sums), jit-compiled, the state donated.
+
+  state: {'params', 'opt_state', 'step', 'carry'}; `cost` is `losses.make_lm_cost(config)`'s signature:
+  cost(params, logits, targets, penalties) → (cost, nll[B, T]). sums: this step's {'nll': Σ NLL, 'tokens', 'steps': 1}
+  plus the global L2 norm of the gradient (before clipping) and of the gradient of each embedding matrix
+  (one when tied, two when untied), named by their path. Dropout's key is fold_in(step_key, step).
+
+  With `dp`, the step is compiled for that mesh: x, y and the carry sharded along the batch, the rest
+  replicated (pass arrays placed by `dp`). The cost is written for the global batch, so the gradient equals
+  the single-device one (XLA adds the all-reduce).
+  """
+
+  def loss_fn(params, carry, x, y, key):
+    (logits, carry), aux = model.apply({"params": params}, x, carry, train=True,
+                                       rngs={"dropout": key}, mutable=[tying.PENALTIES])
+    total, nll_BxT = cost(params, logits, y, aux.get(tying.PENALTIES, {}))
+    return total, (carry, jnp.sum(nll_BxT))
+
+  def step(state, x_BxT, y_BxT):
+    key = jax.random.fold_in(step_key, state["step"])
+    carry = jax.lax.stop_gradient(state["carry"])
+    (_, (carry, nll_sum)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state["params"], carry, x_BxT, y_BxT, key)
+    updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+    params = optax.apply_updates(state["params"], updates)
+    sums = {"nll": nll_sum, "tokens": jnp.asarray(y_BxT.size, jnp.int32), "steps": jnp.ones((), jnp.int32),
+            "norm/grad": optax.tree.norm(grads)}
+    for name, g in tying.embedding_leaves(grads).items():
+      sums[f"norm/grad/{name}"] = jnp.linalg.norm(g)
+    return {"params": params, "opt_state": opt_state, "step": state["step"] + 1, "carry": carry}, sums
+
+  if dp is None:
+    return jax.jit(step, donate_argnums=(0,))
+  rep, rows = dp.replicated, dp.batch_sharding(0)
+  state_sharding = {"params": rep, "opt_state": rep, "step": rep, "carry": dp.batch_sharding(models.CARRY_BATCH_AXIS)}
+  return jax.jit(step, donate_argnums=(0,), in_shardings=(state_sharding, rows, rows),
+                 out_shardings=(state_sharding, rep))
+
+
+def train_step_for(config, model, tx: optax.GradientTransformation, step_key: jax.Array,
+                   dp: parallel.DataParallel | None = None):
+  """The step `fit` trains `config` with (its cost from `losses.make_lm_cost`), also the one bench times."""
+  return make_train_step(model, tx, losses.make_lm_cost(config), step_key, dp)
+
+
+def initial_state(config, model, tx, init_key: jax.Array) -> dict:
+  """{'params', 'opt_state', 'step', 'carry'} before the first step (on the default device)."""
+  params = models.init_params(model, config, init_key)
+  return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32),
+          "carry": model.initial_carry(config.batch_size)}
+
+
+class LMTask:
+  """A language model on a corpus's train/valid/test streams (see the module docstring)."""
+
+  def __init__(self, config, corpus):
+    if config.test_params not in ("final", "best"):
+      raise ValueError(f"Unknown test_params {config.test_params!r}; expected 'final' or 'best'.")
+    if corpus.vocab_size != config.vocab_size:
+      raise ValueError(f"config.vocab_size={config.vocab_size} but the corpus has {corpus.vocab_size} "
+                       f"types; set --config.vocab_size={corpus.vocab_size}.")
+    B, T = config.batch_size, config.bptt
+    if config.train_max_tokens:  # train on a prefix of the training stream (Inan et al. Section 6.2)
+      if config.train_max_tokens < B * T + 1:
+        raise ValueError(f"train_max_tokens={config.train_max_tokens} is less than one batch (B·T+1 = "
+                         f"{B * T + 1} tokens).")
+      corpus = dataclasses.replace(corpus, train=corpus.train[:config.train_max_tokens])
+    if config.eval_max_tokens:  # smoke runs of big models: evaluate on a prefix of valid and test only
+      corpus = dataclasses.replace(corpus, valid=corpus.valid[:config.eval_max_tokens],
+                                   test=corpus.test[:config.eval_max_tokens])
+    self.config, self.corpus = config, corpus
+    self.model = models.build(config)
+    self.dp = parallel.DataParallel.create(num_devices=config.num_devices)  # the batch split over devices
+    self.dp.check_batch(B)
+    self.num_devices = self.dp.num_devices
+    self.train = batching.lm_windows(corpus.train, B, T)
+    self.steps_per_epoch, self.num_epochs, self.max_steps = len(self.train), config.num_epochs, config.max_steps
+    self.tokens_per_step = B * T
+    self.selection = ("valid_ppl", "min")
+    self.tx = optim.make_optimizer(config, self.steps_per_epoch)
+    self.init_key, self.step_key = trainer.run_keys(config.seed)
+    self.step_fn = train_step_for(config, self.model, self.tx, self.step_key, self.dp)
+    self.eval_window = eval_lib.make_eval_window(self.model)
+
+  def init_state(self):
+    # Built on the devices, replicated (every process computes the same parameters from the seed).
+    init = jax.jit(lambda k: initial_state(self.config, self.model, self.tx, k), out_shardings=self.dp.replicated)
+    return self.start_epoch(init(self.init_key), 1)  # (the carry placed along the batch)
+
+  def start_epoch(self, state, epoch):
+    carry = self.model.initial_carry(self.config.batch_size)
+    return {**state, "carry": self.dp.shard_batch(carry, models.CARRY_BATCH_AXIS)}
+
+  def batches(self, epoch, start):
+    for pos in range(start, self.steps_per_epoch):
+      yield self.dp.shard_batch((self.train.x[pos], self.train.y[pos])), 1
+
+  def train_step(self, state, batch):
+    return self.step_fn(state, *batch)
+
+  def train_metrics(self, sums, step):
+    c, steps = self.config, max(sums.get("steps", 0.0), 1.0)
+    epoch = (step - 1) // self.steps_per_epoch + 1  # the epoch of the step just taken
+    shown = {"train_ppl": eval_lib.perplexity(sums.get("nll", 0.0), int(sums.get("tokens", 0))),
+             "lr": optim.epoch_lr(epoch, c.learning_rate, c.lr_decay, c.decay_after_epoch)}
+    # gradient norms: the mean over the epoch's steps so far
+    return {**shown, **{k: v / steps for k, v in sums.items() if k.startswith("norm/")}}
+
+  def validate(self, state, epoch):
+    c = self.config
+    valid = eval_lib.evaluate(self.model, self.eval_window, state["params"], self.corpus.valid,
+                              c.eval_batch_size, c.bptt, drop_remainder=True, dp=self.dp)
+    return {"valid_ppl": valid["ppl"]}
+
+  def final(self, state, best_state, meta, sums):
+    c, history = self.config, meta["history"]
+    step = int(state["step"])
+    if history and history[-1]["step"] == step:
+      train_ppl, valid_ppl = history[-1]["train_ppl"], history[-1]["valid_ppl"]
+    else:  # stopped mid-epoch (max_steps): evaluate here
+      train_ppl = (eval_lib.perplexity(sums["nll"], int(sums["tokens"])) if sums.get("tokens")
+                   else float("nan"))
+      valid_ppl = self.validate(state, None)["valid_ppl"]
+    params, tested = state["params"], c.test_params
+    if c.test_params == "best" and best_state is not None:
+      params, tested = best_state["params"], f"best (epoch {meta['best_epoch']})"
+    elif c.test_params == "best":
+      tested = "final (test_params='best', but no epoch has ended yet)"
+    test = eval_lib.test_perplexities(c, self.model, self.eval_window, params, self.corpus.test,
+                                      jax.random.fold_in(self.step_key, 2**31 - 1), self.dp)
+    return {"task": "lm", "dataset": c.dataset, "model": c.model, "tying": c.words.mode,
+            "train_ppl": train_ppl, "valid_ppl": valid_ppl, **test,
+            "eval_max_tokens": c.eval_max_tokens or None,  # None: the whole valid and test sets
+            "train_max_tokens": c.train_max_tokens or None,  # None: the whole training set
+            "test_params": tested,  # 'final' parameters (Zaremba/Press & Wolf) or 'best' by valid (RHN)
+            "best_valid_ppl": meta["best"],
+            "train_tokens_per_s": step * self.tokens_per_step / max(meta["train_s"], 1e-9)}
+
+
+def fit(config, corpus, workdir: str | Path) -> dict:
+  """Train `config` on `corpus` (train/valid/test streams), writing everything under `workdir`."""
+  return trainer.run(LMTask(config, corpus), config, workdir)

@@ -1,0 +1,176 @@
+"""word2vec skip-gram training (`wt_jax.models.skipgram`) on the shared skeleton (`wt_jax.train.trainer`):
+optax SGD, the data-parallel helper, checkpoints with resume, the non-finite policy, results.json.
+
+    fit_skipgram(config, sentences, workdir) → results (also <workdir>/results.json; vocab in vocab.txt)
+
+Each epoch draws its (centre, context) pairs (`wt_jax.data.skipgram`: subsampling, dynamic window) from a
+generator seeded by (seed, epoch), shuffles them, and feeds batches of `batch_size` pairs (the last partial
+batch is dropped); the step draws `negatives` noise words per pair from unigram^0.75 on the device. The
+learning rate falls linearly with the fraction of training done, to lr·1e-4 at the end (word2vec.c's rule,
+by pairs instead of words). Speed without changing the arithmetic: `steps_per_call` SGD steps run in one
+compiled call (a scan), and `sparse_updates` applies SGD to the touched rows only (see `make_step`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from absl import logging
+
+from wt_jax import parallel
+from wt_jax.data import skipgram as sg
+from wt_jax.models.skipgram import SkipGram, negative_sampling_loss
+from wt_jax.train import trainer
+
+
+def make_step(model: SkipGram, tx, noise: jax.Array, negatives: int, dp: parallel.DataParallel,
+              noise_key: jax.Array, sparse: bool = True):
+  """steps(state, centers[K, N], contexts[K, N], lrs[K], first) → (state, losses[K]): K SGD steps of N pairs
+  each in one call (a `lax.scan`, so the K updates are exactly K single steps; K > 1 only saves per-call
+  dispatch, which dominates at word2vec's small batches). Step `first + j` draws its negatives with key
+  fold_in(noise_key, first + j). jit-compiled for `dp`'s mesh (pairs split over devices).
+
+  `sparse`: apply SGD as word2vec.c does, to the rows the batch touches (gather the rows, differentiate
+  `negative_sampling_loss` with respect to them, scatter-add −lr·gradient), instead of optax's update of
+  the dense [V, D] gradient. Plain SGD makes the two the same update (tested); the sparse one skips two
+  passes over every matrix per step."""
+
+  def dense_step(state, centers, contexts, lr, key):
+    neg = jax.random.choice(key, noise.shape[0], (centers.shape[0], negatives), p=noise)
+    loss_fn = lambda p: model.apply({"params": p}, centers, contexts, neg, method=model.negative_sampling)
+    loss, grads = jax.value_and_grad(loss_fn)(state["params"])
+    opt_state = state["opt_state"]
+    opt_state.hyperparams["learning_rate"] = lr
+    updates, opt_state = tx.update(grads, opt_state, state["params"])
+    return {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state,
+            "step": state["step"] + 1}, loss
+
+  def sparse_step(state, centers, contexts, lr, key):
+    neg = jax.random.choice(key, noise.shape[0], (centers.shape[0], negatives), p=noise)
+    words = state["params"]["words"]
+    out_name = "embedding" if model.tying == "tied" else "out_embedding"
+    U, V = words["embedding"], words[out_name]  # the same array when tied
+    loss, (g_u, g_pos, g_neg) = jax.value_and_grad(negative_sampling_loss, argnums=(0, 1, 2))(
+        U[centers], V[contexts], V[neg])
+    V = V.at[contexts].add(-lr * g_pos).at[neg.reshape(-1)].add(-lr * g_neg.reshape(-1, g_neg.shape[-1]))
+    # Tied: the input-role rows go into the same leaf, after the output-role ones (all gradients were
+    # taken at the old S, so the order does not matter beyond float rounding).
+    new = ({"embedding": V.at[centers].add(-lr * g_u)} if model.tying == "tied" else
+           {"embedding": U.at[centers].add(-lr * g_u), "out_embedding": V})
+    opt_state = state["opt_state"]
+    opt_state.hyperparams["learning_rate"] = lr  # (kept in step with the dense path's state)
+    return {"params": {**state["params"], "words": new}, "opt_state": opt_state,
+            "step": state["step"] + 1}, loss
+
+  step = sparse_step if sparse else dense_step
+
+  def steps(state, centers_KxN, contexts_KxN, lrs_K, first):
+    def body(state, xs):
+      centers, contexts, lr, j = xs
+      return step(state, centers, contexts, lr, jax.random.fold_in(noise_key, first + j))
+
+    js = jnp.arange(lrs_K.shape[0], dtype=jnp.int32)
+    return jax.lax.scan(body, state, (centers_KxN, contexts_KxN, lrs_K, js))
+
+  rep, rows = dp.replicated, dp.batch_sharding(1)
+  return jax.jit(steps, donate_argnums=(0,), in_shardings=(rep, rows, rows, rep, rep),
+                 out_shardings=(rep, rep))
+
+
+def learning_rate(base: float, progress: float) -> float:
+  """word2vec.c: α = α₀·(1 − progress), never below α₀·1e-4."""
+  return base * max(1.0 - progress, 1e-4)
+
+
+class SkipGramTask:
+  """Skip-gram with negative sampling on tokenised sentences (see the module docstring)."""
+
+  def __init__(self, config, sentences: Sequence[Sequence[str]], workdir: str | Path):
+    self.vocab, self.counts = sg.build_vocab(sentences, config.min_count)
+    self.ids, self.sent = sg.encode(sentences, self.vocab)
+    self.keep = sg.keep_probability(self.counts, config.sample)
+    noise = jnp.asarray(sg.noise_distribution(self.counts, config.noise_power), jnp.float32)
+    V, B = len(self.vocab), config.batch_size
+    self.dp = parallel.DataParallel.create(num_devices=config.num_devices)
+    self.dp.check_batch(B)
+    self.num_devices = self.dp.num_devices
+    self.model = SkipGram(vocab_size=V, dim=config.dim, tying=config.tying)
+    self.tx = optax.inject_hyperparams(optax.sgd)(learning_rate=config.learning_rate)
+    self.init_key, noise_key = trainer.run_keys(config.seed)
+    self.step_fn = make_step(self.model, self.tx, noise, config.negatives, self.dp, noise_key,
+                             config.sparse_updates)
+    self.K = max(int(config.steps_per_call), 1)
+    self.config = config
+    workdir = Path(workdir)
+    if parallel.is_writer():
+      workdir.mkdir(parents=True, exist_ok=True)
+      (workdir / "vocab.txt").write_text("".join(f"{w}\t{c}\n" for w, c in zip(self.vocab.words, self.counts)))
+    # The number of pairs varies a little between epochs; the schedule uses epoch 1's count for all.
+    pairs_per_epoch = len(self._pairs(1)[0])
+    self.steps_per_epoch = pairs_per_epoch // B
+    if self.steps_per_epoch == 0:
+      raise ValueError(f"One epoch has {pairs_per_epoch} pairs, fewer than batch_size={B}.")
+    self.num_epochs, self.max_steps, self.tokens_per_step = config.num_epochs, 0, B  # (pairs per step)
+    self.total = self.steps_per_epoch * config.num_epochs
+    self.selection = None  # no validation set: the analyses read the final embeddings
+    logging.info("%s: vocabulary %d, %d tokens, ~%d pairs per epoch, %d steps per epoch.", config.name, V,
+                 len(self.ids), pairs_per_epoch, self.steps_per_epoch)
+
+  def _pairs(self, epoch):
+    rng = np.random.default_rng([self.config.seed, epoch])
+    return (*sg.skipgram_pairs(self.ids, self.sent, self.config.window, rng, self.keep), rng)
+
+  def init_state(self):
+    model, tx = self.model, self.tx
+
+    def init(key):
+      one = jnp.zeros((1,), jnp.int32)
+      params = model.init(key, one, one, jnp.zeros((1, 1), jnp.int32))["params"]
+      return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)}
+
+    return jax.jit(init, out_shardings=self.dp.replicated)(self.init_key)
+
+  def start_epoch(self, state, epoch):
+    return state
+
+  def batches(self, epoch, start):
+    """K steps (batches i0 .. i0+k−1 of the epoch's shuffled pairs) per item; at most steps_per_epoch."""
+    B, c = self.config.batch_size, self.config
+    centers, contexts, rng = self._pairs(epoch)
+    order = rng.permutation(len(centers))
+    n = min(len(centers) // B, self.steps_per_epoch)
+    for i0 in range(start, n, self.K):
+      k = min(self.K, n - i0)
+      idx = order[i0 * B:(i0 + k) * B]
+      first = (epoch - 1) * self.steps_per_epoch + i0
+      lrs = [learning_rate(c.learning_rate, (first + j) / self.total) for j in range(k)]
+      batch = (*self.dp.shard_batch((centers[idx].reshape(k, B), contexts[idx].reshape(k, B)), 1),
+               jnp.asarray(lrs, jnp.float32), jnp.int32(first))
+      yield batch, k
+
+  def train_step(self, state, batch):
+    state, losses_K = self.step_fn(state, *batch)
+    return state, {"loss": jnp.sum(losses_K), "pairs": jnp.asarray(losses_K.shape[0] * self.config.batch_size,
+                                                                   jnp.int32)}
+
+  def train_metrics(self, sums, step):
+    return {"loss_per_pair": sums.get("loss", 0.0) / max(sums.get("pairs", 0.0), 1.0),
+            "lr": learning_rate(self.config.learning_rate, step / self.total)}
+
+  def validate(self, state, epoch):
+    return {}
+
+  def final(self, state, best_state, meta, sums):
+    epochs = len(meta["history"])
+    return {"task": "skipgram", "tying": self.config.tying, "vocab_size": len(self.vocab),
+            "tokens": int(len(self.ids)), "dim": self.config.dim,
+            "words_per_s": len(self.ids) * epochs / max(meta["train_s"], 1e-9)}
+
+
+def fit_skipgram(config, sentences: Sequence[Sequence[str]], workdir: str | Path) -> dict:
+  """Train `config` on `sentences`, writing everything under `workdir` (vocabulary in vocab.txt)."""
+  return trainer.run(SkipGramTask(config, sentences, workdir), config, workdir)

@@ -1,0 +1,326 @@
+"""The trainer skeleton every task shares (language models, NMT, skip-gram).
+
+    run(task, config, workdir) → results dict (also <workdir>/results.json)
+
+A task (`Task`) says what is trained: its initial state, the batches of an epoch, its jit-compiled step, its
+validation and its final evaluation. The skeleton does the rest, once for every task:
+
+- the step loop over epochs, with checkpoints of the whole state at epoch ends and every
+  `config.checkpoint_every_steps` (orbax, `<workdir>/checkpoints/last`), the best by the task's validation
+  metric (`checkpoints/best`), and resume from the last checkpoint in the middle of an epoch;
+- the running sums of the step's metrics (on device) and the non-finite policy: a NaN or infinite training
+  sum or validation metric stops the run with `NonFiniteLossError` before anything is saved, so the last
+  finite checkpoint survives;
+- SIGINT and SIGTERM (a preempted machine, a scheduler, `timeout`) finish the current step, save `last` and
+  stop with `Interrupted`: the same command resumes;
+- progress lines every `config.log_every` steps and at least every `log_every_s` seconds; metrics.jsonl
+  written by process 0 only;
+- results.json with the keys every task shares (`common_results`) and the task's own.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import platform
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator, Protocol
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+from absl import logging
+
+from wt_jax import parallel
+from wt_jax.train import metrics as metrics_lib
+from wt_jax.train.checkpoint import Checkpoints
+
+LOG_EVERY_S = 30.0  # a progress line at least this often, whatever log_every is
+
+
+class NonFiniteLossError(FloatingPointError):
+  """The training loss (or a validation metric) became NaN or infinite."""
+
+
+class Interrupted(KeyboardInterrupt):
+  """SIGINT or SIGTERM arrived; `last` was saved at the step reached."""
+
+
+class Task(Protocol):
+  """What the skeleton needs to know about a task. `state` is a pytree with at least 'params' and 'step'."""
+
+  num_epochs: int
+  steps_per_epoch: int  # nominal (progress lines); an epoch ends when `batches` ends
+  max_steps: int  # > 0: stop after this many steps (smoke runs)
+  tokens_per_step: int | None  # for the tokens/s of progress lines (None: steps/s only)
+  selection: tuple[str, str] | None  # (validation metric, 'min' | 'max') that picks `best`; None: no best
+
+  def init_state(self) -> Any: ...
+  def start_epoch(self, state: Any, epoch: int) -> Any: ...  # e.g. reset a recurrent carry
+  def batches(self, epoch: int, start: int) -> Iterator[tuple[Any, int]]: ...  # (batch, steps it takes)
+  def train_step(self, state: Any, batch: Any) -> tuple[Any, dict]: ...  # → (state, sums of this step)
+  def train_metrics(self, sums: dict, step: int) -> dict: ...  # the epoch's sums after `step` → a progress line
+  def validate(self, state: Any, epoch: int) -> dict: ...
+  def final(self, state: Any, best_state: Any | None, meta: dict, sums: dict) -> dict: ...  # task results
+
+
+def run_keys(seed: int) -> tuple[jax.Array, jax.Array]:
+  """(init key, step key) of a run with this seed: the initial parameters come from the first, every
+  step's randomness (dropout, negatives) from the second folded with the step number."""
+  init_key, step_key = jax.random.split(jax.random.key(seed))
+  return init_key, step_key
+
+
+@contextlib.contextmanager
+def deferred_signals(signums=(signal.SIGINT, signal.SIGTERM)):
+  """Turn the first SIGINT/SIGTERM into a flag the loop checks between steps (a second SIGINT interrupts at
+  once), so a stopped run can save a consistent checkpoint. Outside the main thread this does nothing."""
+  flag = threading.Event()
+  if threading.current_thread() is not threading.main_thread():
+    yield flag
+    return
+  previous = {s: signal.getsignal(s) for s in signums}
+
+  def handler(signum, frame):
+    flag.set()
+    flag.signum = signum
+    signal.signal(signum, previous[signum])
+
+  for s in signums:
+    signal.signal(s, handler)
+  try:
+    yield flag
+  finally:
+    for s in signums:
+      signal.signal(s, previous[s])
+
+
+def code_revision() -> str | None:
+  """The git commit of the wt_jax checkout this runs from (suffix "+dirty" with uncommitted changes)."""
+  src = Path(__file__).resolve().parents[2]
+  try:
+    git = lambda *a: subprocess.run(["git", "-C", str(src), *a], capture_output=True, text=True,
+                                    timeout=10, check=True).stdout.strip()
+    commit = git("rev-parse", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "wt_jax", "experiments", "configs")
+  except (OSError, subprocess.SubprocessError):
+    return None  # not a git checkout (e.g. an installed wheel) or no git binary
+  return commit + ("+dirty" if dirty else "")
+
+
+def host() -> dict:
+  """What the run ran on: CPU model and core count (for reports), platform of the JAX devices."""
+  cpu = platform.processor() or platform.machine()
+  try:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+      if line.startswith("model name"):
+        cpu = line.split(":", 1)[1].strip()
+        break
+  except OSError:
+    pass
+  return {"cpu": cpu, "cpu_count": os.cpu_count(), "platform": jax.default_backend()}
+
+
+def versions() -> dict:
+  return {"jax": jax.__version__, "flax": flax.__version__, "optax": optax.__version__,
+          "wt_jax_commit": code_revision()}
+
+
+def finite_json(value: Any) -> Any:
+  """`value` with every NaN/±inf float replaced by None (JSON has no such numbers)."""
+  if isinstance(value, float):
+    return value if math.isfinite(value) else None
+  if isinstance(value, dict):
+    return {k: finite_json(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [finite_json(v) for v in value]
+  return value
+
+
+def write_json(path: Path, value: Any) -> None:
+  path.write_text(json.dumps(finite_json(value), indent=2, allow_nan=False))
+
+
+class _NoWriter:
+  """Stands in for the metrics writer in processes other than 0."""
+
+  def write(self, **record):
+    pass
+
+
+def _add(a, b):
+  return jax.tree_util.tree_map(jnp.add, a, b)
+
+
+_add_jit = jax.jit(_add, donate_argnums=(0,))
+
+
+def _better(value: float, best: float | None, mode: str) -> bool:
+  return best is None or (value < best if mode == "min" else value > best)
+
+
+def run(task: Task, config, workdir: str | Path) -> dict:
+  """Train `task` under `workdir` (resuming from its last checkpoint), then evaluate; see the module doc."""
+  t_start = time.time()
+  workdir = Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  run_versions = versions()  # taken now: the code this process runs, even if the checkout changes later
+  ckpts = Checkpoints(workdir / "checkpoints")
+  writer = metrics_lib.MetricsWriter(workdir / "metrics.jsonl") if parallel.is_writer() else _NoWriter()
+  state = task.init_state()
+  meta = {"epoch": 1, "pos": 0, "history": [], "epoch_sums": None, "best": None, "best_epoch": None,
+          "train_s": 0.0, "wall_s": 0.0}
+  resumed_from = None
+  if ckpts.latest_step() is not None:
+    state, meta = ckpts.restore("last", state)
+    resumed_from = int(state["step"])
+    logging.info("Resumed from %s at step %d (epoch %d).", ckpts.directory / "last", resumed_from, meta["epoch"])
+  step, max_steps = int(state["step"]), task.max_steps
+  wall_before = meta["wall_s"]
+  # The epoch's running sums: `sums` on device since this process started the epoch (or resumed), `base`
+  # on the host from before a resume.
+  sums, base = None, meta["epoch_sums"]
+  clock = {"t0": time.time(), "step0": step, "last_line": None, "written": None}
+  metric, mode = task.selection or (None, "min")
+  done = lambda: meta["epoch"] > task.num_epochs or (max_steps and step >= max_steps)
+
+  def epoch_sums() -> dict:
+    """The epoch's sums so far, on the host; raises NonFiniteLossError if any is not finite."""
+    now = {} if sums is None else {k: float(v) for k, v in jax.device_get(sums).items()}
+    before = base or {}
+    total = {k: before.get(k, 0.0) + now.get(k, 0.0) for k in {**before, **now}}
+    bad = [k for k, v in total.items() if not math.isfinite(v)]
+    if bad:
+      raise NonFiniteLossError(
+          f"The training {bad[0]} became non-finite before step {step} (epoch {meta['epoch']}); stopped "
+          f"without saving, the last good checkpoint (step {ckpts.latest_step()}) is kept in "
+          f"{ckpts.directory}. Try a lower learning rate or clip norm.")
+    return total
+
+  def tick() -> float:
+    """Close the current stretch of training time; returns its steps/s."""
+    now = time.time()
+    dt = max(now - clock["t0"], 1e-9)
+    meta["train_s"] += dt
+    rate = (step - clock["step0"]) / dt
+    clock.update(t0=now, step0=step)
+    return rate
+
+  def save(kind: str) -> None:
+    meta.update(epoch_sums=epoch_sums(), wall_s=wall_before + time.time() - t_start)
+    ckpts.save(kind, step, state, meta)
+
+  def progress(write: bool) -> None:
+    shown = task.train_metrics(epoch_sums(), step)
+    rate = tick()
+    speed = {"steps_per_s": rate}
+    if task.tokens_per_step:
+      speed["tokens_per_s"] = rate * task.tokens_per_step
+    eta = ((max_steps or task.num_epochs * task.steps_per_epoch) - step) / max(rate, 1e-9)
+    logging.info("epoch %d step %d (%.0f%% of epoch) %s  %s  ETA %.1f min", meta["epoch"], step,
+                 100 * meta["pos"] / task.steps_per_epoch, "  ".join(f"{k} {v:.4g}" for k, v in shown.items()),
+                 "  ".join(f"{v:.3g} {k.replace('_per_s', '/s')}" for k, v in speed.items()), eta / 60)
+    clock["last_line"] = time.time()
+    if write:
+      clock["written"] = step
+      writer.write(kind="train", step=step, epoch=meta["epoch"], **shown, **speed)
+
+  with deferred_signals() as interrupted:
+    while not done():
+      epoch = meta["epoch"]
+      if meta["pos"] == 0:
+        state, sums, base = task.start_epoch(state, epoch), None, None
+      for batch, k in task.batches(epoch, meta["pos"]):
+        state, step_sums = task.train_step(state, batch)
+        sums = step_sums if sums is None else _add_jit(sums, step_sums)
+        before, step = step, step + k
+        meta["pos"] += k
+        if interrupted.is_set():  # keep what was trained since the last checkpoint, then stop
+          tick()
+          save("last")
+          name = signal.Signals(getattr(interrupted, "signum", signal.SIGINT)).name
+          raise Interrupted(f"Interrupted at step {step} by {name}; saved a checkpoint in "
+                            f"{ckpts.directory / 'last'}. Re-run the same command to resume.")
+        crossed = before // config.log_every != step // config.log_every
+        if crossed or clock["last_line"] is None or time.time() - clock["last_line"] > LOG_EVERY_S:
+          progress(write=crossed)  # (the first line shows that the step compiled; then by steps or time)
+        if max_steps and step >= max_steps:
+          if clock["written"] != step:
+            progress(write=True)
+          break
+        every = config.checkpoint_every_steps
+        if every and before // every != step // every:
+          tick()
+          save("last")
+          clock.update(t0=time.time(), step0=step)
+      else:  # the epoch's batches are done
+        if clock["written"] != step:
+          progress(write=True)
+        record = {"epoch": epoch, "step": step, **task.train_metrics(epoch_sums(), step)}
+        t0 = time.time()
+        record.update(task.validate(state, epoch))
+        logging.info("epoch %d done: %s (eval %.1fs)", epoch, ", ".join(
+            f"{k} {v:.4g}" for k, v in record.items() if isinstance(v, float)), time.time() - t0)
+        bad = [k for k, v in record.items() if isinstance(v, float) and not math.isfinite(v)]
+        if bad:
+          raise NonFiniteLossError(
+              f"{bad[0]} is {record[bad[0]]} after epoch {epoch}: the model diverged. Stopped without saving; "
+              f"the last good checkpoint (step {ckpts.latest_step()}) is kept in {ckpts.directory}.")
+        record["train_s"] = meta["train_s"]
+        writer.write(kind="epoch", **record)
+        meta["history"].append(record)
+        is_best = metric is not None and _better(record[metric], meta["best"], mode)
+        if is_best:
+          meta.update(best=record[metric], best_epoch=epoch)
+        meta.update(epoch=epoch + 1, pos=0)
+        save("last")
+        if is_best:
+          save("best")
+        clock.update(t0=time.time(), step0=step)
+        continue
+      break  # max_steps inside an epoch
+
+  final_sums = epoch_sums()
+  if ckpts.latest_step() != step:  # stopped mid-epoch: keep the final state too
+    save("last")
+  best_state = None
+  if metric is not None and ckpts.latest_step("best") is not None:
+    best_state = ckpts.restore("best", state)[0]
+  results = common_results(config, state, meta, task, t_start, wall_before, resumed_from, run_versions)
+  results.update(task.final(state, best_state, meta, final_sums))
+  if parallel.is_writer():
+    write_json(workdir / "results.json", results)
+    if config.plot:
+      metrics_lib.plot_curves(workdir / "metrics.jsonl", workdir / "curves.png", title=config.name)
+  ckpts.close()
+  return results
+
+
+def common_results(config, state, meta, task, t_start, wall_before, resumed_from, run_versions) -> dict:
+  """The keys every task's results.json has (the task adds its own)."""
+  dp_devices = getattr(task, "num_devices", jax.device_count())
+  return {
+      "config": config.name,
+      "num_params": int(sum(x.size for x in jax.tree_util.tree_leaves(state["params"]))),
+      "steps": int(state["step"]),
+      "steps_per_epoch": task.steps_per_epoch,
+      "epochs": len(meta["history"]) + meta["pos"] / task.steps_per_epoch,  # finished + the fraction begun
+      "history": meta["history"],
+      "best_metric": task.selection[0] if task.selection else None,
+      "best_epoch": meta["best_epoch"],
+      "train_s": meta["train_s"],
+      "wall_s": wall_before + time.time() - t_start,
+      "resumed_from_step": resumed_from,
+      "seed": config.seed,
+      "versions": run_versions,
+      "host": host(),
+      "devices": [str(d) for d in jax.devices()],
+      "num_devices": dp_devices,
+      "num_processes": jax.process_count(),
+  }
