@@ -10,5 +10,6 @@ from configs import small
 def get_config():
   c = small.get_config()
   c.name = "small_pr"
-  c.tying = "projection"      # Press & Wolf Sec. 5: P (H x H) before an untied output embedding
+  c.tying = "projection"      # Press & Wolf, Weight Tying section (projection
+                              # regularisation): P (H x H) before an untied output embedding
   return c

@@ -40,7 +40,8 @@ _OUT = flags.DEFINE_string("tables_dir", "results/embeddings", "Folder for table
 
 LM_CORPORA = {"ptb": ptb.load, "wikitext2": wikitext2.load}
 
-# What the paper reports, in words (Press & Wolf 2017, Section 4 / Tables 2–4), to read our numbers against.
+# What the paper reports, in words (Press & Wolf 2017, "Quality of Obtained Embeddings",
+# Tables 2–4), to read our numbers against.
 FINDINGS = {
     "word2vec": "word2vec: the output embedding is only slightly worse than the input one; the tied "
                 "embedding is much worse than both (Table 2).",
