@@ -85,19 +85,24 @@ REPORTS = {
         ),
         dataset="bbc", runs="runs/bbc"),
     # Bengio et al. (2003) NNLM and Mnih & Hinton (2007) LBL, tied vs untied, on PTB. Neither paper reports
-    # PTB (they used Brown / AP News), so there is no paper column to compare with; the question is what
-    # tying does to each model at equal size of everything else.
+    # PTB (they used Brown / AP News), so there is no perplexity to compare with; the question is what
+    # tying does to each model at equal size of everything else. The size column gives the lecture notes'
+    # parameter counts (notes_neural_lm) at our sizes (V = 10,000, d = H = 200, n − 1 = 4) for the two models
+    # the notes define: the NNLM without direct connections (D with A = 0) and the one-table LBL.
     "ffnn_ptb": ReportSpec(
         title="Feed-forward LMs on PTB: Bengio NNLM and log-bilinear LM, tied vs untied (5-gram context)",
         source="Bengio et al., A Neural Probabilistic Language Model, JMLR 2003; Mnih & Hinton, Three New "
-               "Graphical Models for Statistical Language Modelling, ICML 2007 (neither reports PTB)",
+               "Graphical Models for Statistical Language Modelling, ICML 2007 (neither reports PTB); sizes: "
+               "the lecture notes' parameter counts at our sizes. Our LBL has 200 parameters fewer than the "
+               "notes' count: it has no d-dimensional context bias, which the per-word output bias absorbs "
+               "(wt_jax/models/ffnn_lm.py)",
         command="python -m experiments.ptb --config={flag} --config.seed={seed} --workdir={workdir}",
         rows=(
-            PaperRow("nnlm", "NNLM", "—", None, None, None),
+            PaperRow("nnlm", "NNLM", "notes: 4,170,200", None, None, None),
             PaperRow("nnlm_tied", "NNLM + WT (output = C)", "—", None, None, None),
             PaperRow("nnlm_tied_proj", "NNLM + WT through a projection (o = h·P_o)", "—", None, None, None),
             PaperRow("lbl_untied", "LBL, separate tables", "—", None, None, None),
-            PaperRow("lbl", "LBL, one table (Mnih & Hinton's)", "—", None, None, None),
+            PaperRow("lbl", "LBL, one table (Mnih & Hinton's)", "notes: 2,170,200", None, None, None),
         ), runs="runs/ffnn"),
     # Inan, Khosravi & Socher (ICLR 2017), Table 1: the small (200-unit) VD-LSTM on PTB, with the augmented
     # loss (AL), reused embeddings (RE: tied, no output bias) and both (REAL). All four small rows as printed
