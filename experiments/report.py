@@ -156,6 +156,7 @@ class NmtRow:
   tying: str  # the config's tying mode: none | decoder | three_way
   label: str  # as in the paper's Table 8
   paper_size: str  # the paper's parameter saving, in words (its WMT models, not ours)
+  paper: tuple = ()  # ((target language, size, valid BLEU, test BLEU), ...) as Table 8 prints them (WMT)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,6 +166,7 @@ class NmtReportSpec:
   command: str  # ({mode}, {tgt}, {workdir} filled in)
   pairs: tuple[str, ...]  # target languages (source: English)
   rows: tuple[NmtRow, ...]
+  paper_subwords: tuple = ()  # ((target language, only source, only target, both), ...): the paper's Table 1
 
 
 # Press & Wolf (EACL 2017), Table 8: DL4MT attention NMT on WMT EN→FR / EN→DE, three tying modes. Their
@@ -178,10 +180,13 @@ NMT_REPORTS = {
                  "--workdir={workdir}"),
         pairs=("de", "fr"),
         rows=(
-            NmtRow("none", "baseline", "100%"),
-            NmtRow("decoder", "decoder WT", "≈72% (−28%)"),
-            NmtRow("three_way", "three-way WT", "≈48% (−52%)"),
-        )),
+            NmtRow("none", "baseline", "100%", (("fr", "168M", 29.49, 33.13), ("de", "165M", 20.96, 16.79))),
+            NmtRow("decoder", "decoder WT", "≈72% (−28%)",
+                   (("fr", "122M", 29.47, 33.26), ("de", "119M", 21.09, 16.54))),
+            NmtRow("three_way", "three-way WT", "≈48% (−52%)",
+                   (("fr", "80M", 29.43, 33.46), ("de", "79M", 21.02, 17.15))),
+        ),
+        paper_subwords=(("fr", "2K", "7K", "85K"), ("de", "3K", "11K", "80K"))),
 }
 _MODE_CONFIG = {"none": "baseline", "decoder": "dec_tied", "three_way": "three_way"}
 
@@ -392,16 +397,18 @@ def nmt_table(spec: NmtReportSpec, runs: dict[tuple[str, str], list[dict]]) -> s
   """Markdown: per language pair and tying mode, parameters, size relative to the baseline, BLEU, ppl."""
   lines = [
       "| pair | model | parameters | relative size (ours) | relative size (paper, WMT) | valid BLEU "
-      "| test BLEU | valid ppl | test ppl | best epoch / epochs |",
-      "|---|---|---|---|---|---|---|---|---|---|",
+      "| test BLEU | valid ppl | test ppl | best epoch / epochs | paper (WMT): size, valid / test BLEU |",
+      "|---|---|---|---|---|---|---|---|---|---|---|",
   ]
   for tgt in spec.pairs:
     base = runs.get((tgt, "none"), [])
     base_params = base[0]["num_params"] if base else None
     for row in spec.rows:
       rs = runs.get((tgt, row.tying), [])
+      paper = next((f"{size}, {v} / {te}" for lang, size, v, te in row.paper if lang == tgt), "—")
       if not rs:
-        lines.append(f"| en→{tgt} | {row.label} | — | — | {row.paper_size} | — | — | — | — | not run yet |")
+        lines.append(f"| en→{tgt} | {row.label} | — | — | {row.paper_size} | — | — | — | — | not run yet "
+                     f"| {paper} |")
         continue
       params = rs[0]["num_params"]
       rel = f"{100 * params / base_params:.0f}%" if base_params else "—"
@@ -409,21 +416,23 @@ def nmt_table(spec: NmtReportSpec, runs: dict[tuple[str, str], list[dict]]) -> s
           f"| en→{tgt} | {row.label} | {params:,} | {rel} | {row.paper_size} "
           f"| {_cell([r['valid_bleu'] for r in rs])} | {_cell([r['test_bleu'] for r in rs])} "
           f"| {_cell([r['valid_ppl'] for r in rs])} | {_cell([r['test_ppl'] for r in rs])} "
-          f"| {', '.join(str(r['best_epoch']) + ' / ' + str(r['epochs']) for r in rs)} |")
+          f"| {', '.join(str(r['best_epoch']) + ' / ' + str(r['epochs']) for r in rs)} | {paper} |")
   return "\n".join(lines)
 
 
 def subword_table(spec: NmtReportSpec, runs: dict[tuple[str, str], list[dict]]) -> str:
   """Table 1's analogue: joint-BPE pieces in the segmented training text, only source / only target / both."""
-  lines = ["| pair | BPE pieces | only source | only target | both | both / all |", "|---|---|---|---|---|---|"]
+  lines = ["| pair | BPE pieces | only source | only target | both | both / all "
+           "| paper (WMT): only source / only target / both |", "|---|---|---|---|---|---|---|"]
   for tgt in spec.pairs:
+    paper = next((" / ".join(p[1:]) for p in spec.paper_subwords if p[0] == tgt), "—")
     rs = [r for row in spec.rows for r in runs.get((tgt, row.tying), []) if r.get("joint_vocab")]
     if not rs:
-      lines.append(f"| en–{tgt} | — | — | — | — | no joint-vocabulary run yet |")
+      lines.append(f"| en–{tgt} | — | — | — | — | no joint-vocabulary run yet | {paper} |")
       continue
     o, r = rs[0]["subword_overlap"], rs[0]
     lines.append(f"| en–{tgt} | {r['bpe_vocab_size']:,} | {o['source_only']:,} | {o['target_only']:,} "
-                 f"| {o['both']:,} | {100 * o['both_fraction']:.1f}% |")
+                 f"| {o['both']:,} | {100 * o['both_fraction']:.1f}% | {paper} |")
   return "\n".join(lines)
 
 

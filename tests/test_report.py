@@ -102,8 +102,11 @@ def test_nmt_report_table8_relative_sizes_and_table1(tmp_path):
   assert any(l.startswith("| en→de | three-way WT | 480 | 48% |") for l in lines)
   assert any(l.startswith("| en→de | decoder WT | — |") and "not run yet" in l for l in lines)
   assert any(l.startswith("| en→fr | baseline | — |") for l in lines)
-  assert "| en–de | 8,000 | 10 | 20 | 30 | 50.0% |" in tab  # Table 1 from the joint-vocabulary run
-  assert "| en–fr | — |" in tab
+  assert "| en–de | 8,000 | 10 | 20 | 30 | 50.0% | 3K / 11K / 80K |" in tab  # Table 1, ours and the paper's
+  assert "| en–fr | — |" in tab and tab.rstrip().endswith("| 2K / 7K / 85K |")
+  # The paper's Table 8 (WMT) beside every row, run or not.
+  assert any(l.startswith("| en→de | baseline |") and l.endswith("| 165M, 20.96 / 16.79 |") for l in lines)
+  assert any(l.startswith("| en→fr | three-way WT | — |") and l.endswith("| 80M, 29.43 / 33.46 |") for l in lines)
   assert "--config=configs/nmt_multi30k_three_way.py --config.tgt_lang=de" in (out / "README.md").read_text()
   assert "valid_bleu.png" in readme.read_text()
   assert report.build_nmt("nmt_table8", tmp_path / "results") == tab
