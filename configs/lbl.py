@@ -2,6 +2,11 @@
 (the original model: tied). `lbl_untied.py` uses separate tables.
 
     python -m experiments.ptb --config=configs/lbl.py --workdir=runs/lbl
+
+Parameters Vd + (n − 1)d² + V = 2,170,000 at V = 10,000, d = 200, n − 1 = 4. The lecture notes' count
+(notes_neural_lm, "Log-Bilinear Language Model") is Vd + (n − 1)d² + d + V = 2,170,200: their score adds a
+d-dimensional bias b to each projected context vector, which this model leaves out because the per-word
+output bias already absorbs it (wt_jax/models/ffnn_lm.py).
 """
 from configs import nnlm
 
@@ -10,8 +15,8 @@ def get_config():
   c = nnlm.get_config()
   c.name = "lbl"
   c.model = "lbl"
-  c.words.mode = "tied"            # Mnih & Hinton: the same R for context and next word
-  c.context = 4               # n − 1 (Mnih & Hinton: n − 1 = 5 on AP News)
-  c.emb_size = 200            # m (ours; Mnih & Hinton: 100)
+  c.words.mode = "tied"       # Mnih & Hinton: the same R for context and next word
+  c.context = 4               # n − 1 (ours; the notes give no LBL sizes)
+  c.emb_size = 200            # m = d (ours; the notes give no LBL sizes)
   c.dropout = 0.3             # ours
   return c

@@ -10,5 +10,6 @@ from configs import small
 def get_config():
   c = small.get_config()
   c.name = "small_pr"
-  c.words.mode = "projection"      # Press & Wolf Sec. 5: P (H x H) before an untied output embedding
+  c.words.mode = "projection"  # Press & Wolf, Weight Tying section (projection regularisation): P (H x H)
+                              # before an untied output embedding
   return c

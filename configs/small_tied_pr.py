@@ -11,5 +11,6 @@ from configs import small
 def get_config():
   c = small.get_config()
   c.name = "small_tied_pr"
-  c.words.mode = "tied_projection"  # Press & Wolf Sec. 5: P before the tied output embedding
+  c.words.mode = "tied_projection"  # Press & Wolf, Weight Tying section (projection regularisation): P
+                                   # before the tied output embedding
   return c

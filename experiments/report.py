@@ -53,6 +53,39 @@ class ReportSpec:
   rows: tuple[PaperRow, ...]
   dataset: str = "ptb"  # every run of the report must be on this corpus (results.json "dataset")
   runs: str = ""  # where the README's commands put the runs ("" → runs/<report name>)
+  comparable: bool = True  # False: the paper's data differ from ours; no Δ column value, no paper lines drawn
+  note: str = ""  # Markdown after the table (in results/<name>/README.md and the README section)
+
+
+# Press & Wolf (EACL 2017), Table 7 as printed: perplexity (train, valid, test) of the four small models on
+# text8, IMDB and BBC (the table leaves text8's validation cells empty: None).
+PAPER_TABLE7 = {
+    "text8": {"small": (90.4, None, 195.3), "small_tied": (95.6, None, 187.1),
+              "small_pr": (92.6, None, 199.0), "small_tied_pr": (95.3, None, 183.2)},
+    "IMDB": {"small": (71.3, 94.1, 94.3), "small_tied": (75.4, 94.6, 94.8),
+             "small_pr": (72.0, 94.0, 94.4), "small_tied_pr": (72.9, 91.2, 91.5)},
+    "BBC": {"small": (28.6, 103.6, 110.8), "small_tied": (30.1, 99.4, 106.8),
+            "small_pr": (42.5, 104.9, 108.7), "small_tied_pr": (45.7, 96.4, 98.9)},
+}
+_TABLE7_LABELS = {"small": "Small", "small_tied": "S + WT", "small_pr": "S + PR", "small_tied_pr": "S + WT + PR"}
+
+
+def _paper_table7() -> str:
+  """Table 7 of the paper, all three corpora, as printed; then what its BBC numbers mean beside ours."""
+  lines = ["Press & Wolf's Table 7 as printed (perplexity; the paper gives no text8 validation values):", "",
+           "| corpus | | " + " | ".join(_TABLE7_LABELS.values()) + " |", "|---|---|---|---|---|---|"]
+  for corpus, rows in PAPER_TABLE7.items():
+    for i, split in enumerate(("train", "valid", "test")):
+      cells = " | ".join("-" if rows[c][i] is None else f"{rows[c][i]}" for c in _TABLE7_LABELS)
+      lines.append(f"| {corpus if i == 0 else ''} | {split} | {cells} |")
+  lines += ["", "The paper splits BBC (and IMDB) into train/valid/test itself and uses the vocabularies of Miyamoto "
+            "& Cho (2016); neither its split nor those vocabularies come with the paper, so ours are our own "
+            "(`wt_jax/data/bbc.py`: an 80/10/10 split by article within each category, the 10,000 most frequent "
+            "training words). Perplexities over different vocabularies and test articles measure different "
+            "things (the vocabulary decides which words become `<unk>`), so the paper's BBC values above and in "
+            "the table's paper column are not strictly comparable with ours and no Δ is computed; what can carry "
+            "over is how the four models rank."]
+  return "\n".join(lines)
 
 
 REPORTS = {
@@ -69,35 +102,38 @@ REPORTS = {
             PaperRow("small_tied_pr", "small + WT + PR", "2.69M", 53.5, 104.9, 100.9),
         )),
     # Press & Wolf (EACL 2017), Table 7: the same four small models on other corpora; here BBC News with our
-    # split and vocabulary (wt_jax/data/bbc.py), so the paper's numbers (not transcribed) would not be
-    # comparable anyway; what carries over is the ordering of the four rows.
+    # split and vocabulary (wt_jax/data/bbc.py). The paper's BBC rows stand in the paper column, but its split
+    # and vocabulary are not ours, so no Δ is computed; what carries over is the ordering of the four rows.
+    # The note prints the whole of the paper's Table 7 (text8, IMDB, BBC).
     "bbc_table7": ReportSpec(
         title="Press & Wolf (2017), Table 7 analogue: small LSTM LMs on BBC News (our split), no dropout",
-        source="Press & Wolf, Using the Output Embedding to Improve Language Models, EACL 2017, Table 7 "
-               "(values not transcribed; our BBC split differs from theirs)",
+        source="Press & Wolf, Using the Output Embedding to Improve Language Models, EACL 2017, Table 7, BBC "
+               "rows (their split and vocabulary, not ours: not strictly comparable)",
         command=("python -m experiments.ptb --config={flag} --config.dataset=bbc "
                  "--config.seed={seed} --workdir={workdir}"),
-        rows=(
-            PaperRow("small", "small", "—", None, None, None),
-            PaperRow("small_tied", "small + WT", "—", None, None, None),
-            PaperRow("small_pr", "small + PR", "—", None, None, None),
-            PaperRow("small_tied_pr", "small + WT + PR", "—", None, None, None),
-        ),
-        dataset="bbc", runs="runs/bbc"),
+        rows=tuple(PaperRow(c, label, "—", *PAPER_TABLE7["BBC"][c]) for c, label in (
+            ("small", "small"), ("small_tied", "small + WT"), ("small_pr", "small + PR"),
+            ("small_tied_pr", "small + WT + PR"))),
+        dataset="bbc", runs="runs/bbc", comparable=False, note=_paper_table7()),
     # Bengio et al. (2003) NNLM and Mnih & Hinton (2007) LBL, tied vs untied, on PTB. Neither paper reports
-    # PTB (they used Brown / AP News), so there is no paper column to compare with; the question is what
-    # tying does to each model at equal size of everything else.
+    # PTB (they used Brown / AP News), so there is no perplexity to compare with; the question is what
+    # tying does to each model at equal size of everything else. The size column gives the lecture notes'
+    # parameter counts (notes_neural_lm) at our sizes (V = 10,000, d = H = 200, n − 1 = 4) for the two models
+    # the notes define: the NNLM without direct connections (D with A = 0) and the one-table LBL.
     "ffnn_ptb": ReportSpec(
         title="Feed-forward LMs on PTB: Bengio NNLM and log-bilinear LM, tied vs untied (5-gram context)",
         source="Bengio et al., A Neural Probabilistic Language Model, JMLR 2003; Mnih & Hinton, Three New "
-               "Graphical Models for Statistical Language Modelling, ICML 2007 (neither reports PTB)",
+               "Graphical Models for Statistical Language Modelling, ICML 2007 (neither reports PTB); sizes: "
+               "the lecture notes' parameter counts at our sizes. Our LBL has 200 parameters fewer than the "
+               "notes' count: it has no d-dimensional context bias, which the per-word output bias absorbs "
+               "(wt_jax/models/ffnn_lm.py)",
         command="python -m experiments.ptb --config={flag} --config.seed={seed} --workdir={workdir}",
         rows=(
-            PaperRow("nnlm", "NNLM", "—", None, None, None),
+            PaperRow("nnlm", "NNLM", "notes: 4,170,200", None, None, None),
             PaperRow("nnlm_tied", "NNLM + WT (output = C)", "—", None, None, None),
             PaperRow("nnlm_tied_proj", "NNLM + WT through a projection (o = h·P_o)", "—", None, None, None),
             PaperRow("lbl_untied", "LBL, separate tables", "—", None, None, None),
-            PaperRow("lbl", "LBL, one table (Mnih & Hinton's)", "—", None, None, None),
+            PaperRow("lbl", "LBL, one table (Mnih & Hinton's)", "notes: 2,170,200", None, None, None),
         ), runs="runs/ffnn"),
     # Inan, Khosravi & Socher (ICLR 2017), Table 1: the small (200-unit) VD-LSTM on PTB, with the augmented
     # loss (AL), reused embeddings (RE: tied, no output bias) and both (REAL). All four small rows as printed
@@ -120,6 +156,7 @@ class NmtRow:
   tying: str  # the config's tying mode: none | decoder | three_way
   label: str  # as in the paper's Table 8
   paper_size: str  # the paper's parameter saving, in words (its WMT models, not ours)
+  paper: tuple = ()  # ((target language, size, valid BLEU, test BLEU), ...) as Table 8 prints them (WMT)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +166,7 @@ class NmtReportSpec:
   command: str  # ({mode}, {tgt}, {workdir} filled in)
   pairs: tuple[str, ...]  # target languages (source: English)
   rows: tuple[NmtRow, ...]
+  paper_subwords: tuple = ()  # ((target language, only source, only target, both), ...): the paper's Table 1
 
 
 # Press & Wolf (EACL 2017), Table 8: DL4MT attention NMT on WMT EN→FR / EN→DE, three tying modes. Their
@@ -142,10 +180,13 @@ NMT_REPORTS = {
                  "--workdir={workdir}"),
         pairs=("de", "fr"),
         rows=(
-            NmtRow("none", "baseline", "100%"),
-            NmtRow("decoder", "decoder WT", "≈72% (−28%)"),
-            NmtRow("three_way", "three-way WT", "≈48% (−52%)"),
-        )),
+            NmtRow("none", "baseline", "100%", (("fr", "168M", 29.49, 33.13), ("de", "165M", 20.96, 16.79))),
+            NmtRow("decoder", "decoder WT", "≈72% (−28%)",
+                   (("fr", "122M", 29.47, 33.26), ("de", "119M", 21.09, 16.54))),
+            NmtRow("three_way", "three-way WT", "≈48% (−52%)",
+                   (("fr", "80M", 29.43, 33.46), ("de", "79M", 21.02, 17.15))),
+        ),
+        paper_subwords=(("fr", "2K", "7K", "85K"), ("de", "3K", "11K", "80K"))),
 }
 _MODE_CONFIG = {"none": "baseline", "decoder": "dec_tied", "three_way": "three_way"}
 
@@ -213,7 +254,10 @@ def table(spec: ReportSpec, by_config: dict[str, list[dict]]) -> str:
       continue
     sizes = sorted({r["num_params"] for r in runs})
     tests = [r["test_ppl"] for r in runs]
-    delta = f"{statistics.mean(tests) - row.test:+.1f}" if row.test is not None else "—"
+    if not spec.comparable:
+      delta = "not comparable"
+    else:
+      delta = f"{statistics.mean(tests) - row.test:+.1f}" if row.test is not None else "—"
     lines.append(
         f"| {row.label} | {row.size} | {', '.join(f'{s:,}' for s in sizes)} "
         f"| {', '.join(str(r['seed']) for r in runs)} "
@@ -240,7 +284,7 @@ def figure(spec: ReportSpec, by_config: dict[str, list[dict]], png: Path) -> Pat
       ax.plot(xs, ys, color=colour, linestyle="-" if j == 0 else "--", marker="o" if j == 0 else None,
               markersize=3, label=f"{row.label} (seed {r['seed']})")
       drawn = True
-    if row.valid is not None:
+    if row.valid is not None and spec.comparable:
       ax.axhline(row.valid, color=colour, linestyle=":", linewidth=1)
   if not drawn:
     plt.close(fig)
@@ -250,7 +294,7 @@ def figure(spec: ReportSpec, by_config: dict[str, list[dict]], png: Path) -> Pat
   ax.set_ylim(top=min(ax.get_ylim()[1], 200))
   ax.grid(True, alpha=0.3)
   ax.legend(fontsize=8)
-  has_paper = any(row.valid is not None for row in spec.rows)
+  has_paper = spec.comparable and any(row.valid is not None for row in spec.rows)
   ax.set_title(spec.title + ("\n(dotted: the paper's final validation perplexity)" if has_paper else ""),
                fontsize=9)
   fig.tight_layout()
@@ -323,7 +367,7 @@ def build(name: str, out_root: Path, runs_dir: Path | None = None, readme: Path 
   unknown = sorted(set(by_config) - {row.config for row in spec.rows})
   if unknown:
     raise ValueError(f"{report_dir} holds runs of configs not in report {name!r}: {unknown}")
-  tab = table(spec, by_config)
+  tab = table(spec, by_config) + (f"\n\n{spec.note}" if spec.note else "")
   png = figure(spec, by_config, report_dir / "valid_curves.png")
   intro = (f"# {spec.title}\n\nPaper: {spec.source}. Ours: test perplexity is the batch-1 protocol "
            f"(`test_ppl`); several seeds are shown as mean (each seed).")
@@ -353,16 +397,18 @@ def nmt_table(spec: NmtReportSpec, runs: dict[tuple[str, str], list[dict]]) -> s
   """Markdown: per language pair and tying mode, parameters, size relative to the baseline, BLEU, ppl."""
   lines = [
       "| pair | model | parameters | relative size (ours) | relative size (paper, WMT) | valid BLEU "
-      "| test BLEU | valid ppl | test ppl | best epoch / epochs |",
-      "|---|---|---|---|---|---|---|---|---|---|",
+      "| test BLEU | valid ppl | test ppl | best epoch / epochs | paper (WMT): size, valid / test BLEU |",
+      "|---|---|---|---|---|---|---|---|---|---|---|",
   ]
   for tgt in spec.pairs:
     base = runs.get((tgt, "none"), [])
     base_params = base[0]["num_params"] if base else None
     for row in spec.rows:
       rs = runs.get((tgt, row.tying), [])
+      paper = next((f"{size}, {v} / {te}" for lang, size, v, te in row.paper if lang == tgt), "—")
       if not rs:
-        lines.append(f"| en→{tgt} | {row.label} | — | — | {row.paper_size} | — | — | — | — | not run yet |")
+        lines.append(f"| en→{tgt} | {row.label} | — | — | {row.paper_size} | — | — | — | — | not run yet "
+                     f"| {paper} |")
         continue
       params = rs[0]["num_params"]
       rel = f"{100 * params / base_params:.0f}%" if base_params else "—"
@@ -370,21 +416,23 @@ def nmt_table(spec: NmtReportSpec, runs: dict[tuple[str, str], list[dict]]) -> s
           f"| en→{tgt} | {row.label} | {params:,} | {rel} | {row.paper_size} "
           f"| {_cell([r['valid_bleu'] for r in rs])} | {_cell([r['test_bleu'] for r in rs])} "
           f"| {_cell([r['valid_ppl'] for r in rs])} | {_cell([r['test_ppl'] for r in rs])} "
-          f"| {', '.join(str(r['best_epoch']) + ' / ' + str(r['epochs']) for r in rs)} |")
+          f"| {', '.join(str(r['best_epoch']) + ' / ' + str(r['epochs']) for r in rs)} | {paper} |")
   return "\n".join(lines)
 
 
 def subword_table(spec: NmtReportSpec, runs: dict[tuple[str, str], list[dict]]) -> str:
   """Table 1's analogue: joint-BPE pieces in the segmented training text, only source / only target / both."""
-  lines = ["| pair | BPE pieces | only source | only target | both | both / all |", "|---|---|---|---|---|---|"]
+  lines = ["| pair | BPE pieces | only source | only target | both | both / all "
+           "| paper (WMT): only source / only target / both |", "|---|---|---|---|---|---|---|"]
   for tgt in spec.pairs:
+    paper = next((" / ".join(p[1:]) for p in spec.paper_subwords if p[0] == tgt), "—")
     rs = [r for row in spec.rows for r in runs.get((tgt, row.tying), []) if r.get("joint_vocab")]
     if not rs:
-      lines.append(f"| en–{tgt} | — | — | — | — | no joint-vocabulary run yet |")
+      lines.append(f"| en–{tgt} | — | — | — | — | no joint-vocabulary run yet | {paper} |")
       continue
     o, r = rs[0]["subword_overlap"], rs[0]
     lines.append(f"| en–{tgt} | {r['bpe_vocab_size']:,} | {o['source_only']:,} | {o['target_only']:,} "
-                 f"| {o['both']:,} | {100 * o['both_fraction']:.1f}% |")
+                 f"| {o['both']:,} | {100 * o['both_fraction']:.1f}% | {paper} |")
   return "\n".join(lines)
 
 

@@ -50,6 +50,39 @@ def test_tables_from_checkpoints(runs):
   assert t["table4"]["word2vec"]["vocab"] == 40
   md = tables_lib.to_markdown(t)
   assert "Table 2: word2vec" in md and "Table 3: LM" in md and "ρ(Out, Tied)" in md
+  # The paper's values stand beside ours: Table 2's text8 word2vec, Table 3's PTB columns, Table 4's rows.
+  assert "| input | 0.30 / " in md and "| tied | 0.17 / " in md  # Table 2, SimLex-999
+  assert "| input | 0.02 / " in md and "| output | 0.13 / " in md  # Table 3, PTB, SimLex-999
+  assert "| LM (ptb) | 31 | NNLM(S) | 0.13 / " in md and "| not run here | — | NNLM(L) | 0.16 / — |" in md
+  assert t["table2"]["training"]["tied"]["epochs"] == 1 and t["table3"]["corpus"] == "ptb"
+
+
+def test_table2_reading_states_a_contradiction_with_its_evidence():
+  rho = {role: {s: {"rho": v, "covered": 5, "pairs": 9} for s, v in zip(emb.WORDSIM, vals)}
+         for role, vals in (("input", [.2] * 5), ("output", [.2] * 5), ("tied", [.3] * 5))}
+  training = {"untied": {"tokens": 1000, "epochs": 5, "loss_first": 2.7, "loss_last": 2.3},
+              "tied": {"tokens": 1000, "epochs": 5, "loss_first": 4.13, "loss_last": 4.08}}
+  md = tables_lib.to_markdown({"table2": {"source": "x", "rho": rho, "training": training}})
+  assert "below both the input and the output embedding on 0 of 5 sets (paper: 5 of 5)" in md
+  assert "contradicts the paper's Table 2" in md and "1,000 training words" in md and "from 4.130" in md
+  rho["tied"] = {s: {"rho": .1, "covered": 5, "pairs": 9} for s in emb.WORDSIM}
+  md = tables_lib.to_markdown({"table2": {"source": "x", "rho": rho}})
+  assert "on 5 of 5 sets (paper: 5 of 5). Agrees with the paper." in md and "contradicts" not in md
+
+
+def test_rerender_from_committed_files(runs, tmp_path):
+  """tables.md can be rebuilt from tables.json and the word2vec runs' results.json, without checkpoints."""
+  import json
+  import shutil
+  t = tables_lib.build_tables((runs / "w2v_untied", runs / "w2v_tied"), None, "ptb", str(runs))
+  del t["table2"]["training"]  # as in a tables.json written before the training summary existed
+  (tmp_path / "tables.json").write_text(json.dumps(t))
+  for k in ("untied", "tied"):
+    (tmp_path / f"w2v_{k}").mkdir()
+    shutil.copy(runs / f"w2v_{k}" / "results.json", tmp_path / f"w2v_{k}" / "results.json")
+  md = tables_lib.rerender(tmp_path)
+  assert (tmp_path / "tables.md").read_text() == md + "\n" and "0.30 / " in md
+  assert json.loads((tmp_path / "tables.json").read_text())["table2"]["training"]["untied"]["epochs"] == 1
 
 
 def test_saved_params_are_the_trained_ones(runs):

@@ -1,4 +1,4 @@
-"""Feed-forward LMs (Bengio et al. 2003 NNLM, Mnih & Hinton 2007 LBL) on the shared LM loop."""
+"""Feed-forward LMs (Bengio et al. 2003 NNLM, Mnih & Hinton 2007 LBL) on the LM trainer."""
 
 import jax
 import jax.numpy as jnp
@@ -49,6 +49,24 @@ def test_parameter_counts_and_tying():
     params(NNLM(V, emb=M, hidden=5, context=N, tying="tied"))
   with pytest.raises(ValueError, match="tying must be"):
     params(LBL(V, emb=M, context=N, tying="projection"))
+
+
+def test_parameter_counts_against_the_lecture_notes():
+  """The notes' counts (notes_neural_lm): NNLM D = Vd + V + (n−1)dV + VH + H + (n−1)dH; LBL Vd + (n−1)d² + d + V.
+  Our NNLM (hidden = m = d = H, untied, direct connections = A) is exactly D; our LBL has no d-dimensional
+  context bias (the per-word output bias absorbs it), so it is d short of the notes' count."""
+  ids = jnp.zeros((1, 2), jnp.int32)
+  def count(m):
+    return tying.count_params(m.init(jax.random.key(0), ids, m.initial_carry(1))["params"])
+  d = H = M
+  notes_nnlm = V * d + V + N * d * V + V * H + H + N * d * H
+  assert count(NNLM(V, emb=d, hidden=H, context=N, tying="untied", direct=True)) == notes_nnlm
+  assert count(NNLM(V, emb=d, hidden=H, context=N, tying="untied")) == notes_nnlm - N * d * V  # A = 0
+  notes_lbl = V * d + N * d * d + d + V
+  assert count(LBL(V, emb=d, context=N, tying="tied")) == notes_lbl - d
+  # The configs (V = 10,000, d = H = 200, n − 1 = 4): the README's counts; the notes' LBL count is 2,170,200.
+  assert count(models.build(nnlm.get_config())) == 4_170_200
+  assert count(models.build(lbl.get_config())) == 2_170_000 == 10000 * 200 + 4 * 200 ** 2 + 200 + 10000 - 200
 
 
 def test_configs_build_the_models():

@@ -102,21 +102,29 @@ def test_nmt_report_table8_relative_sizes_and_table1(tmp_path):
   assert any(l.startswith("| en→de | three-way WT | 480 | 48% |") for l in lines)
   assert any(l.startswith("| en→de | decoder WT | — |") and "not run yet" in l for l in lines)
   assert any(l.startswith("| en→fr | baseline | — |") for l in lines)
-  assert "| en–de | 8,000 | 10 | 20 | 30 | 50.0% |" in tab  # Table 1 from the joint-vocabulary run
-  assert "| en–fr | — |" in tab
+  assert "| en–de | 8,000 | 10 | 20 | 30 | 50.0% | 3K / 11K / 80K |" in tab  # Table 1, ours and the paper's
+  assert "| en–fr | — |" in tab and tab.rstrip().endswith("| 2K / 7K / 85K |")
+  # The paper's Table 8 (WMT) beside every row, run or not.
+  assert any(l.startswith("| en→de | baseline |") and l.endswith("| 165M, 20.96 / 16.79 |") for l in lines)
+  assert any(l.startswith("| en→fr | three-way WT | — |") and l.endswith("| 80M, 29.43 / 33.46 |") for l in lines)
   assert "--config=configs/nmt_multi30k_three_way.py --config.tgt_lang=de" in (out / "README.md").read_text()
   assert "valid_bleu.png" in readme.read_text()
   assert report.build_nmt("nmt_table8", tmp_path / "results") == tab
 
 
-def test_report_without_paper_values_and_dataset_check(tmp_path):
+def test_bbc_report_paper_column_not_comparable_and_dataset_check(tmp_path):
   runs = tmp_path / "runs"
   _fake_run(runs / "small_seed0", "small", 0, 150.0)
   r = json.loads((runs / "small_seed0" / "results.json").read_text())
   (runs / "small_seed0" / "results.json").write_text(json.dumps({**r, "dataset": "bbc"}))
   tab = report.build("bbc_table7", tmp_path / "results", runs, None)
+  # The paper's BBC row beside ours, but no Δ: their split and vocabulary are not ours.
   row = next(l for l in tab.splitlines() if l.startswith("| small |"))
-  assert "| — / 35.0 |" in row and "| — / 150.0 | — |" in row
+  assert "| 28.6 / 35.0 |" in row and "| 110.8 / 150.0 | not comparable |" in row
+  # The whole of the paper's Table 7 follows, with the vocabulary caveat.
+  assert "| text8 | train | 90.4 | 95.6 | 92.6 | 95.3 |" in tab and "|  | valid | - | - | - | - |" in tab
+  assert "| IMDB | train | 71.3 |" in tab and "|  | test | 110.8 | 106.8 | 108.7 | 98.9 |" in tab
+  assert "Miyamoto & Cho (2016)" in tab and "not strictly comparable" in tab
   assert "--config.dataset=bbc" in (tmp_path / "results" / "bbc_table7" / "README.md").read_text()
   # A PTB run (or one from before results.json named its corpus) cannot enter the BBC report, and vice versa.
   _fake_run(tmp_path / "results" / "bbc_table7" / "small_seed1", "small", 1, 150.0)

@@ -14,10 +14,11 @@ Tying is **one shared leaf**: in the tied modes the pytree holds a single `embed
 reads rows of it and the output layer multiplies by its transpose, so its gradient is the sum of both uses
 (Press & Wolf 2017, Section 3). Nothing is ever copied between two arrays.
 
-Projection regularisation (Press & Wolf 2017, Section 5) penalises λ·½‖P‖²_F. The head *sows* that value
+Projection regularisation (Press & Wolf 2017, in their Weight Tying section: an H×H matrix P before the
+output embedding, with the penalty λ‖P‖₂ and λ = 0.15) penalises λ·½‖P‖²_F. The head *sows* that value
 into the `penalties` collection; it is expressed in units of the NLL **summed over every token** of the batch
 (the authors' code adds `l2_loss(P) / (batch_size · 6.5)` to a cost that is that sum divided by the batch
-size, so λ = 1/6.5). The training loop adds `Σ penalties / batch_size` to its cost; reported perplexities
+size, so λ = 1/6.5 ≈ 0.154, and the norm is l2_loss's ½‖P‖²_F). The training loop adds `Σ penalties / batch_size` to its cost; reported perplexities
 never include it.
 """
 from __future__ import annotations
@@ -133,9 +134,9 @@ def constrain_embedding_rows(params: Any, norm: float) -> Any:
   if not norm:
     return params
   if norm < 0:
-    raise ValueError(f"embedding_row_norm must be ≥ 0 (0: off), not {norm}.")
+    raise ValueError(f"words.row_norm must be ≥ 0 (0: off), not {norm}.")
   if "words" not in params or "embedding" not in params["words"]:
-    raise ValueError("embedding_row_norm needs a model whose input embedding is params['words']['embedding'].")
+    raise ValueError("words.row_norm needs a model whose input embedding is params['words']['embedding'].")
   embedding = params["words"]["embedding"]
   row_norms = jnp.linalg.norm(embedding, axis=-1, keepdims=True)
   words = {**params["words"], "embedding": embedding * (norm / jnp.maximum(row_norms, 1e-12))}

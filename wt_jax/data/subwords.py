@@ -1,4 +1,5 @@
-"""Joint BPE subwords for translation (Sennrich et al. 2016, as Press & Wolf 2017 Section 6 use them).
+"""Joint BPE subwords for translation (Sennrich et al. 2016, as Press & Wolf 2017 use them in their
+Neural Machine Translation experiments).
 
 One sentencepiece BPE model is learned on the union of the source and the target training text. Each side
 then gets its own vocabulary: the special symbols plus the pieces that occur in that side's segmented

@@ -10,10 +10,16 @@ NNLM (Bengio et al. 2003, eq. 1):   x = [C w_{t−n+1}; …; C w_{t−1}]       
                                    o = h (hidden = m) or h·P_o (projection)   [m]
                                    logits = o·Oᵀ + b  (+ x·W with direct connections)
   Tying shares C and O (tying.WordEmbeddings): the output layer must act on m-dimensional vectors, so either
-  hidden = m or an m×hidden projection P_o (`output_projection`); shapes are checked.
+  hidden = m or an m×hidden projection P_o (`output_projection`); shapes are checked. Untied, with hidden = m
+  and direct connections, the count is the lecture notes' D = Vd + V + (n−1)dV + VH + H + (n−1)dH (their A
+  is W here); without direct connections the (n−1)dV term goes.
 LBL (Mnih & Hinton 2007):          r̂ = Σ_i r_{w_{t−i}}·C_i                  [m]    (C_i: m×m per position)
                                    logits = r̂·Rᵀ + b
   Tied: one representation table R for context and target words (the original LBL); untied: two.
+  The lecture notes' LBL scores v by Σ_i (r_{w_{t−i}}·C_i + c)·r_v + b_v, with a d-dimensional context bias c,
+  and count Vd + (n−1)d² + d + V parameters. This model has no c (Vd + (n−1)d² + V tied): the term
+  (n−1)·c·r_v depends on v alone, so the free per-word bias b absorbs it (b'_v = b_v + (n−1)·c·r_v gives
+  the same logits). The two parametrisations describe the same distributions; only their gradients differ.
 """
 from __future__ import annotations
 

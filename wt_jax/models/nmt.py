@@ -1,4 +1,5 @@
-"""Attention encoder–decoder for translation in the style of DL4MT / Nematus (Press & Wolf 2017, Section 6).
+"""Attention encoder–decoder for translation in the style of DL4MT / Nematus (Press & Wolf 2017,
+the translation-model paragraphs of their Weight Tying section and their Neural Machine Translation results).
 
     src[B, S] → embed → bidirectional GRU → ctx[B, S, 2H]
     state₀ = tanh(mean_s ctx · W_init + b)                      (mean over non-pad source positions)
