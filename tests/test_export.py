@@ -31,12 +31,16 @@ def runs(tmp_path_factory):
   out = {"root": root, "corpus": corpus}
   for mode, data_dir in (("tied", str(root)), ("untied", "")):
     workdir = tmp_path_factory.mktemp(f"run_{mode}")
-    config = tiny_config(tying=mode, vocab_size=corpus.vocab_size, max_steps=STEPS, num_epochs=1,
-                         eval_max_tokens=200, data_dir=data_dir, download=False)
-    config.name = f"tiny_{mode}"
-    loop.fit(config, corpus, workdir)
+    loop.fit(_run_config(mode, corpus.vocab_size, data_dir), corpus, workdir)
     out[mode] = workdir
   return out
+
+
+def _run_config(mode, vocab_size, data_dir=""):
+  config = tiny_config(tying=mode, vocab_size=vocab_size, max_steps=STEPS, num_epochs=1, eval_max_tokens=200,
+                       data_dir=data_dir, download=False)
+  config.name = f"tiny_{mode}"
+  return config
 
 
 def _checkpoint_params(workdir):
@@ -292,3 +296,36 @@ def test_convert_run_tie_keeps_the_output_embedding_by_default(runs, tmp_path):
                                 trained["words"]["out_embedding"])
   with pytest.raises(convert.ConversionError, match="already tied"):
     convert.convert_run(runs["tied"], tmp_path / "x", "tie")
+
+
+def test_training_from_an_untied_init_moves_the_two_copies_apart(runs, tmp_path):
+  """The documented way to start from a converted init (load_init into the new model's freshly built
+  parameters, then the optimizer state from them): one SGD step of the untied model. Press & Wolf's
+  update rules (Section 3) show at once: the input embedding U changes only in the rows of the input words,
+  the output embedding V in every row, so U = V no longer holds."""
+  from wt_jax import parallel
+  from wt_jax.data import batching
+  from wt_jax.train import optim
+
+  folder, _ = convert.convert_run(runs["tied"], tmp_path / "init", "untie")
+  # the untied run's config and step function, so the step compiled for that run is reused (speed only)
+  config = _run_config("untied", runs["corpus"].vocab_size)
+  B, T = config.batch_size, config.bptt
+  model = models.build(config)
+  fresh = loop.init_params(model, jax.random.key(0), B, T)
+  params = convert.load_init(folder, like=jax.device_get(fresh))
+  tx = optim.make_optimizer(config, len(batching.lm_windows(runs["corpus"].train, B, T)))
+  start = jax.tree_util.tree_map(np.array, params)
+  dp = parallel.DataParallel.create(num_devices=config.num_devices)
+  state = dp.replicate({"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)})
+  step = loop.train_step_for(config, model, tx, loop.run_keys(config.seed)[1], dp)
+  x = jnp.array([[1, 2, 3, 4, 5]] * B)
+  state, _, acc, _ = step(state, dp.shard_batch(model.initial_carry(B), models.CARRY_BATCH_AXIS),
+                          dp.replicate(loop._zero_acc()), *dp.shard_batch((x, (x + 1) % 31)))
+  assert np.isfinite(float(acc["nll"]))
+  U, V = np.asarray(state["params"]["words"]["embedding"]), np.asarray(state["params"]["words"]["out_embedding"])
+  moved_U = np.abs(U - start["words"]["embedding"]).max(axis=1) > 0
+  moved_V = np.abs(V - start["words"]["out_embedding"]).max(axis=1) > 0
+  assert sorted(np.flatnonzero(moved_U)) == [1, 2, 3, 4, 5]
+  assert moved_V.all()
+  assert not np.allclose(U, V)
