@@ -5,7 +5,7 @@
     embedding_matrices(params)              → {'input': U, 'output': V} untied, {'tied': S} tied
     write_word2vec(path, words, matrix)     → the text format `gensim.models.KeyedVectors.load_word2vec_format`
                                               reads with binary=False (header "V D", then "word v1 ... vD")
-    write_npz(path, words, matrices)        → one array per matrix plus `words`
+    write_npz(path, words, matrices)        → one array per matrix plus `words`; read_npz(path) reads it back
     export_run(workdir, out, formats, ...)  → all of the above, plus <out>/manifest.json: (out, manifest)
 
 Which matrices: an untied model has two embeddings, the input U (the lookup) and the output V (the softmax
@@ -179,13 +179,6 @@ def run_vocabulary(run: Run, data_dir: str | None = None, vocab_file: str | Path
     raise ExportError(f"Cannot rebuild the vocabulary of {run.workdir}: {e}") from e
   root = paths.data_root(c.data_dir or None)
   return list(corpus.vocab.words), f"rebuilt from the {dataset} corpus in {root}"
-
-
-def _relative(path: Path, start: Path) -> str:
-  try:
-    return str(path.relative_to(start))
-  except ValueError:
-    return str(path)
 
 
 def export_run(workdir: str | Path, out: str | Path | None = None, formats: Iterable[str] = FORMATS,
