@@ -27,8 +27,11 @@ setup(
     ],
     extras_require={
         # nbclient/nbformat/ipykernel: the test suite executes experiments/notebooks/*.ipynb;
-        # pytest-xdist: the suite runs on every core (`-n auto`), one test file per worker
-        "test": ["pytest>=7", "pytest-xdist>=3.0", "nbclient>=0.7", "nbformat>=5.7", "ipykernel>=6"],
+        # pytest-xdist: the suite runs on every core (`-n auto`), one test file per worker;
+        # gensim: tests/test_export.py reads exported embeddings with gensim's word2vec loader (4.4: numpy 2,
+        # wheels for CPython 3.10-3.13)
+        "test": ["pytest>=7", "pytest-xdist>=3.0", "nbclient>=0.7", "nbformat>=5.7", "ipykernel>=6",
+                 "gensim>=4.4"],
         # WMT14/15 for NMT through tensorflow-datasets, whose translation builders need TensorFlow
         "wmt": ["tensorflow-datasets>=4.9", "tensorflow>=2.15"],
     },

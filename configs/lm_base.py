@@ -77,6 +77,7 @@ def get_config():
   c.batch_size = 20           # Zaremba: batch 20
   c.bptt = 20                 # Zaremba small: num_steps 20
   c.seed = 0
+  c.init_from = ""            # a folder of initial parameters (`python -m experiments.export --convert=...`)
   c.num_devices = 0           # data parallelism over the first N devices; 0: all (of every process)
   c.max_steps = 0             # >0: stop after this many train steps, then evaluate (smoke runs)
   c.train_max_tokens = 0      # >0: train on the first N tokens of the training stream only (Inan Section 6.2)

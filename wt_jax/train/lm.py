@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from wt_jax import losses, models, parallel, tying
+from wt_jax import convert, losses, models, parallel, tying
 from wt_jax.data import batching
 from wt_jax.train import evaluate as eval_lib
 from wt_jax.train import optim, trainer
@@ -116,7 +116,12 @@ class LMTask:
   def init_state(self):
     # Built on the devices, replicated (every process computes the same parameters from the seed).
     init = jax.jit(lambda k: initial_state(self.config, self.model, self.tx, k), out_shardings=self.dp.replicated)
-    return self.start_epoch(init(self.init_key), 1)  # (the carry placed along the batch)
+    state = init(self.init_key)
+    if self.config.init_from:  # converted parameters (`wt_jax.convert`) instead of random ones
+      params = convert.load_init(self.config.init_from, like=jax.device_get(state["params"]))
+      params = tying.constrain_embedding_rows(params, self.config.words.row_norm)
+      state = self.dp.replicate({**state, "params": params, "opt_state": self.tx.init(params)})
+    return self.start_epoch(state, 1)  # (the carry placed along the batch)
 
   def start_epoch(self, state, epoch):
     carry = self.model.initial_carry(self.config.batch_size)

@@ -174,8 +174,8 @@ def run(task: Task, config, workdir: str | Path) -> dict:
   ckpts = Checkpoints(workdir / "checkpoints")
   writer = metrics_lib.MetricsWriter(workdir / "metrics.jsonl") if parallel.is_writer() else _NoWriter()
   state = task.init_state()
-  meta = {"epoch": 1, "pos": 0, "history": [], "epoch_sums": None, "best": None, "best_epoch": None,
-          "train_s": 0.0, "wall_s": 0.0}
+  meta = {"config": config.to_dict(), "epoch": 1, "pos": 0, "history": [], "epoch_sums": None, "best": None,
+          "best_epoch": None, "train_s": 0.0, "wall_s": 0.0}
   resumed_from = None
   if ckpts.latest_step() is not None:
     state, meta = ckpts.restore("last", state)

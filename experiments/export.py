@@ -1,0 +1,66 @@
+"""Export a trained run's word embeddings, or convert its checkpoint between tied and untied.
+
+    python -m experiments.export --workdir=runs/small_tied                        # word2vec + npz
+    python -m experiments.export --workdir=runs/small --format=word2vec --out=vectors/small
+    python -m experiments.export --workdir=runs/small --checkpoint=best --format=npz
+    python -m experiments.export --workdir=runs/small_tied --convert=untie --out=inits/small_untied
+    python -m experiments.export --workdir=runs/small --convert=tie [--keep=input] --out=inits/small_tied
+
+Export writes `<out>/{input,output}.w2v.txt` (untied) or `<out>/tied.w2v.txt` (tied), which
+`gensim.models.KeyedVectors.load_word2vec_format(path, binary=False)` reads, `<out>/embeddings.npz` (each
+matrix and `words`) and `<out>/manifest.json`; `--out` defaults to `<workdir>/export`. A language-model run's
+vocabulary is rebuilt from its stored config (its corpus under --data_dir, else the config's data_dir, else
+$WT_JAX_DATA); a word2vec run's is its vocab.txt. See `wt_jax.export`.
+
+`--convert` writes `<out>/params.npz` and `<out>/manifest.json`: the parameters of the same model with the
+other tying (`wt_jax.convert`), for a new run to start from.
+"""
+import sys
+
+from absl import app, flags
+
+from wt_jax import convert, export
+from wt_jax.data import paths
+from wt_jax.train import metrics
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "The trained run's folder (holds checkpoints/).")
+_FORMAT = flags.DEFINE_list("format", list(export.FORMATS), "word2vec and/or npz (comma-separated).")
+_OUT = flags.DEFINE_string("out", None, "Output folder (default: <workdir>/export, or <workdir>/init_<mode> "
+                           "with --convert).")
+_CHECKPOINT = flags.DEFINE_enum("checkpoint", "last", list(export.KINDS), "Which checkpoint to read.")
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "Data root holding the run's corpus (default: the run's "
+                                "config.data_dir, else $WT_JAX_DATA, else the cache).")
+_VOCAB = flags.DEFINE_string("vocab", None, "A vocabulary file (one word per line, in id order) instead of "
+                             "the run's own or its rebuilt corpus.")
+_DOWNLOAD = flags.DEFINE_bool("download", False, "Let the corpus reader download a missing corpus.")
+_CONVERT = flags.DEFINE_enum("convert", None, list(convert.DIRECTIONS), "Instead of exporting embeddings, "
+                             "write the checkpoint's parameters untied (U = V = S) or tied.")
+_KEEP = flags.DEFINE_enum("keep", "output", list(convert.KEEP), "With --convert=tie: the embedding to keep "
+                          "(output: Press & Wolf 2017, Sections 3 and 4.1).")
+flags.mark_flag_as_required("workdir")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  metrics.quiet_library_logs()
+  try:
+    if _CONVERT.value:
+      out, manifest = convert.convert_run(_WORKDIR.value, _OUT.value, _CONVERT.value, _KEEP.value,
+                                          _CHECKPOINT.value)
+      print(f"{manifest['from']['tying']} → {manifest['tying']} ({_CONVERT.value}"
+            f"{', kept the ' + _KEEP.value + ' embedding' if _CONVERT.value == 'tie' else ''}), step "
+            f"{manifest['from']['step']}: wrote {out}; start a run with --config.words.mode={manifest['tying']} "
+            f"--config.init_from={out}.")
+    else:
+      out, manifest = export.export_run(_WORKDIR.value, _OUT.value, _FORMAT.value, _CHECKPOINT.value,
+                                   _DATA_DIR.value, _VOCAB.value, _DOWNLOAD.value)
+      shapes = ", ".join(f"{k} {tuple(v['shape'])}" for k, v in manifest["matrices"].items())
+      print(f"{manifest['tying']} run, step {manifest['step']}: {shapes}; vocabulary {manifest['vocab_source']}"
+            f"; wrote {', '.join(manifest['formats'])} to {out}.")
+  except (export.ExportError, convert.ConversionError, paths.DataUnavailableError) as e:
+    sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+  app.run(main)
