@@ -24,14 +24,15 @@ setup(
         "scipy>=1.10",  # Spearman ρ for the embedding analyses (already a dependency of jax)
         "sentencepiece>=0.1.99",  # joint BPE subwords for NMT
         "sacrebleu>=2.3",  # BLEU for NMT
+        "tensorboardX>=2.6",  # TensorBoard event files without TensorFlow (live metrics)
     ],
     extras_require={
         # nbclient/nbformat/ipykernel: the test suite executes experiments/notebooks/*.ipynb;
         # pytest-xdist: the suite runs on every core (`-n auto`), one test file per worker;
         # gensim: tests/test_export.py reads exported embeddings with gensim's word2vec loader (4.4: numpy 2,
-        # wheels for CPython 3.10-3.13)
+        # wheels for CPython 3.10-3.13); tensorboard: the tests read the event files back with its reader
         "test": ["pytest>=7", "pytest-xdist>=3.0", "nbclient>=0.7", "nbformat>=5.7", "ipykernel>=6",
-                 "gensim>=4.4"],
+                 "gensim>=4.4", "tensorboard>=2.15"],
         # WMT14/15 for NMT through tensorflow-datasets, whose translation builders need TensorFlow
         "wmt": ["tensorflow-datasets>=4.9", "tensorflow>=2.15"],
     },

@@ -93,5 +93,6 @@ def get_config():
   # Bookkeeping.
   c.log_every = 200           # steps between progress lines (and at least every 30 s)
   c.checkpoint_every_steps = 500  # mid-epoch checkpoints (0: only at epoch ends)
+  c.profile_steps = 0         # >0: trace this many steps (after the first) into <workdir>/profile
   c.plot = True
   return c.lock()  # every key is declared above: a misspelt or undeclared key is an error, not a new key

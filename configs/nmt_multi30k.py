@@ -49,5 +49,6 @@ def get_config(tying: str = "none"):
   c.decode_max_len = 128      # cap on 2·source length + 10
   c.log_every = 100           # steps between progress lines (and at least every 30 s)
   c.checkpoint_every_steps = 0  # mid-epoch checkpoints (0: only at epoch ends)
+  c.profile_steps = 0         # >0: trace this many steps (after the first) into <workdir>/profile
   c.plot = True
   return c

@@ -32,5 +32,6 @@ def get_config():
   c.download = True
   c.log_every = 500           # steps between progress lines (and at least every 30 s)
   c.checkpoint_every_steps = 0  # mid-epoch checkpoints (0: only at epoch ends)
+  c.profile_steps = 0         # >0: trace this many compiled calls (after the first) into <workdir>/profile
   c.plot = False              # (no validation curve to draw)
   return c

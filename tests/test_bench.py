@@ -49,7 +49,7 @@ def test_bench_times_the_step_fit_trains_with():
 def test_bench_prints_one_json_line():
   r = subprocess.run(
       [sys.executable, "-m", "experiments.bench", "--config=configs/small_tied.py", "--synthetic",
-       "--steps=2", "--warmup=1", "--repeats=1", "--eval_windows=2", "--peak=false",
+       "--steps=2", "--warmup=1", "--repeats=1", "--eval_windows=2", "--peak=false", "--breakdown",
        "--config.hidden_size=16", "--config.vocab_size=50"],
       cwd=REPO, capture_output=True, text=True, timeout=300)
   assert r.returncode == 0, r.stderr[-2000:]
@@ -58,6 +58,7 @@ def test_bench_prints_one_json_line():
   assert out["xla_flops_per_step"] > 0
   assert out["train_ms_per_step"] > 0 and out["eval_tok_per_s"] > 0
   assert "fraction_of_peak" not in out  # --peak=false
+  assert out["head_loss_fwd_bwd_ms"] > 0 and out["optimizer_update_ms"] > 0  # --breakdown
 
 
 def test_skipgram_bench_reports_words_per_second_per_epoch():

@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import REPO, tiny_config, write_corpus
 from wt_jax import losses, models, tying
 from wt_jax.data import ptb
-from wt_jax.train import lm, optim, trainer
+from wt_jax.train import evaluate, lm, optim, trainer
 from wt_jax.train.checkpoint import CheckpointMismatchError
 
 
@@ -304,3 +304,82 @@ def test_a_signal_saves_a_checkpoint_and_the_run_resumes(tiny_corpus, tmp_path, 
                      tmp_path)
   assert again.returncode == 0, again.stderr[-3000:]
   assert json.loads((tmp_path / "results.json").read_text())["resumed_from_step"] == steps[0]
+
+
+# --- faults: damaged checkpoints, divergence, a busy workdir ----------------------------------------
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(tiny_corpus, tmp_path, caplog):
+  """Truncate the largest file of the newest `last` step: the next run says so in one line, moves that step
+  aside (not deleted), resumes from the previous step and ends as an uninterrupted run does."""
+  corpus, _ = tiny_corpus
+  config = lambda steps: tiny_config(max_steps=steps, checkpoint_every_steps=2, dropout=0.2)
+  full = lm.fit(config(6), corpus, tmp_path / "full")
+  lm.fit(config(4), corpus, tmp_path / "run")
+  last = tmp_path / "run" / "checkpoints" / "last"
+  assert sorted(p.name for p in last.iterdir()) == ["2", "4"]
+  largest = max((p for p in (last / "4").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+  largest.write_bytes(largest.read_bytes()[: largest.stat().st_size // 2])
+  with caplog.at_level("WARNING"):
+    res = lm.fit(config(6), corpus, tmp_path / "run")
+  warnings = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
+  assert len(warnings) == 1 and "step 4" in warnings[0] and "\n" not in warnings[0], warnings
+  assert res["resumed_from_step"] == 2 and res["steps"] == 6
+  assert (last / "4.unreadable").is_dir()  # kept for inspection
+  for key in ("train_ppl", "valid_ppl", "test_ppl"):
+    assert res[key] == pytest.approx(full[key], rel=1e-5), key
+
+
+@pytest.mark.parametrize("lr", [1e3, 1e20])  # the perplexity overflows; the loss itself becomes inf/NaN
+def test_a_diverged_run_stops_with_an_error_and_keeps_the_last_finite_checkpoint(tiny_corpus, tmp_path, lr):
+  """A loss or perplexity that is no longer finite stops the run before the next save: every checkpoint left
+  holds finite parameters, results.json is the previous run's, and the JSON lines hold no NaN/Infinity."""
+  from wt_jax.train.checkpoint import Checkpoints
+  corpus, _ = tiny_corpus
+  lm.fit(tiny_config(max_steps=3), corpus, tmp_path)
+  results = (tmp_path / "results.json").read_text()
+  with pytest.raises(trainer.NonFiniteLossError, match="diverged|non-finite"):
+    lm.fit(tiny_config(num_epochs=3, learning_rate=lr, clip_norm=1e9, checkpoint_every_steps=1, log_every=5),
+           corpus, tmp_path)
+  ck = Checkpoints(tmp_path / "checkpoints", read_only=True)
+  for kind in ("last", "best"):
+    for step in ck.steps(kind):
+      state, meta = ck.restore_saved(kind, step)
+      assert all(np.isfinite(x).all() for x in jax.tree_util.tree_leaves(state["params"])), (kind, step)
+      sums = meta["epoch_sums"] or {"nll": 0.0, "tokens": 0}
+      assert math.isfinite(evaluate.perplexity(sums["nll"], int(sums["tokens"]))), (kind, step, sums)
+  ck.close()
+  assert (tmp_path / "results.json").read_text() == results
+  for line in (tmp_path / "metrics.jsonl").read_text().splitlines():  # valid JSON for every reader
+    json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} in metrics.jsonl"))
+
+
+def test_a_second_run_on_a_busy_workdir_is_refused_and_a_stale_lock_taken_over(tiny_corpus, tmp_path, caplog):
+  corpus, _ = tiny_corpus
+  lock = tmp_path / "run.lock"
+  tmp_path.mkdir(exist_ok=True)
+  lock.write_text(json.dumps({"host": __import__("socket").gethostname(), "pid": os.getppid(), "started": "x"}))
+  with pytest.raises(trainer.WorkdirBusyError, match=f"in use by PID {os.getppid()}"):
+    lm.fit(tiny_config(max_steps=2), corpus, tmp_path)
+  dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+  lock.write_text(json.dumps({"host": __import__("socket").gethostname(), "pid": int(dead.stdout), "started": "x"}))
+  with caplog.at_level("WARNING"):
+    res = lm.fit(tiny_config(max_steps=2), corpus, tmp_path)
+  assert res["steps"] == 2 and any("Taking over the lock" in r.getMessage() for r in caplog.records)
+  assert not lock.exists()  # released at the end
+
+
+def test_tensorboard_events_and_a_profile_are_written(tiny_corpus, tmp_path):
+  """TensorBoard's own reader finds the run's scalars (train and epoch records, as in metrics.jsonl), and
+  profile_steps traces steps with jax.profiler into <workdir>/profile."""
+  from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+  corpus, _ = tiny_corpus
+  res = lm.fit(tiny_config(num_epochs=1, log_every=5, profile_steps=2), corpus, tmp_path)
+  acc = EventAccumulator(str(tmp_path))
+  acc.Reload()
+  tags = acc.Tags()["scalars"]
+  assert {"train/train_ppl", "train/lr", "train/tokens_per_s", "epoch/valid_ppl"} <= set(tags), tags
+  valid = acc.Scalars("epoch/valid_ppl")
+  assert [e.step for e in valid] == [res["steps"]] and valid[0].value == pytest.approx(res["valid_ppl"], rel=1e-6)
+  logged = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  assert [e.step for e in acc.Scalars("train/train_ppl")] == [r["step"] for r in logged if r["kind"] == "train"]
+  assert any(p.name.endswith(".xplane.pb") for p in (tmp_path / "profile").rglob("*"))

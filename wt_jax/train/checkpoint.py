@@ -1,9 +1,12 @@
 """Checkpoints with orbax: the latest state (every epoch, and every N steps if asked) and the best by
 validation perplexity, each in its own CheckpointManager under `<workdir>/checkpoints/{last,best}`.
 
-A checkpoint holds a pytree `{'params', 'opt_state', 'carry', 'step'}` and a JSON `meta` dict (progress,
-history, the config). Restoring into a model whose parameter tree differs (a tied checkpoint into an untied
-model, or the reverse) raises `CheckpointMismatchError` naming the differing parameters.
+A checkpoint holds the task's state pytree (e.g. `{'params', 'opt_state', 'step', 'carry'}`) and a JSON
+`meta` dict (progress, history, the config). Restoring into a model whose parameter tree differs (a tied
+checkpoint into an untied model, or the reverse) raises `CheckpointMismatchError` naming the differing
+parameters. The two newest `last` steps are kept: when the newest cannot be read (a machine lost mid-write, a
+damaged disk), `restore_intact` says so in one line, moves it aside (`<step>.unreadable`, never deleted) and
+falls back to the previous step, then to `best`.
 """
 from __future__ import annotations
 
@@ -12,6 +15,9 @@ from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+from absl import logging
+
+KEEP = {"last": 2, "best": 1}  # steps kept per kind: the previous `last` survives a damaged newest one
 
 
 class CheckpointMismatchError(ValueError):
@@ -37,14 +43,18 @@ class Checkpoints:
     was killed half-way, `<step>.orbax-checkpoint-tmp`, which orbax never restores; the complete steps
     beside it are kept."""
     self.directory = Path(directory).absolute()
-    opts = ocp.CheckpointManagerOptions(max_to_keep=1, create=not read_only, read_only=read_only,
-                                        cleanup_tmp_directories=not read_only)
-    self._managers = {
-        kind: ocp.CheckpointManager(
-            self.directory / kind, options=opts,
-            item_handlers={"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()})
-        for kind in ("last", "best")
-    }
+    self.read_only = read_only
+    self._managers = {kind: self._manager(kind) for kind in ("last", "best")}
+
+  def _manager(self, kind: str) -> ocp.CheckpointManager:
+    opts = ocp.CheckpointManagerOptions(max_to_keep=KEEP[kind], create=not self.read_only,
+                                        read_only=self.read_only, cleanup_tmp_directories=not self.read_only)
+    return ocp.CheckpointManager(
+        self.directory / kind, options=opts,
+        item_handlers={"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()})
+
+  def steps(self, kind: str = "last") -> list[int]:
+    return sorted(self._managers[kind].all_steps())
 
   def latest_step(self, kind: str = "last") -> int | None:
     return self._managers[kind].latest_step()
@@ -83,6 +93,28 @@ class Checkpoints:
     restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
                                                           meta=ocp.args.JsonRestore()))
     return restored["state"], restored["meta"]
+
+  def restore_intact(self, target: Any) -> tuple[Any, dict, str, int] | None:
+    """(state, meta, kind, step) of the newest readable checkpoint — `last` steps newest first, then `best` —
+    or None when there is none. A step that cannot be read is reported in one line and moved aside to
+    `<step>.unreadable` (so that training can write that step again); a checkpoint of another model
+    (`CheckpointMismatchError`) is an error, not damage."""
+    for kind in ("last", "best"):
+      for step in reversed(self.steps(kind)):
+        try:
+          state, meta = self.restore(kind, target, step)
+          return state, meta, kind, step
+        except CheckpointMismatchError:
+          raise
+        except Exception as e:  # noqa: BLE001 (whatever orbax or TensorStore raise for damaged files)
+          first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+          bad = self.directory / kind / str(step)
+          logging.warning("Checkpoint %s (step %d) cannot be read: %s — moved to %s.unreadable; falling back "
+                          "to an older checkpoint.", bad, step, first, bad.name)
+          self._managers[kind].close()
+          bad.rename(bad.with_name(f"{step}.unreadable"))
+          self._managers[kind] = self._manager(kind)
+    return None
 
   def restore_saved(self, kind: str = "last", step: int | None = None) -> tuple[Any, dict]:
     """(state, meta) exactly as saved, as host arrays, without a target tree: for analyses that only read

@@ -1,4 +1,4 @@
-"""Metrics as JSON lines, and the learning-curve plot drawn from them."""
+"""Metrics as JSON lines (and TensorBoard scalars), and the learning-curve plot drawn from them."""
 from __future__ import annotations
 
 import json
@@ -18,15 +18,41 @@ def quiet_library_logs() -> None:
 
 
 class MetricsWriter:
-  """Appends one JSON object per line to `path` (safe across resumes: never truncates)."""
+  """Appends one JSON object per line to `path` (safe across resumes: never truncates) and, with
+  `tensorboard_dir`, writes the same numbers as TensorBoard scalars (tensorboardX: no TensorFlow needed)
+  named `<kind>/<field>` at the record's step, for a live view: `tensorboard --logdir runs/`."""
 
-  def __init__(self, path: str | Path):
+  def __init__(self, path: str | Path, tensorboard_dir: str | Path | None = None):
     self.path = Path(path)
     self.path.parent.mkdir(parents=True, exist_ok=True)
+    self._tb = None
+    if tensorboard_dir is not None:
+      from tensorboardX import SummaryWriter
+      self._tb = SummaryWriter(str(tensorboard_dir), flush_secs=30)
 
   def write(self, **record) -> None:
     with open(self.path, "a") as f:
-      f.write(json.dumps(record) + "\n")
+      f.write(json.dumps(finite(record), allow_nan=False) + "\n")
+    if self._tb is not None:
+      kind, step = record.get("kind", "metrics"), int(record.get("step", 0))
+      for key, value in record.items():
+        if key not in ("kind", "step") and isinstance(value, (int, float)) and not isinstance(value, bool):
+          self._tb.add_scalar(f"{kind}/{key}", value, step)
+
+  def close(self) -> None:
+    if self._tb is not None:
+      self._tb.close()
+
+
+def finite(value):
+  """`value` with every NaN/±inf float replaced by None (JSON has no such numbers)."""
+  if isinstance(value, float):
+    return value if math.isfinite(value) else None
+  if isinstance(value, dict):
+    return {k: finite(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [finite(v) for v in value]
+  return value
 
 
 def read(path: str | Path) -> list[dict]:

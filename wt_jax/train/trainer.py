@@ -15,7 +15,10 @@ validation and its final evaluation. The skeleton does the rest, once for every 
   stop with `Interrupted`: the same command resumes;
 - progress lines every `config.log_every` steps and at least every `log_every_s` seconds; metrics.jsonl
   written by process 0 only;
-- results.json with the keys every task shares (`common_results`) and the task's own.
+- results.json with the keys every task shares (`common_results`) and the task's own; no NaN or inf in any
+  JSON file (null instead);
+- a lock on the workdir (`workdir_lock`), and a fall-back to the previous checkpoint when the newest cannot
+  be read (`Checkpoints.restore_intact`).
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ import math
 import os
 import platform
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -132,19 +136,9 @@ def versions() -> dict:
           "wt_jax_commit": code_revision()}
 
 
-def finite_json(value: Any) -> Any:
-  """`value` with every NaN/±inf float replaced by None (JSON has no such numbers)."""
-  if isinstance(value, float):
-    return value if math.isfinite(value) else None
-  if isinstance(value, dict):
-    return {k: finite_json(v) for k, v in value.items()}
-  if isinstance(value, (list, tuple)):
-    return [finite_json(v) for v in value]
-  return value
-
-
 def write_json(path: Path, value: Any) -> None:
-  path.write_text(json.dumps(finite_json(value), indent=2, allow_nan=False))
+  """JSON with None for every NaN/inf (`metrics.finite`): valid for every reader."""
+  path.write_text(json.dumps(metrics_lib.finite(value), indent=2, allow_nan=False))
 
 
 class _NoWriter:
@@ -152,6 +146,37 @@ class _NoWriter:
 
   def write(self, **record):
     pass
+
+  def close(self):
+    pass
+
+
+class _Profiler:
+  """Traces `steps` train steps with `jax.profiler` into `directory` (TensorBoard's profile plugin or
+  Perfetto read it), starting after the first step of the process, so compilation is not in the trace."""
+
+  def __init__(self, directory: Path, steps: int):
+    self.directory, self.steps, self.left, self.on = directory, steps, steps, False
+
+  def after_step(self, state) -> None:
+    if self.left <= 0:
+      return
+    if not self.on:
+      jax.block_until_ready(state)
+      jax.profiler.start_trace(str(self.directory))
+      self.on = True
+      return
+    self.left -= 1
+    if self.left == 0:
+      jax.block_until_ready(state)
+      jax.profiler.stop_trace()
+      self.on = False
+      logging.info("Wrote a profile of %d steps to %s.", self.steps, self.directory)
+
+  def close(self) -> None:
+    if self.on:
+      jax.profiler.stop_trace()
+      self.on = False
 
 
 def _add(a, b):
@@ -165,22 +190,76 @@ def _better(value: float, best: float | None, mode: str) -> bool:
   return best is None or (value < best if mode == "min" else value > best)
 
 
+class WorkdirBusyError(RuntimeError):
+  """Another live run holds the workdir's lock."""
+
+
+def _alive(pid) -> bool:
+  try:
+    os.kill(int(pid), 0)
+  except ProcessLookupError:
+    return False
+  except (PermissionError, TypeError, ValueError):
+    return pid is not None  # (a process we may not signal is alive)
+  return True
+
+
+@contextlib.contextmanager
+def workdir_lock(workdir: Path):
+  """Hold `<workdir>/run.lock` (host, PID, start time) for the run: a second run on a busy workdir stops with
+  `WorkdirBusyError`; the lock of a dead process on this host is taken over with a warning. Process 0 only."""
+  if not parallel.is_writer():
+    yield
+    return
+  lock = workdir / "run.lock"
+  me = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+  try:
+    fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    os.close(fd)
+  except FileExistsError:
+    try:
+      other = json.loads(lock.read_text())
+    except (OSError, ValueError):
+      other = {}
+    who = f"PID {other.get('pid')} on {other.get('host')} (since {other.get('started')})"
+    if other.get("host") == me["host"] and _alive(other.get("pid")):
+      raise WorkdirBusyError(f"{workdir} is in use by {who}; stop that run or use another --workdir.") from None
+    if other.get("host") not in (None, me["host"]):
+      raise WorkdirBusyError(f"{workdir} is locked by {who}; if that run is dead, delete {lock}.") from None
+    logging.warning("Taking over the lock of %s in %s: that process is gone.", who, workdir)
+  lock.write_text(json.dumps(me))
+  try:
+    yield
+  finally:
+    try:
+      if json.loads(lock.read_text()).get("pid") == me["pid"]:
+        lock.unlink()
+    except (OSError, ValueError):
+      pass
+
+
 def run(task: Task, config, workdir: str | Path) -> dict:
   """Train `task` under `workdir` (resuming from its last checkpoint), then evaluate; see the module doc."""
-  t_start = time.time()
   workdir = Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
+  with workdir_lock(workdir):
+    return _run(task, config, workdir)
+
+
+def _run(task: Task, config, workdir: Path) -> dict:
+  t_start = time.time()
   run_versions = versions()  # taken now: the code this process runs, even if the checkout changes later
   ckpts = Checkpoints(workdir / "checkpoints")
-  writer = metrics_lib.MetricsWriter(workdir / "metrics.jsonl") if parallel.is_writer() else _NoWriter()
+  writer = (metrics_lib.MetricsWriter(workdir / "metrics.jsonl", workdir) if parallel.is_writer()
+            else _NoWriter())
   state = task.init_state()
   meta = {"config": config.to_dict(), "epoch": 1, "pos": 0, "history": [], "epoch_sums": None, "best": None,
           "best_epoch": None, "train_s": 0.0, "wall_s": 0.0}
   resumed_from = None
-  if ckpts.latest_step() is not None:
-    state, meta = ckpts.restore("last", state)
-    resumed_from = int(state["step"])
-    logging.info("Resumed from %s at step %d (epoch %d).", ckpts.directory / "last", resumed_from, meta["epoch"])
+  restored = ckpts.restore_intact(state)
+  if restored is not None:
+    state, meta, kind, resumed_from = restored
+    logging.info("Resumed from %s at step %d (epoch %d).", ckpts.directory / kind, resumed_from, meta["epoch"])
   step, max_steps = int(state["step"]), task.max_steps
   wall_before = meta["wall_s"]
   # The epoch's running sums: `sums` on device since this process started the epoch (or resumed), `base`
@@ -188,6 +267,7 @@ def run(task: Task, config, workdir: str | Path) -> dict:
   sums, base = None, meta["epoch_sums"]
   clock = {"t0": time.time(), "step0": step, "last_line": None, "written": None}
   metric, mode = task.selection or (None, "min")
+  profiler = _Profiler(workdir / "profile", config.profile_steps)
   done = lambda: meta["epoch"] > task.num_epochs or (max_steps and step >= max_steps)
 
   def epoch_sums() -> dict:
@@ -212,12 +292,24 @@ def run(task: Task, config, workdir: str | Path) -> dict:
     clock.update(t0=now, step0=step)
     return rate
 
+  def checked_metrics() -> tuple[dict, dict]:
+    """(the epoch's sums, what they show), both finite, or NonFiniteLossError."""
+    sums_now = epoch_sums()
+    shown = task.train_metrics(sums_now, step)
+    bad = [k for k, v in shown.items() if not math.isfinite(v)]
+    if bad:  # e.g. a perplexity that overflowed although the summed NLL is still finite
+      raise NonFiniteLossError(
+          f"The training {bad[0]} is {shown[bad[0]]} at step {step} (epoch {meta['epoch']}): the model "
+          f"diverged. Stopped without saving; the last good checkpoint (step {ckpts.latest_step()}) is kept "
+          f"in {ckpts.directory}.")
+    return sums_now, shown
+
   def save(kind: str) -> None:
-    meta.update(epoch_sums=epoch_sums(), wall_s=wall_before + time.time() - t_start)
+    meta.update(epoch_sums=checked_metrics()[0], wall_s=wall_before + time.time() - t_start)
     ckpts.save(kind, step, state, meta)
 
   def progress(write: bool) -> None:
-    shown = task.train_metrics(epoch_sums(), step)
+    shown = checked_metrics()[1]
     rate = tick()
     speed = {"steps_per_s": rate}
     if task.tokens_per_step:
@@ -238,6 +330,7 @@ def run(task: Task, config, workdir: str | Path) -> dict:
         state, sums, base = task.start_epoch(state, epoch), None, None
       for batch, k in task.batches(epoch, meta["pos"]):
         state, step_sums = task.train_step(state, batch)
+        profiler.after_step(state)
         sums = step_sums if sums is None else _add_jit(sums, step_sums)
         before, step = step, step + k
         meta["pos"] += k
@@ -286,6 +379,7 @@ def run(task: Task, config, workdir: str | Path) -> dict:
         continue
       break  # max_steps inside an epoch
 
+  profiler.close()
   final_sums = epoch_sums()
   if ckpts.latest_step() != step:  # stopped mid-epoch: keep the final state too
     save("last")
@@ -299,6 +393,7 @@ def run(task: Task, config, workdir: str | Path) -> dict:
     if config.plot:
       metrics_lib.plot_curves(workdir / "metrics.jsonl", workdir / "curves.png", title=config.name)
   ckpts.close()
+  writer.close()
   return results
 
 
