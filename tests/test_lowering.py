@@ -8,7 +8,6 @@ such a construct enters a step.
 """
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 import pytest
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-from pathlib import Path
+
+from etils import epath
 from typing import Sequence
 
 import numpy as np
@@ -113,16 +114,16 @@ class Subwords:
     return [self.sp.id_to_piece(int(i)) for i in self.side(side).to_global]
 
   # --- persistence: <dir>/subwords.model (sentencepiece) and <dir>/subwords.json (the side vocabularies).
-  def save(self, folder: str | Path) -> None:
-    folder = Path(folder)
+  def save(self, folder) -> None:
+    folder = epath.Path(folder)  # a local folder or a bucket
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "subwords.model").write_bytes(self.model)
     (folder / "subwords.json").write_text(json.dumps(
         {"joint": self.joint, "source": self.source.to_global.tolist(), "target": self.target.to_global.tolist()}))
 
   @classmethod
-  def load(cls, folder: str | Path) -> "Subwords":
-    folder = Path(folder)
+  def load(cls, folder) -> "Subwords":
+    folder = epath.Path(folder)
     model = (folder / "subwords.model").read_bytes()
     meta = json.loads((folder / "subwords.json").read_text())
     n = _spm().SentencePieceProcessor(model_proto=model).get_piece_size()
@@ -131,8 +132,9 @@ class Subwords:
     return cls(model, source, target, meta["joint"])
 
   @staticmethod
-  def exists(folder: str | Path) -> bool:
-    return (Path(folder) / "subwords.model").is_file() and (Path(folder) / "subwords.json").is_file()
+  def exists(folder) -> bool:
+    folder = epath.Path(folder)
+    return (folder / "subwords.model").is_file() and (folder / "subwords.json").is_file()
 
 
 def overlap(sp_model: bytes, src_texts: Sequence[str], tgt_texts: Sequence[str]) -> dict:

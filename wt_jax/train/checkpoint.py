@@ -10,12 +10,12 @@ falls back to the previous step, then to `best`.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
 from absl import logging
+from etils import epath
 
 KEEP = {"last": 2, "best": 1}  # steps kept per kind: the previous `last` survives a damaged newest one
 
@@ -37,12 +37,13 @@ def _shapes(tree) -> dict[str, tuple]:
 class Checkpoints:
   """The `last` and `best` checkpoints of one run."""
 
-  def __init__(self, directory: str | Path, read_only: bool = False):
+  def __init__(self, directory, read_only: bool = False):
     """`read_only` for readers (analyses of a finished or running run): they never write, create folders or
     touch a training run's unfinished save. A writer (the training loops) removes the debris of a save that
     was killed half-way, `<step>.orbax-checkpoint-tmp`, which orbax never restores; the complete steps
     beside it are kept."""
-    self.directory = Path(directory).absolute()
+    directory = epath.Path(directory)  # a local folder or a bucket (orbax writes both)
+    self.directory = directory.absolute() if "://" not in str(directory) else directory
     self.read_only = read_only
     self._managers = {kind: self._manager(kind) for kind in ("last", "best")}
 

@@ -1,9 +1,11 @@
 """Metrics as JSON lines (and TensorBoard scalars), and the learning-curve plot drawn from them."""
 from __future__ import annotations
 
+import io
 import json
 import math
-from pathlib import Path
+from absl import logging
+from etils import epath
 
 
 def quiet_library_logs() -> None:
@@ -18,28 +20,50 @@ def quiet_library_logs() -> None:
 
 
 class MetricsWriter:
-  """Appends one JSON object per line to `path` (safe across resumes: never truncates) and, with
+  """Appends one JSON object per line to `path` (never truncates: safe across resumes) and, with
   `tensorboard_dir`, writes the same numbers as TensorBoard scalars (tensorboardX: no TensorFlow needed)
-  named `<kind>/<field>` at the record's step, for a live view: `tensorboard --logdir runs/`."""
+  named `<kind>/<field>` at the record's step, for a live view: `tensorboard --logdir runs/`.
 
-  def __init__(self, path: str | Path, tensorboard_dir: str | Path | None = None):
-    self.path = Path(path)
+  `path` is any `etils.epath` path. A bucket has no append: there the lines are kept in memory and the file
+  is rewritten by `flush()` (the trainer flushes at every checkpoint and at the end)."""
+
+  def __init__(self, path, tensorboard_dir=None):
+    self.path = epath.Path(path)
     self.path.parent.mkdir(parents=True, exist_ok=True)
+    self._local = "://" not in str(self.path)
+    self._lines = None if self._local else (self.path.read_text().splitlines(True) if self.path.exists() else [])
     self._tb = None
     if tensorboard_dir is not None:
-      from tensorboardX import SummaryWriter
-      self._tb = SummaryWriter(str(tensorboard_dir), flush_secs=30)
+      try:
+        if "://" in str(tensorboard_dir):  # tensorboardX writes buckets itself, through google-cloud-storage
+          import google.cloud.storage  # noqa: F401  (the `gcs` extra)
+        from tensorboardX import SummaryWriter
+        self._tb = SummaryWriter(str(tensorboard_dir), flush_secs=30)
+      except Exception as e:  # noqa: BLE001 (e.g. a bucket without google-cloud-storage installed)
+        logging.warning("No TensorBoard events for %s (%s); metrics.jsonl is still written.",
+                        tensorboard_dir, str(e).splitlines()[0] if str(e) else type(e).__name__)
 
   def write(self, **record) -> None:
-    with open(self.path, "a") as f:
-      f.write(json.dumps(finite(record), allow_nan=False) + "\n")
+    line = json.dumps(finite(record), allow_nan=False) + "\n"
+    if self._local:
+      with open(self.path, "a") as f:
+        f.write(line)
+    else:
+      self._lines.append(line)
     if self._tb is not None:
       kind, step = record.get("kind", "metrics"), int(record.get("step", 0))
       for key, value in record.items():
         if key not in ("kind", "step") and isinstance(value, (int, float)) and not isinstance(value, bool):
           self._tb.add_scalar(f"{kind}/{key}", value, step)
 
+  def flush(self) -> None:
+    if not self._local:
+      self.path.write_text("".join(self._lines))
+    if self._tb is not None:
+      self._tb.flush()
+
   def close(self) -> None:
+    self.flush()
     if self._tb is not None:
       self._tb.close()
 
@@ -55,14 +79,14 @@ def finite(value):
   return value
 
 
-def read(path: str | Path) -> list[dict]:
-  path = Path(path)
+def read(path) -> list[dict]:
+  path = epath.Path(path)
   if not path.exists():
     return []
   return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def plot_curves(metrics_path: str | Path, png_path: str | Path, title: str = "") -> Path | None:
+def plot_curves(metrics_path, png_path, title: str = "") -> epath.Path | None:
   """Train and valid perplexity per epoch (from the 'epoch' records) → PNG. Returns the path, or None."""
   import matplotlib
   matplotlib.use("Agg")
@@ -77,7 +101,7 @@ def plot_curves(metrics_path: str | Path, png_path: str | Path, title: str = "")
   xs = sorted(epochs)
   fig, ax = plt.subplots(figsize=(6, 4))
   for key, label in (("train_ppl", "train"), ("valid_ppl", "valid")):
-    ys = [epochs[e].get(key, math.nan) for e in xs]
+    ys = [math.nan if epochs[e].get(key) is None else epochs[e][key] for e in xs]  # (null: not finite)
     ax.plot(xs, ys, marker="o", label=label)
   ax.set_xlabel("epoch")
   ax.set_ylabel("perplexity")
@@ -86,6 +110,9 @@ def plot_curves(metrics_path: str | Path, png_path: str | Path, title: str = "")
   ax.legend()
   ax.set_title(title)
   fig.tight_layout()
-  fig.savefig(png_path, dpi=100)
+  buffer = io.BytesIO()
+  fig.savefig(buffer, format="png", dpi=100)
   plt.close(fig)
-  return Path(png_path)
+  png_path = epath.Path(png_path)
+  png_path.write_bytes(buffer.getvalue())
+  return png_path

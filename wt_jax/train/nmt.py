@@ -17,6 +17,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from etils import epath
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -167,7 +169,7 @@ class NMTTask:
     for split in SPLITS:
       if split not in data or not data[split][0]:
         raise ValueError(f"The translation data has no {split!r} sentences (splits: {', '.join(data)}).")
-    workdir = Path(workdir)
+    workdir = epath.Path(workdir)
     joint = config.joint_vocab or config.tying == "three_way"
     if config.tying == "three_way" and not config.joint_vocab:
       logging.info("three_way tying: using one joint vocabulary for source and target.")

@@ -13,6 +13,8 @@ compiled call (a scan), and `sparse_updates` applies SGD to the touched rows onl
 from __future__ import annotations
 
 from pathlib import Path
+
+from etils import epath
 from typing import Sequence
 
 import jax
@@ -105,7 +107,7 @@ class SkipGramTask:
                              config.sparse_updates)
     self.K = max(int(config.steps_per_call), 1)
     self.config = config
-    workdir = Path(workdir)
+    workdir = epath.Path(workdir)
     if parallel.is_writer():
       workdir.mkdir(parents=True, exist_ok=True)
       (workdir / "vocab.txt").write_text("".join(f"{w}\t{c}\n" for w, c in zip(self.vocab.words, self.counts)))

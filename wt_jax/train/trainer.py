@@ -37,6 +37,7 @@ from typing import Any, Iterator, Protocol
 
 import flax
 import jax
+from etils import epath
 import jax.numpy as jnp
 import optax
 from absl import logging
@@ -136,7 +137,12 @@ def versions() -> dict:
           "wt_jax_commit": code_revision()}
 
 
-def write_json(path: Path, value: Any) -> None:
+def is_local(path) -> bool:
+  """Whether `path` is on this machine's filesystem (not gs://, s3://, ...)."""
+  return "://" not in str(path)
+
+
+def write_json(path: epath.Path, value: Any) -> None:
   """JSON with None for every NaN/inf (`metrics.finite`): valid for every reader."""
   path.write_text(json.dumps(metrics_lib.finite(value), indent=2, allow_nan=False))
 
@@ -147,6 +153,9 @@ class _NoWriter:
   def write(self, **record):
     pass
 
+  def flush(self):
+    pass
+
   def close(self):
     pass
 
@@ -155,7 +164,7 @@ class _Profiler:
   """Traces `steps` train steps with `jax.profiler` into `directory` (TensorBoard's profile plugin or
   Perfetto read it), starting after the first step of the process, so compilation is not in the trace."""
 
-  def __init__(self, directory: Path, steps: int):
+  def __init__(self, directory: epath.Path, steps: int):
     self.directory, self.steps, self.left, self.on = directory, steps, steps, False
 
   def after_step(self, state) -> None:
@@ -205,17 +214,20 @@ def _alive(pid) -> bool:
 
 
 @contextlib.contextmanager
-def workdir_lock(workdir: Path):
+def workdir_lock(workdir: epath.Path):
   """Hold `<workdir>/run.lock` (host, PID, start time) for the run: a second run on a busy workdir stops with
-  `WorkdirBusyError`; the lock of a dead process on this host is taken over with a warning. Process 0 only."""
+  `WorkdirBusyError`; the lock of a dead process on this host is taken over with a warning. Process 0 only.
+  (On a local disk the lock is created atomically; on a bucket, check-then-write.)"""
   if not parallel.is_writer():
     yield
     return
   lock = workdir / "run.lock"
   me = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
   try:
-    fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    os.close(fd)
+    if is_local(lock):
+      os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    elif lock.exists():
+      raise FileExistsError(lock)
   except FileExistsError:
     try:
       other = json.loads(lock.read_text())
@@ -238,15 +250,16 @@ def workdir_lock(workdir: Path):
       pass
 
 
-def run(task: Task, config, workdir: str | Path) -> dict:
-  """Train `task` under `workdir` (resuming from its last checkpoint), then evaluate; see the module doc."""
-  workdir = Path(workdir)
+def run(task: Task, config, workdir: str | os.PathLike) -> dict:
+  """Train `task` under `workdir` (resuming from its last checkpoint), then evaluate; see the module doc.
+  `workdir` is any path `etils.epath` (orbax's path library) reads: a local folder or a bucket (gs://...)."""
+  workdir = epath.Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   with workdir_lock(workdir):
     return _run(task, config, workdir)
 
 
-def _run(task: Task, config, workdir: Path) -> dict:
+def _run(task: Task, config, workdir: epath.Path) -> dict:
   t_start = time.time()
   run_versions = versions()  # taken now: the code this process runs, even if the checkout changes later
   ckpts = Checkpoints(workdir / "checkpoints")
@@ -267,7 +280,9 @@ def _run(task: Task, config, workdir: Path) -> dict:
   sums, base = None, meta["epoch_sums"]
   clock = {"t0": time.time(), "step0": step, "last_line": None, "written": None}
   metric, mode = task.selection or (None, "min")
-  profiler = _Profiler(workdir / "profile", config.profile_steps)
+  profiler = _Profiler(workdir / "profile", config.profile_steps if is_local(workdir) else 0)
+  if config.profile_steps and not is_local(workdir):
+    logging.warning("profile_steps: traces are written to local folders only; give a local --workdir.")
   done = lambda: meta["epoch"] > task.num_epochs or (max_steps and step >= max_steps)
 
   def epoch_sums() -> dict:
@@ -307,6 +322,7 @@ def _run(task: Task, config, workdir: Path) -> dict:
   def save(kind: str) -> None:
     meta.update(epoch_sums=checked_metrics()[0], wall_s=wall_before + time.time() - t_start)
     ckpts.save(kind, step, state, meta)
+    writer.flush()
 
   def progress(write: bool) -> None:
     shown = checked_metrics()[1]
