@@ -7,8 +7,9 @@
     python -m experiments.report inan_ptb_table1 --runs=runs/inan    # Inan et al.'s Table 1, small, on PTB
     python -m experiments.report nmt_table8 --runs=runs/nmt          # Table 8 (and Table 1) analogue, Multi30k
 
-With --runs, every run directory there that holds a results.json (a finished run) is copied into
-results/<report>/<run>/ — results.json, metrics.jsonl and curves.png only, never checkpoints. The report
+With --runs, every run directory there that holds a results.json (a finished run) is imported into
+results/<report>/<run>/ as results.json and curve.jsonl (its per-epoch records; the per-step log, plots,
+translations and checkpoints stay in the run's workdir). The report
 is then built from results/<report>/ alone, so anyone can rebuild it from the committed files:
 results/<report>/README.md (table, commands, machine, commits), results/<report>/valid_curves.png, and
 the README.md section between the markers `<!-- report:<name>:begin -->` and `<!-- report:<name>:end -->`.
@@ -31,7 +32,16 @@ _OUT = flags.DEFINE_string("out", "results", "Root of the committed results; the
 _README = flags.DEFINE_string("readme", "README.md", "README to update between the report's markers "
                               "('' to leave it alone).")
 
-RUN_FILES = ("results.json", "metrics.jsonl", "curves.png", "test.hyp.txt")
+CURVE = "curve.jsonl"  # a run's per-epoch records (the 'epoch' lines of its metrics.jsonl)
+
+
+def epoch_records(metrics_path) -> list[dict]:
+  """The 'epoch' records of a metrics.jsonl, one per epoch (a resumed run may repeat one: the last wins)."""
+  epochs = {}
+  for rec in metrics.read(metrics_path):
+    if rec.get("kind") == "epoch":
+      epochs[rec["epoch"]] = rec
+  return [epochs[e] for e in sorted(epochs)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,9 +210,8 @@ def import_runs(runs_dir: Path, dest: Path) -> list[str]:
       continue
     target = dest / run.name
     target.mkdir(parents=True, exist_ok=True)
-    for name in RUN_FILES:
-      if (run / name).exists():
-        shutil.copy2(run / name, target / name)
+    shutil.copy2(run / "results.json", target / "results.json")
+    (target / CURVE).write_text("".join(json.dumps(r) + "\n" for r in epoch_records(run / "metrics.jsonl")))
     imported.append(run.name)
   return imported
 
@@ -216,11 +225,7 @@ def load_runs(report_dir: Path, dataset: str = "ptb") -> dict[str, list[dict]]:
     if r.get("dataset", "ptb") != dataset:
       raise ValueError(f"{path} is a run on {r.get('dataset', 'ptb')!r}, but this report is for {dataset!r}.")
     r["_dir"] = path.parent.name
-    epochs = {}
-    for rec in metrics.read(path.parent / "metrics.jsonl"):
-      if rec.get("kind") == "epoch":
-        epochs[rec["epoch"]] = rec  # a resumed run may repeat an epoch: keep the last record
-    r["_valid_curve"] = [(e, epochs[e]["valid_ppl"]) for e in sorted(epochs)]
+    r["_valid_curve"] = [(rec["epoch"], rec["valid_ppl"]) for rec in metrics.read(path.parent / CURVE)]
     by_config.setdefault(r["config"], []).append(r)
   for runs in by_config.values():
     runs.sort(key=lambda r: r["seed"])
@@ -382,11 +387,7 @@ def load_nmt_runs(report_dir: Path) -> dict[tuple[str, str], list[dict]]:
   for path in sorted(report_dir.glob("*/results.json")):
     r = json.loads(path.read_text())
     r["_dir"] = path.parent.name
-    epochs = {}
-    for rec in metrics.read(path.parent / "metrics.jsonl"):
-      if rec.get("kind") == "epoch":
-        epochs[rec["epoch"]] = rec
-    r["_bleu_curve"] = [(e, epochs[e]["valid_bleu_greedy"]) for e in sorted(epochs)]
+    r["_bleu_curve"] = [(rec["epoch"], rec["valid_bleu_greedy"]) for rec in metrics.read(path.parent / CURVE)]
     runs.setdefault((r["tgt_lang"], r["tying"]), []).append(r)
   for rs in runs.values():
     rs.sort(key=lambda r: r.get("seed", 0))
@@ -479,7 +480,7 @@ def nmt_provenance(spec: NmtReportSpec, name: str, runs: dict[tuple[str, str], l
         lines.append(f"- `{r['_dir']}`: `{cmd}` — commit `{commit}`, machine: {machine}; {r['epochs']} epochs, "
                      f"{r['wall_s'] / 60:.0f} min wall ({r['train_s'] / 60:.0f} min training); beam "
                      f"{r['beam']}, length α {r['length_alpha']}; BLEU `{r['bleu_signature']}`; "
-                     f"test translations: `{r['_dir']}/test.hyp.txt`")
+                     f"test translations: `runs/nmt/{r['_dir']}/test.hyp.txt` (in the run's workdir)")
   return "\n".join(lines)
 
 

@@ -34,7 +34,10 @@ def test_report_imports_finished_runs_and_builds_table(tmp_path):
 
   out = tmp_path / "results" / "ptb_table6"
   assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["small_tied_seed0", "small_tied_seed1"]
-  assert not (out / "small_tied_seed0" / "checkpoints").exists()  # never copies checkpoints
+  # results.json and the per-epoch curve only: never checkpoints or the per-step log
+  assert sorted(p.name for p in (out / "small_tied_seed0").iterdir()) == ["curve.jsonl", "results.json"]
+  assert [json.loads(l)["epoch"] for l in (out / "small_tied_seed0" / "curve.jsonl").read_text().splitlines()] \
+      == [1, 2, 3]
   assert (out / "valid_curves.png").stat().st_size > 1000
   row = next(l for l in tab.splitlines() if l.startswith("| small + WT |"))
   assert "2,651,600" in row and "112.4 / 113.0 (112.0, 114.0)" in row and "+0.6" in row
@@ -95,7 +98,7 @@ def test_nmt_report_table8_relative_sizes_and_table1(tmp_path):
   tab = report.build_nmt("nmt_table8", tmp_path / "results", runs, readme)
 
   out = tmp_path / "results" / "nmt_table8"
-  assert (out / "ende_baseline" / "test.hyp.txt").read_text() == "ein Hund .\n"
+  assert sorted(p.name for p in (out / "ende_baseline").iterdir()) == ["curve.jsonl", "results.json"]
   assert (out / "valid_bleu.png").stat().st_size > 1000
   lines = tab.splitlines()
   assert any(l.startswith("| en→de | baseline | 1,000 | 100% |") and "| 30.5 | 30.0 |" in l for l in lines)
