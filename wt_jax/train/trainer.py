@@ -13,38 +13,31 @@ validation and its final evaluation. The skeleton does the rest, once for every 
   finite checkpoint survives;
 - SIGINT and SIGTERM (a preempted machine, a scheduler, `timeout`) finish the current step, save `last` and
   stop with `Interrupted`: the same command resumes;
-- progress lines every `config.log_every` steps and at least every `log_every_s` seconds; metrics.jsonl
-  written by process 0 only;
+- progress lines every `config.log_every` steps and at least every `LOG_EVERY_S` seconds; metrics.jsonl
+  (and TensorBoard events) written by process 0 only; `config.profile_steps` traced with jax.profiler;
 - results.json with the keys every task shares (`common_results`) and the task's own; no NaN or inf in any
   JSON file (null instead);
-- a lock on the workdir (`workdir_lock`), and a fall-back to the previous checkpoint when the newest cannot
-  be read (`Checkpoints.restore_intact`).
+- a lock on the workdir (`runtime.workdir_lock`), and a fall-back to the previous checkpoint when the newest
+  cannot be read (`Checkpoints.restore_intact`). The workdir may be a bucket (`etils.epath`).
 """
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 import os
-import platform
 import signal
-import socket
-import subprocess
-import threading
 import time
-from pathlib import Path
 from typing import Any, Iterator, Protocol
 
-import flax
 import jax
-from etils import epath
 import jax.numpy as jnp
-import optax
 from absl import logging
+from etils import epath
 
 from wt_jax import parallel
 from wt_jax.train import metrics as metrics_lib
 from wt_jax.train.checkpoint import Checkpoints
+from wt_jax.train.runtime import WorkdirBusyError  # noqa: F401  (raised by `run`: part of its interface)
+from wt_jax.train.runtime import deferred_signals, host, is_local, versions, workdir_lock, write_json
 
 LOG_EVERY_S = 30.0  # a progress line at least this often, whatever log_every is
 
@@ -80,71 +73,6 @@ def run_keys(seed: int) -> tuple[jax.Array, jax.Array]:
   step's randomness (dropout, negatives) from the second folded with the step number."""
   init_key, step_key = jax.random.split(jax.random.key(seed))
   return init_key, step_key
-
-
-@contextlib.contextmanager
-def deferred_signals(signums=(signal.SIGINT, signal.SIGTERM)):
-  """Turn the first SIGINT/SIGTERM into a flag the loop checks between steps (a second SIGINT interrupts at
-  once), so a stopped run can save a consistent checkpoint. Outside the main thread this does nothing."""
-  flag = threading.Event()
-  if threading.current_thread() is not threading.main_thread():
-    yield flag
-    return
-  previous = {s: signal.getsignal(s) for s in signums}
-
-  def handler(signum, frame):
-    flag.set()
-    flag.signum = signum
-    signal.signal(signum, previous[signum])
-
-  for s in signums:
-    signal.signal(s, handler)
-  try:
-    yield flag
-  finally:
-    for s in signums:
-      signal.signal(s, previous[s])
-
-
-def code_revision() -> str | None:
-  """The git commit of the wt_jax checkout this runs from (suffix "+dirty" with uncommitted changes)."""
-  src = Path(__file__).resolve().parents[2]
-  try:
-    git = lambda *a: subprocess.run(["git", "-C", str(src), *a], capture_output=True, text=True,
-                                    timeout=10, check=True).stdout.strip()
-    commit = git("rev-parse", "HEAD")
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "wt_jax", "experiments", "configs")
-  except (OSError, subprocess.SubprocessError):
-    return None  # not a git checkout (e.g. an installed wheel) or no git binary
-  return commit + ("+dirty" if dirty else "")
-
-
-def host() -> dict:
-  """What the run ran on: CPU model and core count (for reports), platform of the JAX devices."""
-  cpu = platform.processor() or platform.machine()
-  try:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-      if line.startswith("model name"):
-        cpu = line.split(":", 1)[1].strip()
-        break
-  except OSError:
-    pass
-  return {"cpu": cpu, "cpu_count": os.cpu_count(), "platform": jax.default_backend()}
-
-
-def versions() -> dict:
-  return {"jax": jax.__version__, "flax": flax.__version__, "optax": optax.__version__,
-          "wt_jax_commit": code_revision()}
-
-
-def is_local(path) -> bool:
-  """Whether `path` is on this machine's filesystem (not gs://, s3://, ...)."""
-  return "://" not in str(path)
-
-
-def write_json(path: epath.Path, value: Any) -> None:
-  """JSON with None for every NaN/inf (`metrics.finite`): valid for every reader."""
-  path.write_text(json.dumps(metrics_lib.finite(value), indent=2, allow_nan=False))
 
 
 class _NoWriter:
@@ -197,57 +125,6 @@ _add_jit = jax.jit(_add, donate_argnums=(0,))
 
 def _better(value: float, best: float | None, mode: str) -> bool:
   return best is None or (value < best if mode == "min" else value > best)
-
-
-class WorkdirBusyError(RuntimeError):
-  """Another live run holds the workdir's lock."""
-
-
-def _alive(pid) -> bool:
-  try:
-    os.kill(int(pid), 0)
-  except ProcessLookupError:
-    return False
-  except (PermissionError, TypeError, ValueError):
-    return pid is not None  # (a process we may not signal is alive)
-  return True
-
-
-@contextlib.contextmanager
-def workdir_lock(workdir: epath.Path):
-  """Hold `<workdir>/run.lock` (host, PID, start time) for the run: a second run on a busy workdir stops with
-  `WorkdirBusyError`; the lock of a dead process on this host is taken over with a warning. Process 0 only.
-  (On a local disk the lock is created atomically; on a bucket, check-then-write.)"""
-  if not parallel.is_writer():
-    yield
-    return
-  lock = workdir / "run.lock"
-  me = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
-  try:
-    if is_local(lock):
-      os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    elif lock.exists():
-      raise FileExistsError(lock)
-  except FileExistsError:
-    try:
-      other = json.loads(lock.read_text())
-    except (OSError, ValueError):
-      other = {}
-    who = f"PID {other.get('pid')} on {other.get('host')} (since {other.get('started')})"
-    if other.get("host") == me["host"] and _alive(other.get("pid")):
-      raise WorkdirBusyError(f"{workdir} is in use by {who}; stop that run or use another --workdir.") from None
-    if other.get("host") not in (None, me["host"]):
-      raise WorkdirBusyError(f"{workdir} is locked by {who}; if that run is dead, delete {lock}.") from None
-    logging.warning("Taking over the lock of %s in %s: that process is gone.", who, workdir)
-  lock.write_text(json.dumps(me))
-  try:
-    yield
-  finally:
-    try:
-      if json.loads(lock.read_text()).get("pid") == me["pid"]:
-        lock.unlink()
-    except (OSError, ValueError):
-      pass
 
 
 def run(task: Task, config, workdir: str | os.PathLike) -> dict:
