@@ -19,7 +19,8 @@ Parameters per layer: W [I, 2H] (h and t parts side by side), R [d, H, 2H], b [d
 The input product x·W of all time steps is hoisted out of the time scan; the recurrence has its own
 backward pass (`rhn_recurrence`: the loop computes only the micro-layers' gate gradients, each ∂R_ℓ is one
 matmul after it). `remat=True` keeps only the states between time steps and recomputes the d micro-layers
-in the backward loop instead of storing their activations (forward residuals ∝ T·B·H instead of T·d·B·H).
+in the backward loop, accumulating ∂R there, instead of storing their activations (memory ∝ T·B·H instead
+of T·d·B·H).
 """
 from __future__ import annotations
 
@@ -106,10 +107,12 @@ def rhn_recurrence(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH=None, dtype=N
 
   The custom VJP runs only the gate gradients ∂z_ℓ in the backward loop and forms each ∂R_ℓ after it as one
   [H, T·B]×[T·B, 2H] matmul (and ∂b_ℓ as one sum), instead of accumulating d [H, 2H] gradients inside the
-  loop at every step as autodiff of `lax.scan` does. `remat=False` keeps every micro-layer's input state
-  and activations from the forward pass (T·d·B·3H floats); `remat=True` keeps only y and recomputes each
-  step's d micro-layers in the backward loop (less memory, one more forward's worth of matmuls). The mask
-  gets its true gradient (a cheap [B, H] sum), although the models do not need it.
+  loop at every step as autodiff of `lax.scan` does. That needs every micro-layer's input state and
+  activations (T·d·B·3H floats, kept from the forward pass) and its ∂z (T·d·B·2H). `remat=True` is the
+  memory option: the forward keeps only y, the backward loop recomputes each step's d micro-layers and
+  accumulates ∂R_ℓ, ∂b_ℓ inside the loop (nothing of size T·d·B·H; slower: one more forward's matmuls and a
+  [H, 2H] read-modify-write per micro-layer and step). The mask gets its true gradient (a cheap [B, H]
+  sum), although the models do not need it.
   """
   y, s_T, _, _ = _rhn_forward(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH, dtype, False)
   return y, s_T
@@ -128,7 +131,8 @@ def _rhn_bwd(dtype, remat, res, cotangents):
   r_T = _split_once(jnp.swapaxes(r, 1, 2), dtype)  # d × [2H, H]
 
   def step(carry, inputs):
-    ds, dm = carry
+    ds, dm, dr_acc, db_acc = carry
+    dr_acc, db_acc = (list(dr_acc), list(db_acc)) if remat else (None, None)
     if remat:  # recompute this step's micro-layers from the state it started from
       dy, xw_t, s_prev = inputs
       _, s_l, a_l = _micro_layers(s_prev, xw_t, r_c, b, s_mask, dtype)
@@ -142,19 +146,24 @@ def _rhn_bwd(dtype, remat, res, cotangents):
       # s' = (h − s)·t + s: ∂h = ∂s'·t, ∂t = ∂s'·(h − s), direct ∂s = ∂s'·(1 − t); tanh' = 1 − h², σ' = t(1 − t)
       dz = jnp.concatenate([ds * t * (1.0 - h * h), ds * (h - s) * t * (1.0 - t)], axis=-1)
       du = precision.matmul(dz, r_T[l], dtype)  # ∂(s·m)
+      if remat:  # accumulate ∂R_ℓ, ∂b_ℓ here: nothing of size T·d·B·H is kept
+        u = s * s_mask if s_mask is not None else s
+        dr_acc[l] = dr_acc[l] + precision.matmul(u.T, dz, dtype)
+        db_acc[l] = db_acc[l] + dz.sum(axis=0)
       if s_mask is not None:
         dm = dm + du * s
         du = du * s_mask
       ds = ds * (1.0 - t) + du
       dzs[l] = dz
-    return (ds, dm), (dzs, s_l) if remat else dzs
+    return (ds, dm, dr_acc, db_acc), dzs[0] if remat else dzs
 
   dm0 = None if s_mask is None else jnp.zeros_like(s_mask)
   if remat:
     s_prev = jnp.concatenate([s0[None], y[:-1]], axis=0)
-    (ds0, dm), (dzs, s_in) = jax.lax.scan(step, (ds_T, dm0), (dy_TxBxH, xw, s_prev), reverse=True)
-  else:
-    (ds0, dm), dzs = jax.lax.scan(step, (ds_T, dm0), (dy_TxBxH, s_in, acts), reverse=True)
+    zeros = ([jnp.zeros_like(r[0])] * d, [jnp.zeros_like(b[0])] * d)
+    (ds0, dm, dr, db), dxw = jax.lax.scan(step, (ds_T, dm0, *zeros), (dy_TxBxH, xw, s_prev), reverse=True)
+    return dxw, jnp.stack(dr), jnp.stack(db), ds0, dm
+  (ds0, dm, _, _), dzs = jax.lax.scan(step, (ds_T, dm0, None, None), (dy_TxBxH, s_in, acts), reverse=True)
   # After the loop: ∂R_ℓ = Σ_t (s_ℓ·m)ᵀ ∂z_ℓ, one [H, T·B]×[T·B, 2H] matmul per micro-layer.
   dr = jnp.stack([
       precision.matmul((s_in[l] * s_mask if s_mask is not None else s_in[l]).reshape(-1, H).T,
