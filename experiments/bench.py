@@ -368,7 +368,8 @@ def main(argv):
   ev = loop.evaluate(model, eval_window, state["params"], stream, config.eval_batch_size, T, True)
   eval_s = time.perf_counter() - t0
 
-  parts = breakdown(config, state["params"], tx) if _BREAKDOWN.value else {}
+  parts = (breakdown(config, state["params"], optim.make_optimizer(config, len(windows)))
+           if _BREAKDOWN.value else {})
   flops = matmul_flops_per_step(config)
   peak = matmul_peak_gflops() if _PEAK.value else None
   floor = ({"matmul_peak_gflops": round(peak, 1), "floor_ms_per_step": round(flops / peak / 1e6, 2),
