@@ -1,6 +1,7 @@
-"""`rhn_lm.rhn_recurrence` (the RHN layer's recurrence with its own backward pass) against autodiff of the
-plain cell: values and gradients, depth 1 and 10, with and without the state mask, stored or recomputed
-activations (`remat`), float32 and bfloat16 matmul inputs; and whole-model training steps."""
+"""`rhn_lm.rhn_recurrence` (the RHN layer's recurrence with its own backward pass) and
+`rhn_lm.rhn_recurrence_remat` (the memory option) against autodiff of the plain cell: values and gradients,
+depth 1 and 10, with and without the state mask, float32 and bfloat16 matmul inputs; and whole-model
+training steps."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,7 +16,7 @@ F32_RTOL = 1e-5
 F32_ATOL = 2e-6  # × the largest |value| of the array compared
 
 
-def plain_recurrence(xw, r, b, s0, s_mask, dtype=None, remat=False):
+def plain_recurrence(xw, r, b, s0, s_mask, dtype=None):
   """The RHN recurrence written plainly (jnp.tanh, jax.nn.sigmoid, `precision.dot`), differentiated by JAX."""
   d, H = r.shape[0], r.shape[1]
 
@@ -28,7 +29,7 @@ def plain_recurrence(xw, r, b, s0, s_mask, dtype=None, remat=False):
       s = (h - s) * t + s
     return s, s
 
-  s, y = jax.lax.scan(jax.checkpoint(step) if remat else step, s0, xw)
+  s, y = jax.lax.scan(step, s0, xw)
   return y, s
 
 
@@ -44,11 +45,11 @@ def _inputs(T, B, H, d, seed=0):
   return (xw, r, b, s0, mask), (wy, ws)
 
 
-def _value_and_grads(fn, args, weights, dtype, remat, with_mask):
+def _value_and_grads(fn, args, weights, dtype, with_mask):
   wy, ws = weights
 
   def loss(xw, r, b, s0, mask):
-    y, s = fn(xw, r, b, s0, mask if with_mask else None, dtype, remat)
+    y, s = fn(xw, r, b, s0, mask if with_mask else None, dtype)
     return jnp.sum(y * wy) + jnp.sum(s * ws)
 
   return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(*args)
@@ -64,8 +65,9 @@ def _assert_close(ours, ref, rtol, atol_scale):
 @pytest.mark.parametrize("remat", [False, True])
 def test_matches_autodiff_float32(depth, with_mask, remat):
   args, weights = _inputs(T=5, B=3, H=6, d=depth)
-  (v, g) = _value_and_grads(rhn_lm.rhn_recurrence, args, weights, None, remat, with_mask)
-  (v_ref, g_ref) = _value_and_grads(plain_recurrence, args, weights, None, False, with_mask)
+  fn = rhn_lm.rhn_recurrence_remat if remat else rhn_lm.rhn_recurrence
+  (v, g) = _value_and_grads(fn, args, weights, None, with_mask)
+  (v_ref, g_ref) = _value_and_grads(plain_recurrence, args, weights, None, with_mask)
   _assert_close(v, v_ref, F32_RTOL, F32_ATOL)
   for name, a, b in zip(("xw", "R", "b", "s0", "mask"), g, g_ref):
     if name == "mask" and not with_mask:
@@ -76,7 +78,7 @@ def test_matches_autodiff_float32(depth, with_mask, remat):
 
 def test_outputs_match_the_plain_recurrence():
   (xw, r, b, s0, mask), _ = _inputs(T=7, B=2, H=5, d=3)
-  y, s = rhn_lm.rhn_recurrence(xw, r, b, s0, mask, None, False)
+  y, s = rhn_lm.rhn_recurrence(xw, r, b, s0, mask, None)
   y_ref, s_ref = plain_recurrence(xw, r, b, s0, mask)
   _assert_close(y, y_ref, F32_RTOL, F32_ATOL)
   _assert_close(s, s_ref, F32_RTOL, F32_ATOL)
@@ -88,9 +90,9 @@ def test_matches_autodiff_bfloat16(with_mask):
   """bfloat16 matmul inputs: against autodiff of the plain cell with the same bfloat16 matmuls (loose: the
   roundings happen at different places, e.g. ∂R from bfloat16 ∂z summed in one float32 matmul)."""
   args, weights = _inputs(T=5, B=3, H=8, d=4)
-  v, g = _value_and_grads(rhn_lm.rhn_recurrence, args, weights, jnp.bfloat16, False, with_mask)
-  v_ref, g_ref = _value_and_grads(plain_recurrence, args, weights, jnp.bfloat16, False, with_mask)
-  _, g32 = _value_and_grads(plain_recurrence, args, weights, None, False, with_mask)
+  v, g = _value_and_grads(rhn_lm.rhn_recurrence, args, weights, jnp.bfloat16, with_mask)
+  v_ref, g_ref = _value_and_grads(plain_recurrence, args, weights, jnp.bfloat16, with_mask)
+  _, g32 = _value_and_grads(plain_recurrence, args, weights, None, with_mask)
   assert float(v) == pytest.approx(float(v_ref), rel=2e-2, abs=2e-2)
   for a, b, c in zip(g[:4], g_ref[:4], g32[:4]):
     assert a.dtype == jnp.float32
@@ -101,10 +103,8 @@ def test_matches_autodiff_bfloat16(with_mask):
 def test_bfloat16_gradient_runs_every_matmul_on_bfloat16():
   from tests.test_precision import _dot_input_dtypes
   args, weights = _inputs(T=3, B=2, H=4, d=2)
-  for remat in (False, True):
-    dots = _dot_input_dtypes(
-        lambda *a: _value_and_grads(rhn_lm.rhn_recurrence, a, weights, jnp.bfloat16, remat, True), *args)
-    # forward 2 per step body + backward: 2 in the loop, 2 for ∂R (+ 2 recomputed forward with remat)
+  for fn in (rhn_lm.rhn_recurrence, rhn_lm.rhn_recurrence_remat):
+    dots = _dot_input_dtypes(lambda *a: _value_and_grads(fn, a, weights, jnp.bfloat16, True), *args)
     assert len(dots) >= 6 and all(d == ("bfloat16", "bfloat16") for d in dots), dots
 
 

@@ -18,9 +18,9 @@ Parameters per layer: W [I, 2H] (h and t parts side by side), R [d, H, 2H], b [d
 
 The input product x·W of all time steps is hoisted out of the time scan; the recurrence has its own
 backward pass (`rhn_recurrence`: the loop computes only the micro-layers' gate gradients, each ∂R_ℓ is one
-matmul after it). `remat=True` keeps only the states between time steps and recomputes the d micro-layers
-in the backward loop, accumulating ∂R there, instead of storing their activations (memory ∝ T·B·H instead
-of T·d·B·H).
+matmul after it). `remat=True` instead differentiates the plain recurrence with each time step under
+`jax.checkpoint` (`rhn_recurrence_remat`): the backward pass recomputes the d micro-layers instead of storing
+their activations (memory ∝ T·B·H instead of T·d·B·H), and is slower.
 """
 from __future__ import annotations
 
@@ -95,8 +95,8 @@ def _rhn_forward(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH, dtype, keep_ac
   return ys, s_T, None, None
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
-def rhn_recurrence(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH=None, dtype=None, remat=False):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def rhn_recurrence(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH=None, dtype=None):
   """One RHN layer over time (Zilly et al. 2017, coupled carry gate), given the hoisted input product.
 
   xw[T, B, 2H] = x·W_in (seen by micro-layer 0 only), R[d, H, 2H], b[d, 2H], s0[B, H], s_mask[B, H] or None
@@ -107,37 +107,29 @@ def rhn_recurrence(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH=None, dtype=N
 
   The custom VJP runs only the gate gradients ∂z_ℓ in the backward loop and forms each ∂R_ℓ after it as one
   [H, T·B]×[T·B, 2H] matmul (and ∂b_ℓ as one sum), instead of accumulating d [H, 2H] gradients inside the
-  loop at every step as autodiff of `lax.scan` does. That needs every micro-layer's input state and
-  activations (T·d·B·3H floats, kept from the forward pass) and its ∂z (T·d·B·2H). `remat=True` is the
-  memory option: the forward keeps only y, the backward loop recomputes each step's d micro-layers and
-  accumulates ∂R_ℓ, ∂b_ℓ inside the loop (nothing of size T·d·B·H; slower: one more forward's matmuls and a
-  [H, 2H] read-modify-write per micro-layer and step). The mask gets its true gradient (a cheap [B, H]
+  loop at every step as autodiff of `lax.scan` does. It keeps every micro-layer's input state and
+  activations from the forward pass (T·d·B·3H floats) and forms ∂z (T·d·B·2H) in the backward pass;
+  `rhn_recurrence_remat` is the memory-light alternative. The mask gets its true gradient (a cheap [B, H]
   sum), although the models do not need it.
   """
   y, s_T, _, _ = _rhn_forward(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH, dtype, False)
   return y, s_T
 
 
-def _rhn_fwd(xw, r, b, s0, s_mask, dtype, remat):
-  y, s_T, s_in, acts = _rhn_forward(xw, r, b, s0, s_mask, dtype, not remat)
-  return (y, s_T), (xw, r, b, s0, s_mask, y, s_in, acts)
+def _rhn_fwd(xw, r, b, s0, s_mask, dtype):
+  y, s_T, s_in, acts = _rhn_forward(xw, r, b, s0, s_mask, dtype, True)
+  return (y, s_T), (r, s_mask, s_in, acts)
 
 
-def _rhn_bwd(dtype, remat, res, cotangents):
-  xw, r, b, s0, s_mask, y, s_in, acts = res
+def _rhn_bwd(dtype, res, cotangents):
+  r, s_mask, s_in, acts = res
   dy_TxBxH, ds_T = cotangents
   d, H = r.shape[0], r.shape[1]
-  r_c = _split_once(r, dtype) if remat else None
-  r_T = _split_once(jnp.swapaxes(r, 1, 2), dtype)  # d × [2H, H]
+  r_T = _split_once(jnp.swapaxes(r, 1, 2), dtype)  # d × [2H, H], transposed once: contiguous operands
 
   def step(carry, inputs):
-    ds, dm, dr_acc, db_acc = carry
-    dr_acc, db_acc = (list(dr_acc), list(db_acc)) if remat else (None, None)
-    if remat:  # recompute this step's micro-layers from the state it started from
-      dy, xw_t, s_prev = inputs
-      _, s_l, a_l = _micro_layers(s_prev, xw_t, r_c, b, s_mask, dtype)
-    else:
-      dy, s_l, a_l = inputs
+    ds, dm = carry
+    dy, s_l, a_l = inputs
     ds = ds + dy
     dzs = [None] * d
     for l in reversed(range(d)):
@@ -146,24 +138,15 @@ def _rhn_bwd(dtype, remat, res, cotangents):
       # s' = (h − s)·t + s: ∂h = ∂s'·t, ∂t = ∂s'·(h − s), direct ∂s = ∂s'·(1 − t); tanh' = 1 − h², σ' = t(1 − t)
       dz = jnp.concatenate([ds * t * (1.0 - h * h), ds * (h - s) * t * (1.0 - t)], axis=-1)
       du = precision.matmul(dz, r_T[l], dtype)  # ∂(s·m)
-      if remat:  # accumulate ∂R_ℓ, ∂b_ℓ here: nothing of size T·d·B·H is kept
-        u = s * s_mask if s_mask is not None else s
-        dr_acc[l] = dr_acc[l] + precision.matmul(u.T, dz, dtype)
-        db_acc[l] = db_acc[l] + dz.sum(axis=0)
       if s_mask is not None:
         dm = dm + du * s
         du = du * s_mask
       ds = ds * (1.0 - t) + du
       dzs[l] = dz
-    return (ds, dm, dr_acc, db_acc), dzs[0] if remat else dzs
+    return (ds, dm), dzs
 
   dm0 = None if s_mask is None else jnp.zeros_like(s_mask)
-  if remat:
-    s_prev = jnp.concatenate([s0[None], y[:-1]], axis=0)
-    zeros = ([jnp.zeros_like(r[0])] * d, [jnp.zeros_like(b[0])] * d)
-    (ds0, dm, dr, db), dxw = jax.lax.scan(step, (ds_T, dm0, *zeros), (dy_TxBxH, xw, s_prev), reverse=True)
-    return dxw, jnp.stack(dr), jnp.stack(db), ds0, dm
-  (ds0, dm, _, _), dzs = jax.lax.scan(step, (ds_T, dm0, None, None), (dy_TxBxH, s_in, acts), reverse=True)
+  (ds0, dm), dzs = jax.lax.scan(step, (ds_T, dm0), (dy_TxBxH, s_in, acts), reverse=True)
   # After the loop: ∂R_ℓ = Σ_t (s_ℓ·m)ᵀ ∂z_ℓ, one [H, T·B]×[T·B, 2H] matmul per micro-layer.
   dr = jnp.stack([
       precision.matmul((s_in[l] * s_mask if s_mask is not None else s_in[l]).reshape(-1, H).T,
@@ -173,6 +156,28 @@ def _rhn_bwd(dtype, remat, res, cotangents):
 
 
 rhn_recurrence.defvjp(_rhn_fwd, _rhn_bwd)
+
+
+def rhn_recurrence_remat(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH=None, dtype=None):
+  """`rhn_recurrence`'s maths (same arguments and results) differentiated by JAX, with each time step under
+  `jax.checkpoint`: the backward pass recomputes the d micro-layers and accumulates ∂R inside the loop, so
+  only the states between steps are kept (memory ∝ T·B·H, not T·d·B·H). Slower than `rhn_recurrence`
+  (one more forward's matmuls and a [H, 2H] read-modify-write per micro-layer and step); the memory option.
+  (A custom-VJP variant that recomputed the micro-layers and accumulated ∂R in its own loop measured no
+  faster and needed more memory on CPU, for its loop-invariant copies of R.)"""
+  d, H = r_dxHx2H.shape[0], r_dxHx2H.shape[1]
+
+  def step(s, xw_Bx2H):
+    for l in range(d):  # d is small and static: unrolled inside the scan body
+      z = precision.dot(s * s_mask_BxH if s_mask_BxH is not None else s, r_dxHx2H[l], dtype) + b_dx2H[l]
+      if l == 0:
+        z = z + xw_Bx2H
+      h, t = jnp.tanh(z[:, :H]), jax.nn.sigmoid(z[:, H:])
+      s = (h - s) * t + s
+    return s, s
+
+  s_T, y_TxBxH = jax.lax.scan(jax.checkpoint(step), s0_BxH, xw_TxBx2H)
+  return y_TxBxH, s_T
 
 
 class RHNLayer(nn.Module):
@@ -195,7 +200,8 @@ class RHNLayer(nn.Module):
     if x_mask is not None:
       x_TxBxI = x_TxBxI * x_mask
     xw_TxBx2H = precision.dot(x_TxBxI, w, self.dtype)
-    return rhn_recurrence(xw_TxBx2H, r, b, s_BxH, s_mask, self.dtype, self.remat)
+    recurrence = rhn_recurrence_remat if self.remat else rhn_recurrence
+    return recurrence(xw_TxBx2H, r, b, s_BxH, s_mask, self.dtype)
 
 
 class RHNLM(nn.Module):
