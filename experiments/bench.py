@@ -4,7 +4,8 @@
     python -m experiments.bench --config=configs/w2v_untied.py [--w2v_epochs=2] [--gensim_python=PATH]
 
 With --torch_python=PATH (a Python that has torch), it instead alternates, --rounds times, a run of the
-PyTorch reference `../shared/bench/torch_small_lm.py` (or --torch_script) and a run of this benchmark, each
+PyTorch reference `../shared/bench/torch_small_lm.py` (`torch_rhn_lm.py` for an RHN config; or
+--torch_script, given only the flags its --help lists) and a run of this benchmark, each
 in its own process, and prints one JSON line with every run and the medians of both (the machine is noisy:
 compare only within one interleaved run).
 
@@ -193,15 +194,34 @@ def _interleave(reference: str, reference_cmd: list[str], own_flags: tuple[str, 
   return runs
 
 
+def _accepted_args(python: str, script: str, args: list[str]) -> list[str]:
+  """`args` ("--flag" or "--flag value") less the flags that `script --help` does not list: the RHN
+  reference fixes batch, bptt and size (Zilly et al.'s ptb_sota shape) and has no --batch/--bptt/--hidden."""
+  r = subprocess.run([python, script, "--help"], capture_output=True, text=True)
+  if r.returncode != 0:
+    raise RuntimeError(f"{script} --help exited with {r.returncode}:\n{r.stderr[-2000:]}")
+  out, i = [], 0
+  while i < len(args):
+    n = 2 if i + 1 < len(args) and not args[i + 1].startswith("--") else 1
+    if args[i] in r.stdout.split() or f"{args[i]}," in r.stdout or f"[{args[i]}" in r.stdout:
+      out += args[i:i + n]
+    i += n
+  return out
+
+
 def compare_with_torch(config) -> None:
   """Alternate reference and wt_jax runs in separate processes; print all runs and the medians."""
   tied = ["--tied"] if config.words.mode in ("tied", "tied_projection") else []
   # Equal precisions: with compute_dtype=bfloat16 the reference runs under CPU autocast to bfloat16.
   autocast = ([str(Path(__file__).parent / "bench_helpers" / "torch_autocast.py")] if config.compute_dtype == "bfloat16"
               else [])
-  torch_cmd = [_TORCH_PYTHON.value, *autocast, _TORCH_SCRIPT.value, *tied, "--steps", str(_STEPS.value),
-               "--warmup", str(_WARMUP.value), "--batch", str(config.batch_size), "--bptt",
-               str(config.bptt), "--hidden", str(config.hidden_size), "--eval-batches", str(_EVAL_WINDOWS.value)]
+  script = _TORCH_SCRIPT.value
+  if config.get("model") == "rhn_lm" and not flags.FLAGS["torch_script"].present:
+    script = str(Path(script).with_name("torch_rhn_lm.py"))
+  torch_args = [*tied, "--steps", str(_STEPS.value), "--warmup", str(_WARMUP.value), "--batch",
+                str(config.batch_size), "--bptt", str(config.bptt), "--hidden", str(config.hidden_size),
+                "--eval-batches", str(_EVAL_WINDOWS.value)]
+  torch_cmd = [_TORCH_PYTHON.value, *autocast, script, *_accepted_args(_TORCH_PYTHON.value, script, torch_args)]
   runs = _interleave("torch", torch_cmd, ("--torch", "--rounds"))
   med = lambda k, key: statistics.median(r[key] for r in runs[k])
   print(json.dumps({
@@ -345,7 +365,8 @@ def main(argv):
   ev = evaluate.evaluate(model, eval_window, state["params"], stream, config.eval_batch_size, T, True)
   eval_s = time.perf_counter() - t0
 
-  parts = breakdown(config, state["params"], tx) if _BREAKDOWN.value else {}
+  parts = (breakdown(config, state["params"], optim.make_optimizer(config, len(windows)))
+           if _BREAKDOWN.value else {})
   flops = matmul_flops_per_step(config)
   peak = matmul_peak_gflops() if _PEAK.value else None
   floor = ({"matmul_peak_gflops": round(peak, 1), "floor_ms_per_step": round(flops / peak / 1e6, 2),

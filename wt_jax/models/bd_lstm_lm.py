@@ -14,6 +14,12 @@ Follows Gal's Torch code as modified by Press & Wolf (`BayesianRNN/*_WT_*.lua`):
   are it).
 Dropout is off at evaluation (no masks). The carry is (c, h), each [L, B, H], as in `lstm_lm`.
 
+Each layer's input product (all gates, all time steps, masked) is hoisted out of the time loop; the
+recurrence is `lstm_lm.masked_lstm_recurrence` (without masks `lstm_lm.lstm_recurrence`): the state mask is
+applied inside the loop, the backward loop computes only the gate gradients and ∂W_hh is formed after it
+(per gate with per-gate masks). Its cell computes tanh(z_j) as 2σ(2z_j) − 1 (the same function; float32
+results differ from jnp.tanh by rounding only). The recurrent matmuls stay float32 whatever compute_dtype.
+
 `tie_state_masks=True` is Inan et al. (2017)'s VD-LSTM instead: one mask per layer state (rate `dropout_h`),
 used both where the state re-enters its own layer and where it is fed to the next layer (the top layer's:
 before the output layer); the embedding's mask is `dropout_i` on layer 0's input (Inan et al.: none, 0) and
@@ -28,7 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from wt_jax import precision, tying
-from wt_jax.models import variational
+from wt_jax.models import lstm_lm, variational
 
 Carry = tuple[jax.Array, jax.Array]
 
@@ -48,7 +54,6 @@ class VariationalLSTMLayer(nn.Module):
     b_ih = self.param("b_ih", init, (4 * H,))
     w_hh = self.param("w_hh", init, (H, 4 * H))
     b_hh = self.param("b_hh", init, (4 * H,))
-    T, B = x_TxBxI.shape[:2]
 
     def gates_from(v_xBxK, mask_GxBxK, w_Kx4H):
       """Σ over gates g of (v · mask_g) @ w[:, g] → [..., B, 4H] (mask_g = 1 when there is no mask)."""
@@ -62,17 +67,10 @@ class VariationalLSTMLayer(nn.Module):
       return out.reshape(*out.shape[:-2], 4 * H)
 
     xw_TxBx4H = gates_from(x_TxBxI, x_mask, w_ih) + b_ih + b_hh  # input part for all steps, hoisted
-
-    def cell(carry, xw_Bx4H):
-      c, h = carry
-      z = xw_Bx4H + gates_from(h, h_mask, w_hh)
-      i, j, f, o = jnp.split(z, 4, axis=-1)
-      c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(j)
-      h = jax.nn.sigmoid(o) * jnp.tanh(c)
-      return (c, h), h
-
-    (c, h), y_TxBxH = jax.lax.scan(cell, (c_BxH, h_BxH), xw_TxBx4H)
-    return y_TxBxH, c, h
+    # The recurrence with its own backward pass (lstm_lm): the state mask is applied inside it.
+    if h_mask is None:
+      return lstm_lm.lstm_recurrence(xw_TxBx4H, w_hh, c_BxH, h_BxH, None)
+    return lstm_lm.masked_lstm_recurrence(xw_TxBx4H, w_hh, c_BxH, h_BxH, h_mask, None)
 
 
 class BDLSTMLM(nn.Module):

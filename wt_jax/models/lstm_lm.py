@@ -34,17 +34,39 @@ def _gate_scale(hidden: int) -> jax.Array:
   return jnp.concatenate([jnp.ones(hidden), jnp.full(hidden, 2.0), jnp.ones(2 * hidden)])
 
 
-def _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype):
+def _recurrent_weights(w_hh, h_mask, dtype, transpose=False):
+  """W_hh (or W_hhᵀ) prepared once, outside the time loop: cast to the matmul dtype, and for per-gate masks
+  split into the four gates' [H, H] blocks (XLA's CPU backend would otherwise re-slice or re-transpose a
+  loop-invariant operand at every step)."""
+  w = w_hh.astype(dtype) if precision.is_low(dtype) else w_hh
+  if h_mask is not None and h_mask.shape[0] == 4:
+    H = w_hh.shape[0]
+    blocks = [w[:, g * H:(g + 1) * H] for g in range(4)]
+    return [b.T for b in blocks] if transpose else blocks
+  return w.T if transpose else w
+
+
+def _recurrent_product(h_BxH, w, h_mask, dtype):
+  """The recurrent part of the gates: h·W_hh (no mask), (h·m)·W_hh (a shared mask m = h_mask[0]) or
+  [(h·m_g)·W_g]_g (per-gate masks h_mask[4, B, H], w the four [H, H] blocks) → [B, 4H]."""
+  if h_mask is None:
+    return precision.matmul(h_BxH, w, dtype)
+  if h_mask.shape[0] == 1:
+    return precision.matmul(h_BxH * h_mask[0], w, dtype)
+  return jnp.concatenate([precision.matmul(h_BxH * h_mask[g], w[g], dtype) for g in range(4)], axis=-1)
+
+
+def _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype, h_mask=None):
   """The recurrence; also returns what the backward pass needs: σ-activations a[T, B, 4H] and c[T, B, H]."""
   H = w_hh.shape[0]
   scale = _gate_scale(H)
-  w_hh = w_hh.astype(dtype) if precision.is_low(dtype) else w_hh  # cast once, not at every step
+  w = _recurrent_weights(w_hh, h_mask, dtype)  # cast once, not at every step
 
   def cell(carry, xw_Bx4H):
     c, h = carry
     # One σ over all four gates: tanh(z) = 2σ(2z) − 1, so j is computed from σ(2·z_j). Mathematically the
     # TF cell exactly; one fused elementwise op instead of four slices is ~2× faster on CPU.
-    a = jax.nn.sigmoid((xw_Bx4H + precision.matmul(h, w_hh, dtype)) * scale)
+    a = jax.nn.sigmoid((xw_Bx4H + _recurrent_product(h, w, h_mask, dtype)) * scale)
     i, j, f, o = jnp.split(a, 4, axis=-1)
     c = f * c + i * (2.0 * j - 1.0)
     h = o * jnp.tanh(c)
@@ -74,16 +96,16 @@ def _recurrence_fwd(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype):
   return (hs, c, h), (w_hh, c0_BxH, h0_BxH, hs, acts, cs)
 
 
-def _recurrence_bwd(dtype, res, cotangents):
-  w_hh, c0, h0, hs, acts, cs = res
-  d_hs, d_cT, d_hT = cotangents
+def _backward(dtype, w_hh, c0, h0, hs, acts, cs, d_hs, d_cT, d_hT, h_mask=None):
+  """The backward loop (gate gradients only) and ∂W_hh after it; with a mask also its gradient."""
   c_prev = jnp.concatenate([c0[None], cs[:-1]], axis=0)
   h_prev = jnp.concatenate([h0[None], hs[:-1]], axis=0)
-  w_hh_T = w_hh.T.astype(dtype) if precision.is_low(dtype) else w_hh.T
+  H = w_hh.shape[0]
+  w_T = _recurrent_weights(w_hh, h_mask, dtype, transpose=True)
 
   def step(carry, inputs):
-    dh_next, dc_next = carry
-    dy, a, c, cp = inputs
+    dh_next, dc_next, dm = carry
+    dy, a, c, cp, *hp = inputs  # hp: [h_prev] with a mask, else []
     i, j, f, o = jnp.split(a, 4, axis=-1)
     g = 2.0 * j - 1.0
     tc = jnp.tanh(c)
@@ -92,15 +114,67 @@ def _recurrence_bwd(dtype, res, cotangents):
     # ∂/∂z of σ is a(1 − a) for every gate; for j, d(2σ(2z) − 1)/dz = 4a(1 − a).
     upstream = jnp.concatenate([dc * g, 4.0 * dc * i, dc * cp, dh * tc], axis=-1)
     dz = upstream * a * (1.0 - a)
-    return (precision.matmul(dz, w_hh_T, dtype), dc * f), dz
+    if h_mask is None:
+      dh_prev = precision.matmul(dz, w_T, dtype)
+    elif h_mask.shape[0] == 1:  # ∂(h·m) → ∂h, ∂m
+      du = precision.matmul(dz, w_T, dtype)
+      dm, dh_prev = dm + (du * hp[0])[None], du * h_mask[0]
+    else:
+      du = jnp.stack([precision.matmul(dz[:, k * H:(k + 1) * H], w_T[k], dtype) for k in range(4)])
+      dm, dh_prev = dm + du * hp[0], jnp.sum(du * h_mask, axis=0)
+    return (dh_prev, dc * f, dm), dz
 
-  (dh0, dc0), dz_TxBx4H = jax.lax.scan(step, (d_hT, d_cT), (d_hs, acts, cs, c_prev), reverse=True)
-  H = w_hh.shape[0]
-  dw_hh = precision.matmul(h_prev.reshape(-1, H).T, dz_TxBx4H.reshape(-1, 4 * H), dtype)
-  return dz_TxBx4H, dw_hh, dc0, dh0
+  dm0 = None if h_mask is None else jnp.zeros_like(h_mask)
+  xs = (d_hs, acts, cs, c_prev) + ((h_prev,) if h_mask is not None else ())
+  (dh0, dc0, dm), dz_TxBx4H = jax.lax.scan(step, (d_hT, d_cT, dm0), xs, reverse=True)
+  if h_mask is None:
+    dw_hh = precision.matmul(h_prev.reshape(-1, H).T, dz_TxBx4H.reshape(-1, 4 * H), dtype)
+  elif h_mask.shape[0] == 1:
+    dw_hh = precision.matmul((h_prev * h_mask[0]).reshape(-1, H).T, dz_TxBx4H.reshape(-1, 4 * H), dtype)
+  else:  # gate k's block: Σ_t (h·m_k)ᵀ ∂z_k
+    dw_hh = jnp.concatenate([
+        precision.matmul((h_prev * h_mask[k]).reshape(-1, H).T,
+                         dz_TxBx4H[..., k * H:(k + 1) * H].reshape(-1, H), dtype) for k in range(4)], axis=-1)
+  return dz_TxBx4H, dw_hh, dc0, dh0, dm
+
+
+def _recurrence_bwd(dtype, res, cotangents):
+  w_hh, c0, h0, hs, acts, cs = res
+  d_hs, d_cT, d_hT = cotangents
+  dxw, dw_hh, dc0, dh0, _ = _backward(dtype, w_hh, c0, h0, hs, acts, cs, d_hs, d_cT, d_hT)
+  return dxw, dw_hh, dc0, dh0
 
 
 lstm_recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def masked_lstm_recurrence(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, h_mask_GxBxH, dtype=None):
+  """`lstm_recurrence` with a variational mask on the recurrent state (Gal 2015; Gal & Ghahramani 2016):
+  the previous h enters the gates as (h·m)·W_hh, the same mask at every step of the window.
+
+  xw[T, B, 4H], w_hh[H, 4H], c0, h0[B, H], h_mask[G, B, H] → (h[T, B, H], c_T, h_T[B, H]), with G = 1 (one
+  mask shared by the four gates, as in Inan et al. 2017's VD-LSTM) or G = 4 (each gate i, j, f, o its own
+  mask and its own [H, H] block of W_hh, Gal's code). The recurrence itself — gates, backward loop, ∂W_hh
+  formed after the loop — is `lstm_recurrence`'s; the mask gets its true gradient ([G, B, H]), which the
+  models do not use.
+  """
+  hs, c, h, _, _ = _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype, h_mask_GxBxH)
+  return hs, c, h
+
+
+def _masked_fwd(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, h_mask_GxBxH, dtype):
+  hs, c, h, acts, cs = _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype, h_mask_GxBxH)
+  return (hs, c, h), (w_hh, c0_BxH, h0_BxH, h_mask_GxBxH, hs, acts, cs)
+
+
+def _masked_bwd(dtype, res, cotangents):
+  w_hh, c0, h0, h_mask, hs, acts, cs = res
+  d_hs, d_cT, d_hT = cotangents
+  return _backward(dtype, w_hh, c0, h0, hs, acts, cs, d_hs, d_cT, d_hT, h_mask)
+
+
+masked_lstm_recurrence.defvjp(_masked_fwd, _masked_bwd)
 
 
 class LSTMLayer(nn.Module):

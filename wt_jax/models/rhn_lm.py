@@ -16,12 +16,15 @@ Parameters per layer: W [I, 2H] (h and t parts side by side), R [d, H, 2H], b [d
 2H·(I + d·H + d); with the embedding V·I and the output layer (V·H + V untied, V tied) that is
 10000·830 + 2·830·(830 + 10·830 + 10) + 10000 = 23,482,400 tied and 31,782,400 untied for the PTB setting.
 
-The input product x·W of all time steps is hoisted out of the time scan. `remat=True` wraps each time step
-in `jax.checkpoint`, so the backward pass recomputes the d micro-layers instead of storing their
-activations (memory ∝ T·B·H instead of T·d·B·H).
+The input product x·W of all time steps is hoisted out of the time scan; the recurrence has its own
+backward pass (`rhn_recurrence`: the loop computes only the micro-layers' gate gradients, each ∂R_ℓ is one
+matmul after it). `remat=True` instead differentiates the plain recurrence with each time step under
+`jax.checkpoint` (`rhn_recurrence_remat`): the backward pass recomputes the d micro-layers instead of storing
+their activations (memory ∝ T·B·H instead of T·d·B·H), and is slower.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -41,6 +44,140 @@ def _bias_init(scale: float, transform_bias: float):
     return jnp.concatenate([h_part, jnp.full((d, two_h // 2), transform_bias, dtype)], axis=-1)
 
   return init
+
+
+def _gate_scale(hidden: int) -> jax.Array:
+  """Pre-activation scale of z = [z_h, z_t]: 2 for the h half, 1 for the t half (see `_micro_layers`)."""
+  return jnp.concatenate([jnp.full(hidden, 2.0), jnp.ones(hidden)])
+
+
+def _micro_layers(s_BxH, xw_Bx2H, r_c, b_dx2H, s_mask, dtype):
+  """One RHN time step: the d micro-layers from state s[B, H]; r_c is a list of d matrices [H, 2H]. Returns
+  the new state, the input state of every micro-layer (d arrays [B, H]) and its σ-activations
+  a_ℓ = σ(z_ℓ·scale) (d arrays [B, 2H]).
+
+  h = tanh(z_h) is computed as 2σ(2z_h) − 1, so both halves of z come out of one σ over [B, 2H] (one fused
+  elementwise op instead of two slices; the same trick as `lstm_lm.lstm_recurrence`)."""
+  d, H = len(r_c), r_c[0].shape[0]
+  scale = _gate_scale(H)
+  s_in, acts = [], []
+  for l in range(d):  # d is small and static: unrolled inside the scan body
+    z = precision.matmul(s_BxH * s_mask if s_mask is not None else s_BxH, r_c[l], dtype) + b_dx2H[l]
+    if l == 0:
+      z = z + xw_Bx2H
+    a = jax.nn.sigmoid(z * scale)
+    h, t = 2.0 * a[:, :H] - 1.0, a[:, H:]
+    s_in.append(s_BxH)
+    acts.append(a)
+    s_BxH = (h - s_BxH) * t + s_BxH
+  return s_BxH, s_in, acts
+
+
+def _split_once(r_dxKxN, dtype):
+  """R[d, K, N] → d matrices [K, N], cast to the matmul dtype, outside the time loop. (XLA's CPU backend
+  copies a static slice R[ℓ] of a loop-invariant stacked array into a fresh buffer at every iteration; with
+  d separate loop invariants each step's matmul reads its weights in place — ~25% faster at H = 830.)"""
+  r = r_dxKxN.astype(dtype) if precision.is_low(dtype) else r_dxKxN
+  return [r[l] for l in range(r.shape[0])]
+
+
+def _rhn_forward(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH, dtype, keep_activations):
+  r_c = _split_once(r_dxHx2H, dtype)  # cast and slice once, not at every step
+
+  def step(s, xw_Bx2H):
+    s, s_in, acts = _micro_layers(s, xw_Bx2H, r_c, b_dx2H, s_mask_BxH, dtype)
+    return s, ((s, s_in, acts) if keep_activations else s)
+
+  s_T, ys = jax.lax.scan(step, s0_BxH, xw_TxBx2H)
+  if keep_activations:
+    y_TxBxH, s_in, acts = ys  # s_in, acts: d arrays [T, B, H] / [T, B, 2H]
+    return y_TxBxH, s_T, s_in, acts
+  return ys, s_T, None, None
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def rhn_recurrence(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH=None, dtype=None):
+  """One RHN layer over time (Zilly et al. 2017, coupled carry gate), given the hoisted input product.
+
+  xw[T, B, 2H] = x·W_in (seen by micro-layer 0 only), R[d, H, 2H], b[d, 2H], s0[B, H], s_mask[B, H] or None
+  (the variational state mask, the same at every micro-layer and step) → (y[T, B, H], s_T[B, H]); y[t] is the
+  state after step t. Per step, for ℓ = 0..d−1:
+      z_ℓ = (s·m)·R_ℓ + b_ℓ (+ xw[t] at ℓ = 0);   h = tanh(z_ℓ[:H]), t = σ(z_ℓ[H:]);   s ← (h − s)·t + s.
+  `dtype`: input dtype of the matmuls, forward and backward (None: float32; see wt_jax.precision).
+
+  The custom VJP runs only the gate gradients ∂z_ℓ in the backward loop and forms each ∂R_ℓ after it as one
+  [H, T·B]×[T·B, 2H] matmul (and ∂b_ℓ as one sum), instead of accumulating d [H, 2H] gradients inside the
+  loop at every step as autodiff of `lax.scan` does. It keeps every micro-layer's input state and
+  activations from the forward pass (T·d·B·3H floats) and forms ∂z (T·d·B·2H) in the backward pass;
+  `rhn_recurrence_remat` is the memory-light alternative. The mask gets its true gradient (a cheap [B, H]
+  sum), although the models do not need it.
+  """
+  y, s_T, _, _ = _rhn_forward(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH, dtype, False)
+  return y, s_T
+
+
+def _rhn_fwd(xw, r, b, s0, s_mask, dtype):
+  y, s_T, s_in, acts = _rhn_forward(xw, r, b, s0, s_mask, dtype, True)
+  return (y, s_T), (r, s_mask, s_in, acts)
+
+
+def _rhn_bwd(dtype, res, cotangents):
+  r, s_mask, s_in, acts = res
+  dy_TxBxH, ds_T = cotangents
+  d, H = r.shape[0], r.shape[1]
+  r_T = _split_once(jnp.swapaxes(r, 1, 2), dtype)  # d × [2H, H], transposed once: contiguous operands
+
+  def step(carry, inputs):
+    ds, dm = carry
+    dy, s_l, a_l = inputs
+    ds = ds + dy
+    dzs = [None] * d
+    for l in reversed(range(d)):
+      a, s = a_l[l], s_l[l]
+      h, t = 2.0 * a[:, :H] - 1.0, a[:, H:]
+      # s' = (h − s)·t + s: ∂h = ∂s'·t, ∂t = ∂s'·(h − s), direct ∂s = ∂s'·(1 − t); tanh' = 1 − h², σ' = t(1 − t)
+      dz = jnp.concatenate([ds * t * (1.0 - h * h), ds * (h - s) * t * (1.0 - t)], axis=-1)
+      du = precision.matmul(dz, r_T[l], dtype)  # ∂(s·m)
+      if s_mask is not None:
+        dm = dm + du * s
+        du = du * s_mask
+      ds = ds * (1.0 - t) + du
+      dzs[l] = dz
+    return (ds, dm), dzs
+
+  dm0 = None if s_mask is None else jnp.zeros_like(s_mask)
+  (ds0, dm), dzs = jax.lax.scan(step, (ds_T, dm0), (dy_TxBxH, s_in, acts), reverse=True)
+  # After the loop: ∂R_ℓ = Σ_t (s_ℓ·m)ᵀ ∂z_ℓ, one [H, T·B]×[T·B, 2H] matmul per micro-layer.
+  dr = jnp.stack([
+      precision.matmul((s_in[l] * s_mask if s_mask is not None else s_in[l]).reshape(-1, H).T,
+                       dzs[l].reshape(-1, 2 * H), dtype) for l in range(d)])
+  db = jnp.stack([dzs[l].sum(axis=(0, 1)) for l in range(d)])
+  return dzs[0], dr, db, ds0, dm
+
+
+rhn_recurrence.defvjp(_rhn_fwd, _rhn_bwd)
+
+
+def rhn_recurrence_remat(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH=None, dtype=None):
+  """`rhn_recurrence`'s maths (same arguments and results) differentiated by JAX, with each time step under
+  `jax.checkpoint`: the backward pass recomputes the d micro-layers and accumulates ∂R inside the loop, so
+  only the states between steps are kept (memory ∝ T·B·H, not T·d·B·H). Slower than `rhn_recurrence`
+  (one more forward's matmuls and a [H, 2H] read-modify-write per micro-layer and step); the memory option.
+  (A custom-VJP variant that recomputed the micro-layers and accumulated ∂R in its own loop measured no
+  faster and needed more memory on CPU, for its loop-invariant copies of R.)"""
+  d, H = r_dxHx2H.shape[0], r_dxHx2H.shape[1]
+
+  def step(s, xw_Bx2H):
+    for l in range(d):  # d is small and static: unrolled inside the scan body
+      z = precision.dot(s * s_mask_BxH if s_mask_BxH is not None else s, r_dxHx2H[l], dtype) + b_dx2H[l]
+      if l == 0:
+        z = z + xw_Bx2H
+      h, t = jnp.tanh(z[:, :H]), jax.nn.sigmoid(z[:, H:])
+      s = (h - s) * t + s
+    return s, s
+
+  s_T, y_TxBxH = jax.lax.scan(jax.checkpoint(step), s0_BxH, xw_TxBx2H)
+  return y_TxBxH, s_T
 
 
 class RHNLayer(nn.Module):
@@ -63,20 +200,8 @@ class RHNLayer(nn.Module):
     if x_mask is not None:
       x_TxBxI = x_TxBxI * x_mask
     xw_TxBx2H = precision.dot(x_TxBxI, w, self.dtype)
-
-    def step(s, xw_Bx2H):
-      for l in range(d):  # d is small and static: unrolled inside the scan body
-        z = precision.dot(s * s_mask if s_mask is not None else s, r[l], self.dtype) + b[l]
-        if l == 0:
-          z = z + xw_Bx2H
-        h, t = jnp.tanh(z[:, :H]), jax.nn.sigmoid(z[:, H:])
-        s = (h - s) * t + s
-      return s, s
-
-    if self.remat:
-      step = jax.checkpoint(step)
-    s, y_TxBxH = jax.lax.scan(step, s_BxH, xw_TxBx2H)
-    return y_TxBxH, s
+    recurrence = rhn_recurrence_remat if self.remat else rhn_recurrence
+    return recurrence(xw_TxBx2H, r, b, s_BxH, s_mask, self.dtype)
 
 
 class RHNLM(nn.Module):
