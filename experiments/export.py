@@ -34,7 +34,8 @@ _VOCAB = flags.DEFINE_string("vocab", None, "A vocabulary file (one word per lin
                              "the run's own or its rebuilt corpus.")
 _DOWNLOAD = flags.DEFINE_bool("download", False, "Let the corpus reader download a missing corpus.")
 _CONVERT = flags.DEFINE_enum("convert", None, list(convert.DIRECTIONS), "Instead of exporting embeddings, "
-                             "write the checkpoint's parameters untied (U = V = S) or tied.")
+                             "write the checkpoint's parameters untied (U = V = S), tied, or as they are (copy: a "
+                             "second training session from them, Inan et al.'s footnote 4).")
 _KEEP = flags.DEFINE_enum("keep", "output", list(convert.KEEP), "With --convert=tie: the embedding to keep "
                           "(output: Press & Wolf 2017, Sections 3 and 4.1).")
 flags.mark_flag_as_required("workdir")

@@ -153,10 +153,10 @@ REPORTS = {
         source="Inan, Khosravi & Socher, Tying Word Vectors and Word Classifiers, ICLR 2017, Table 1",
         command="python -m experiments.ptb --config={flag} --config.seed={seed} --workdir={workdir}",
         rows=(
-            PaperRow("inan_small_vd", "VD-LSTM (small)", "—", None, 92.6, 87.3, "configs/inan.py:small,vd"),
-            PaperRow("inan_small_al", "+ AL", "—", None, 86.3, 82.9, "configs/inan.py:small,al"),
-            PaperRow("inan_small_re", "+ RE", "—", None, 89.9, 85.1, "configs/inan.py:small,re"),
-            PaperRow("inan_small_real", "+ REAL (RE + AL)", "—", None, 86.3, 82.7, "configs/inan.py:small,real"),
+            PaperRow("inan_small_vd", "VD-LSTM (small)", "—", None, 92.6, 87.3, "configs/inan.py:small,vd,ptb,gal"),
+            PaperRow("inan_small_al", "+ AL", "—", None, 86.3, 82.9, "configs/inan.py:small,al,ptb,gal"),
+            PaperRow("inan_small_re", "+ RE", "—", None, 89.9, 85.1, "configs/inan.py:small,re,ptb,gal"),
+            PaperRow("inan_small_real", "+ REAL (RE + AL)", "—", None, 86.3, 82.7, "configs/inan.py:small,real,ptb,gal"),
         ), runs="runs/inan"),
 }
 

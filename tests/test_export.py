@@ -321,3 +321,17 @@ def test_training_from_an_untied_init_moves_the_two_copies_apart(runs, tmp_path)
   assert sorted(np.flatnonzero(moved_U)) == sorted(np.unique(x))
   assert moved_V.all()
   assert not np.allclose(U, V)
+
+
+def test_copy_starts_a_second_session_from_the_final_parameters(runs, tmp_path):
+  """`--convert=copy` (Inan et al.'s footnote 4): the run's own parameters, for a new run with the schedule
+  restarted; the new run starts from them exactly."""
+  folder, manifest = convert.convert_run(runs["tied"], tmp_path / "init", "copy")
+  assert manifest["tying"] == manifest["from"]["tying"] == "tied" and manifest["same_logits"]
+  saved = export.load_run(runs["tied"]).params
+  jax.tree_util.tree_map(np.testing.assert_array_equal, convert.load_init(folder), saved)
+  config = _run_config("tied", runs["corpus"].vocab_size)
+  config.update_from_flattened_dict({**manifest["config_overrides"], "max_steps": 1, "learning_rate": 0.0})
+  lm.fit(config, runs["corpus"], tmp_path / "second")
+  second = export.load_run(tmp_path / "second").params
+  jax.tree_util.tree_map(np.testing.assert_array_equal, second, saved)  # lr 0: still the first session's

@@ -133,20 +133,35 @@ def test_vd_lstm_uses_one_mask_per_state_across_and_up():
 
 
 def test_inan_configs():
+  """Appendix A's settings (../shared/papers/README.md) by default, read as keep probabilities; the drop
+  reading and the earlier recipe behind the fourth argument."""
   from configs import inan
   c = inan.get_config("small,real")
   assert (c.model, c.hidden_size, c.words.mode, c.words.output_bias, c.tie_state_masks, c.mask_per_gate,
           c.dropout_i) == ("bd_lstm_lm", 200, "tied", False, True, False, 0.0)
+  assert (c.learning_rate, c.lr_decay, c.clip_norm, c.bptt, c.dropout_h) == (1.0, 0.9, 5.0, 35, pytest.approx(0.3))
+  from wt_jax.train import optim
+  assert [optim.epoch_lr(e, 1.0, c.lr_decay, c.decay_after_epoch) for e in (5, 6, 7)] == \
+      [1.0, 0.9, pytest.approx(0.81)]  # decaying after epoch 5
   assert (c.al.alpha, c.al.tau) == (pytest.approx(0.65 * 20), 20.0)  # α = γτ
-  assert c.al.target_gradient and inan.get_config("small,al").al.target_gradient
-  c = inan.get_config("large,vd,wikitext2")
+  assert not c.al.target_gradient  # the paper's fixed target
+  assert c.name == "inan_small_real_keep"
+  assert inan.get_config("small,vd,ptb,drop").dropout_h == 0.7
+  assert inan.get_config("small,vd,wikitext2").dropout_h == pytest.approx(0.2)
+  m = inan.get_config("medium,al")
+  assert (m.lr_decay, m.decay_after_epoch, m.clip_norm, m.dropout_h) == (0.9, 9, 5.0, 0.5)
+  big = inan.get_config("large,re")
+  assert (big.lr_decay, big.decay_after_epoch, big.clip_norm, big.dropout_h) == (0.97, 0, 6.0, pytest.approx(0.65))
+  g = inan.get_config("small,real,ptb,gal")  # the committed Table 1 runs
+  assert (g.name, g.bptt, g.dropout_h, g.clip_norm, g.al.target_gradient) == ("inan_small_real", 20, 0.5, 10.0, True)
+  c = inan.get_config("large,vd,wikitext2,gal")
   assert (c.hidden_size, c.vocab_size, c.words.mode, c.words.output_bias, c.al.alpha) == \
       (1500, 33278, "untied", True, 0.0)
-  assert inan.get_config("medium,al").al.alpha > 0
   assert sorted(inan.get_config("medium,re").to_dict()) == sorted(c.to_dict())
   assert models.build(inan.get_config("small,re")).tie_state_masks
-  with pytest.raises(ValueError, match="SIZE,VARIANT"):
-    inan.get_config("tiny,vd")
+  for bad in ("tiny,vd", "small,vd,ptb,later", "large,vd,wikitext2"):
+    with pytest.raises(ValueError, match="SIZE,VARIANT|Appendix A gives no"):
+      inan.get_config(bad)
 
 
 def test_train_max_tokens_trains_on_a_prefix(tmp_path):

@@ -43,7 +43,7 @@ import numpy as np
 
 PAIRS = {"tied": "untied", "tied_projection": "projection"}  # tied mode → its untied counterpart
 UNTIED_TO_TIED = {v: k for k, v in PAIRS.items()}
-DIRECTIONS = ("untie", "tie")
+DIRECTIONS = ("untie", "tie", "copy")  # copy: the same model's parameters (a second training session)
 KEEP = ("output", "input")
 PARAMS_FILE = "params.npz"
 MANIFEST = "manifest.json"
@@ -185,9 +185,12 @@ def convert_run(workdir: str | Path, out: str | Path | None = None, direction: s
     raise ConversionError(f"Unknown conversion {direction!r}; expected one of {', '.join(DIRECTIONS)}.")
   run = load_run(workdir, kind)
   mode = tying_mode(run.params)
-  new_mode = converted_mode(mode, direction)
-  params = untie(run.params) if direction == "untie" else tie(run.params, which)
-  default = f"init_{new_mode}" + (f"_from_{which}" if direction == "tie" else "")
+  if direction == "copy":  # Inan et al.'s footnote 4: retrain from the final state of a first session
+    new_mode, params, default = mode, run.params, f"init_step{run.step}"
+  else:
+    new_mode = converted_mode(mode, direction)
+    params = untie(run.params) if direction == "untie" else tie(run.params, which)
+    default = f"init_{new_mode}" + (f"_from_{which}" if direction == "tie" else "")
   out = Path(out) if out else run.workdir / default
   manifest = {
       "what": "initial parameters for a new wt_jax run, converted from a trained run",
@@ -198,7 +201,7 @@ def convert_run(workdir: str | Path, out: str | Path | None = None, direction: s
       "tying": new_mode,
       "output_bias": "out_bias" in params["words"],
       "config_overrides": {"words.mode": new_mode, "init_from": str(out)},
-      "same_logits": direction == "untie",
+      "same_logits": direction in ("untie", "copy"),
       "leaves": {k: list(v.shape) for k, v in flatten(params).items()},
   }
   return save_init(out, params, manifest), manifest
