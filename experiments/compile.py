@@ -61,7 +61,11 @@ def main(argv):
   kind = dp.mesh.devices.flat[0].device_kind
   print(f"{config.get('name', '?')} on {topology}: {chips} chip(s) ({kind}), data parallel, "
         f"{limit / aot.GIB:.1f} GiB HBM per chip")
-  programs = aot.compile_config(config, dp)
+  try:
+    programs = aot.compile_config(config, dp)
+  except aot.DoesNotFit as e:
+    sys.exit(f"error: {config.get('name', 'the config')} does not fit {topology}: the TPU compiler refused "
+             f"the {e}")
   print(f"{'program':12s} {'platform':8s} {'batch':>6s} {'args MiB':>10s} {'out MiB':>10s} {'alias MiB':>10s} "
         f"{'temp MiB':>10s} {'total MiB':>10s} {'of HBM':>7s} {'compile s':>9s}")
   for p in programs.values():
@@ -82,7 +86,11 @@ def main(argv):
                                   "compile_s": round(p.seconds, 1)} for p in programs.values()}}
   if _FIND_MAX.value:
     def total(b):
-      p = aot.compile_train(config, dp, b)
+      try:
+        p = aot.compile_train(config, dp, b)
+      except aot.DoesNotFit as e:
+        print(f"  batch {b:7d}: does not fit (the compiler ran out of HBM: {str(e).split(': ', 1)[-1]})", flush=True)
+        raise
       print(f"  batch {b:7d}: {_mib(p.memory.total)} MiB per chip, {'fits' if p.memory.total <= limit else 'does not fit'}"
             f" ({p.seconds:.1f} s)", flush=True)
       return p.memory.total

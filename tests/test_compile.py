@@ -165,6 +165,12 @@ def test_find_max_batch_edges():
   assert aot.find_max_batch(lambda b: b, 4, 3).batch_size == 0  # not even one row per chip
   capped = aot.find_max_batch(lambda b: b, 2, 10 ** 9, cap=64)
   assert capped.batch_size == 64 and capped.capped
+  def refused(b):  # what the TPU compiler does for a batch far too big
+    if b > 40:
+      raise aot.DoesNotFit(f"train_step at batch {b}: RESOURCE_EXHAUSTED")
+    return b
+  s = aot.find_max_batch(refused, 4, 10 ** 9)
+  assert s.batch_size == 40 and s.tried[44] is None and s.tried[40] == 40
   coarse = aot.find_max_batch(lambda b: b, 1, 1000, rel_tol=0.25)
   above = min(b for b in coarse.tried if b > coarse.batch_size)
   assert coarse.batch_size <= 1000 < above <= 1.25 * coarse.batch_size

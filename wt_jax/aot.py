@@ -76,6 +76,10 @@ class LibTPUMissing(RuntimeError):
   """libtpu, which holds the TPU compiler, is not installed."""
 
 
+class DoesNotFit(RuntimeError):
+  """The TPU compiler itself refused the program: its buffers exceed the chip's HBM (RESOURCE_EXHAUSTED)."""
+
+
 class NotCompiledForTPU(RuntimeError):
   """The executable was compiled for another platform (the silent CPU-compile trap)."""
 
@@ -198,7 +202,13 @@ def compile_program(name: str, jitted, *args, batch_size: int = 0, **static) -> 
   """Lower `jitted` on abstract `args` (ShapeDtypeStructs carrying TPU shardings), compile it, and check
   the executable is a TPU one."""
   t0 = time.perf_counter()
-  compiled = jitted.lower(*args, **static).compile()
+  lowered = jitted.lower(*args, **static)
+  try:
+    compiled = lowered.compile()
+  except jax.errors.JaxRuntimeError as e:  # XLA's TPU memory assignment: "Ran out of memory on HBM ..."
+    if "RESOURCE_EXHAUSTED" in str(e):
+      raise DoesNotFit(f"{name} at batch {batch_size}: {str(e).splitlines()[0]}") from e
+    raise
   seconds = time.perf_counter() - t0
   check_tpu(compiled, name)
   return Program(name, compiled, seconds, memory(compiled), batch_size)
@@ -334,14 +344,14 @@ class Search:
   """The result of `find_max_batch`: the largest global batch that fits (0: not even `multiple`), every
   batch tried with its bytes per chip, and whether the cap stopped the search (the true maximum is larger)."""
   batch_size: int
-  tried: dict[int, int]
+  tried: dict[int, int | None]  # None: the compiler refused it (DoesNotFit)
   capped: bool
 
 
 def find_max_batch(total_bytes: Callable[[int], int], multiple: int, limit: int, cap: int | None = None,
                    resolution: int | None = None, rel_tol: float = 0.0) -> Search:
   """The largest batch B (a multiple of `multiple`, ≤ `cap`) with total_bytes(B) ≤ limit, assuming more
-  rows never need less memory.
+  rows never need less memory; a batch for which `total_bytes` raises DoesNotFit does not fit.
 
   Each call of `total_bytes` is a compile (minutes for a big model), and XLA's memory per chip is not linear
   in the batch (it changes layouts and fusions with the shapes), so the search is plain: double from
@@ -355,8 +365,11 @@ def find_max_batch(total_bytes: Callable[[int], int], multiple: int, limit: int,
 
   def fits(b: int) -> bool:
     if b not in tried:
-      tried[b] = int(total_bytes(b))
-    return tried[b] <= limit
+      try:
+        tried[b] = int(total_bytes(b))
+      except DoesNotFit:
+        tried[b] = None
+    return tried[b] is not None and tried[b] <= limit
 
   if not fits(multiple):
     return Search(0, tried, False)
