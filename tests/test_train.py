@@ -300,10 +300,17 @@ def test_a_signal_saves_a_checkpoint_and_the_run_resumes(tiny_corpus, tmp_path, 
   last = tmp_path / "checkpoints" / "last"
   steps = [int(p.name) for p in last.iterdir() if p.name.isdigit()]
   assert len(steps) == 1 and steps[0] > 0, err[-3000:]
-  again = _run_entry([*args[:-1], "--config.max_steps=" + str(steps[0] + 5), f"--workdir={tmp_path}"], root,
-                     tmp_path)
+  stop = "--config.max_steps=" + str(steps[0] + 5)
+  again = _run_entry([*args[:-1], stop, f"--workdir={tmp_path}"], root, tmp_path)
   assert again.returncode == 0, again.stderr[-3000:]
-  assert json.loads((tmp_path / "results.json").read_text())["resumed_from_step"] == steps[0]
+  resumed = json.loads((tmp_path / "results.json").read_text())
+  assert resumed["resumed_from_step"] == steps[0]
+  # the interrupted-and-resumed run ends where an uninterrupted one does
+  whole = _run_entry([*args[:-1], stop, f"--workdir={tmp_path / 'whole'}"], root, tmp_path)
+  assert whole.returncode == 0, whole.stderr[-3000:]
+  uninterrupted = json.loads((tmp_path / "whole" / "results.json").read_text())
+  for key in ("train_ppl", "valid_ppl", "test_ppl"):
+    assert resumed[key] == pytest.approx(uninterrupted[key], rel=1e-5), key
 
 
 # --- faults: damaged checkpoints, divergence, a busy workdir ----------------------------------------
