@@ -54,14 +54,14 @@ def test_report_imports_finished_runs_and_builds_table(tmp_path):
 
 
 def test_inan_table1_names_the_config_argument(tmp_path):
-  """Inan's runs come from one config file with an argument (configs/inan.py:small,real), not <config>.py."""
+  """Inan's runs come from one config file with an argument (configs/inan.py:small,real,ptb,gal), not <config>.py."""
   _fake_run(tmp_path / "runs" / "small_real", "inan_small_real", 0, 84.0)
   tab = report.build("inan_ptb_table1", tmp_path / "results", tmp_path / "runs", None)
   assert "| + REAL (RE + AL) | — | 2,651,600 | 0 | — / 35.0 | 86.3 / 118.0 | 82.7 / 84.0 | +1.3 |" in tab
   assert "| VD-LSTM (small) | — | — | none yet | — / — | 92.6 / — | 87.3 / — | — |" in tab
   runs_md = (tmp_path / "results" / "inan_ptb_table1" / "README.md").read_text()
   # The workdir is where the README's commands put the run (runs/inan/), not runs/<report name>/.
-  assert ("`python -m experiments.ptb --config=configs/inan.py:small,real --config.seed=0 "
+  assert ("`python -m experiments.ptb --config=configs/inan.py:small,real,ptb,gal --config.seed=0 "
           "--workdir=runs/inan/small_real`") in runs_md
 
 
