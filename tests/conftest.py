@@ -146,3 +146,27 @@ def init_lm_params(model, rng, batch_size: int = 2, bptt: int = 3):
   import jax.numpy as jnp
   x = jnp.zeros((batch_size, bptt), jnp.int32)
   return model.init(rng, x, model.initial_carry(batch_size), train=False)["params"]
+
+
+def sgd_steps(model, params, ids_KxBxT1, lr: float):
+  """K plain SGD steps of a language-model module with dropout on (key 10 + k at step k), the recurrent
+  state carried: ids[k, :, :T] → ids[k, :, 1:]. Returns (the K mean NLLs, the final parameters)."""
+  import jax
+  import jax.numpy as jnp
+  import optax
+  B, T = ids_KxBxT1.shape[1], ids_KxBxT1.shape[2] - 1
+
+  def cost(p, x, y, carry, key):
+    logits, carry = model.apply({"params": p}, x, carry, train=True, rngs={"dropout": key})
+    nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), y[..., None], -1)
+    return nll.mean(), carry
+
+  grad = jax.jit(jax.value_and_grad(cost, has_aux=True))
+  tx = optax.sgd(lr)
+  state, carry, losses = tx.init(params), model.initial_carry(B), []
+  for k in range(ids_KxBxT1.shape[0]):
+    (loss, carry), g = grad(params, ids_KxBxT1[k, :, :T], ids_KxBxT1[k, :, 1:], carry, jax.random.key(10 + k))
+    updates, state = tx.update(g, state)
+    params = optax.apply_updates(params, updates)
+    losses.append(float(loss))
+  return losses, params

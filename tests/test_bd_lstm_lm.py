@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.conftest import sgd_steps
 from wt_jax import precision
 from wt_jax.models import bd_lstm_lm, lstm_lm
 
@@ -116,31 +117,17 @@ def test_model_training_steps_match_the_plain_recurrence(monkeypatch, kind):
   """A few SGD steps of a 2-layer BD LSTM LM with its masks on — Gal's per-gate masks, or Inan et al.'s one
   tied mask per state — give the same losses and parameters with the custom-VJP recurrence as with
   autodiff of the plain cell (float32 reassociation only)."""
-  import optax
   V, H, B, T = 40, 8, 3, 5
   kw = (dict(mask_per_gate=True) if kind == "gal" else dict(mask_per_gate=False, tie_state_masks=True))
   model = bd_lstm_lm.BDLSTMLM(vocab_size=V, hidden=H, num_layers=2, dropout_x=0.2, dropout_i=0.3,
                               dropout_h=0.4, dropout_o=0.3, tying="tied", **kw)
   ids = jax.random.randint(jax.random.key(0), (4, B, T + 1), 0, V)
   params0 = model.init(jax.random.key(1), ids[0, :, :T], model.initial_carry(B))["params"]
-  tx = optax.sgd(1.0)
 
   def train(masked, unmasked):
     monkeypatch.setattr(lstm_lm, "masked_lstm_recurrence", masked)
     monkeypatch.setattr(lstm_lm, "lstm_recurrence", unmasked)
-
-    def cost(p, x, y, carry, key):
-      logits, carry = model.apply({"params": p}, x, carry, train=True, rngs={"dropout": key})
-      nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), y[..., None], -1)
-      return nll.mean(), carry
-
-    grad = jax.jit(jax.value_and_grad(cost, has_aux=True))
-    p, state, carry, out = params0, tx.init(params0), model.initial_carry(B), []
-    for k in range(ids.shape[0]):
-      (loss, carry), g = grad(p, ids[k, :, :T], ids[k, :, 1:], carry, jax.random.key(10 + k))
-      updates, state = tx.update(g, state)
-      p = optax.apply_updates(p, updates)
-      out.append(float(loss))
+    out, p = sgd_steps(model, params0, ids, lr=1.0)
     eval_logits, _ = model.apply({"params": p}, ids[0, :, :T], model.initial_carry(B))  # no masks
     return out, p, eval_logits
 

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.conftest import sgd_steps
 from wt_jax import precision
 from wt_jax.models import rhn_lm
 
@@ -111,30 +112,15 @@ def test_bfloat16_gradient_runs_every_matmul_on_bfloat16():
 def test_model_training_steps_match_the_plain_recurrence(monkeypatch):
   """A few SGD steps of a small RHN LM with all four dropout masks: the same losses and parameters with the
   custom-VJP recurrence as with autodiff of the plain cell (float32 reassociation only)."""
-  import optax
   V, H, B, T = 50, 12, 4, 6
   model = rhn_lm.RHNLM(vocab_size=V, hidden=H, depth=3, dropout_x=0.25, dropout_i=0.5, dropout_h=0.25,
                        dropout_o=0.5, tying="tied")
   ids = jax.random.randint(jax.random.key(0), (5, B, T + 1), 0, V)
   params0 = model.init(jax.random.key(1), ids[0, :, :T], model.initial_carry(B))["params"]
-  tx = optax.sgd(0.5)
 
   def train(recurrence):
     monkeypatch.setattr(rhn_lm, "rhn_recurrence", recurrence)
-
-    def cost(p, x, y, carry, key):
-      logits, carry = model.apply({"params": p}, x, carry, train=True, rngs={"dropout": key})
-      nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), y[..., None], -1)
-      return nll.mean(), carry
-
-    grad = jax.jit(jax.value_and_grad(cost, has_aux=True))
-    p, state, carry, out = params0, tx.init(params0), model.initial_carry(B), []
-    for k in range(ids.shape[0]):
-      (loss, carry), g = grad(p, ids[k, :, :T], ids[k, :, 1:], carry, jax.random.key(10 + k))
-      updates, state = tx.update(g, state)
-      p = optax.apply_updates(p, updates)
-      out.append(float(loss))
-    return out, p
+    return sgd_steps(model, params0, ids, lr=0.5)
 
   ours, p_ours = train(rhn_lm.rhn_recurrence)
   ref, p_ref = train(plain_recurrence)
