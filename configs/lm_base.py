@@ -19,6 +19,7 @@ def words_config() -> ml_collections.ConfigDict:
   w.proj_bias = True          # Press & Wolf code: proj_b (a bias after P)
   w.output_bias = True        # softmax bias; Inan et al. (2017) "reused embeddings" (RE): tied and no bias
   w.logit_scale = False       # optional D^-1/2 logit scale; not used by the papers
+  w.input_scale = False       # optional D^1/2 scale of the looked-up embedding (Vaswani et al. 2017); transformer_lm
   w.init_scale = 0.0          # ours, off: >0 draws the embedding/output layer from U(-s, s) (lstm_lm only)
   w.row_norm = 0.0            # off; >0 holds every input-embedding row at this L2 norm (Inan Section 6.2: 1)
   return w
@@ -40,7 +41,7 @@ def get_config():
   c = ml_collections.ConfigDict()
   c.name = "lm"
   # Model.
-  c.model = "lstm_lm"         # lstm_lm | bd_lstm_lm | rhn_lm | nnlm | lbl (wt_jax.models)
+  c.model = "lstm_lm"         # lstm_lm | bd_lstm_lm | rhn_lm | nnlm | lbl | transformer_lm (wt_jax.models)
   c.vocab_size = 10000        # PTB, Mikolov et al. (2011): 9,999 words + <eos>
   c.hidden_size = 200         # Zaremba small: 200 units; embedding size = hidden size
   c.num_layers = 2            # Zaremba: 2 LSTM layers
@@ -65,6 +66,10 @@ def get_config():
   c.emb_size = 200            # m
   c.output_projection = False  # nnlm: an h×m projection before the (tied) output layer
   c.direct = False            # nnlm: Bengio's direct connections from the context to the output
+  # Transformer LM (transformer_lm; hidden_size is the model size, num_layers the blocks, dropout residual).
+  c.num_heads = 4             # attention heads (hidden_size must be a multiple)
+  c.mlp_size = 1024           # the feed-forward sub-layer's width (Vaswani et al.: 4 × the model size)
+  c.memory = 0                # tokens of the previous window re-read as context (the carry; no loss on them)
   # Optimisation.
   c.optimizer = "sgd"         # Zaremba: plain SGD (or adam)
   c.learning_rate = 1.0       # Zaremba: lr 1
@@ -72,6 +77,7 @@ def get_config():
   c.decay_after_epoch = 4     # Zaremba small: max_epoch 4 (epochs 1-5 at lr 1; see wt_jax/train/optim.py)
   c.num_epochs = 13           # Zaremba small: max_max_epoch 13
   c.clip_norm = 5.0           # Zaremba small: global-norm clip 5
+  c.warmup_steps = 0          # >0: the learning rate rises linearly over the first N steps (Transformers)
   c.weight_decay = 0.0        # Zaremba: none
   c.weight_decay_mode = "decoupled"  # decoupled: p <- (p + u)(1 - wd) per step; loss: + wd/2 |theta|^2
   c.batch_size = 20           # Zaremba: batch 20

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import optax
 import pytest
 
-from configs import large_bd_wd_tied, lbl, nmt_multi30k, nnlm, rhn_tied, small_tied_pr, w2v_tied
+from configs import large_bd_wd_tied, lbl, nmt_multi30k, nnlm, rhn_tied, small_tied_pr, transformer, w2v_tied
 from tests.conftest import tiny_config
 from wt_jax import decode, losses, models, parallel
 from wt_jax.models import nmt as nmt_model
@@ -36,13 +36,15 @@ def _lm_config(module, **kw):
                                  "mask_per_gate", "tie_state_masks", "transform_bias", "context",
                                  "output_projection", "direct", "weight_decay", "weight_decay_mode")}
   return tiny_config(**{**family, "batch_size": 8, "eval_batch_size": 8, "emb_size": 16, **kw},
-                     words=dict(mode=base.words.mode))
+                     words=dict(mode=base.words.mode, input_scale=base.words.input_scale))
 
 
 @pytest.mark.parametrize("module,extra", [
     (small_tied_pr, {}), (large_bd_wd_tied, {}), (rhn_tied, {"depth": 2, "num_layers": 1}), (nnlm, {}),
-    (lbl, {}), (small_tied_pr, {"compute_dtype": "bfloat16"})],
-    ids=["lstm_pr", "bd_lstm", "rhn", "nnlm", "lbl", "lstm_bf16"])
+    (lbl, {}), (small_tied_pr, {"compute_dtype": "bfloat16"}),
+    (transformer, {"num_layers": 1, "num_heads": 2, "mlp_size": 32, "memory": 4, "optimizer": "adam",
+                   "warmup_steps": 10})],
+    ids=["lstm_pr", "bd_lstm", "rhn", "nnlm", "lbl", "lstm_bf16", "transformer"])
 def test_lm_train_and_eval_steps_lower_for_tpu_and_gpu(module, extra):
   config = _lm_config(module, **extra)
   model = models.build(config)

@@ -63,6 +63,9 @@ class WordEmbeddings(nn.Module):
     proj_bias: whether the projection has a bias p_b (the authors' code has one).
     output_bias: whether the softmax has a bias b (Inan et al.'s "reused embeddings" fix it at zero: False).
     logit_scale: multiply logits by D^-½ (off in the papers; an option for experimentation).
+    input_scale: multiply looked-up embeddings by D^½ (Vaswani et al. 2017, Section 3.4; T5, Gemma). With a
+      tied leaf the two scales are the two places the one matrix's size can be corrected: before the first
+      layer (input_scale) or before the softmax (logit_scale).
     dtype: matmul input dtype of the output layer (None / float32, or bfloat16; see wt_jax.precision).
   """
 
@@ -74,6 +77,7 @@ class WordEmbeddings(nn.Module):
   proj_bias: bool = True
   output_bias: bool = True
   logit_scale: bool = False
+  input_scale: bool = False
   dtype: Any = None
 
   def setup(self):
@@ -99,8 +103,9 @@ class WordEmbeddings(nn.Module):
     return self.embedding if self.tied else self.out_embedding
 
   def embed(self, ids: jax.Array) -> jax.Array:
-    """ids[...] int → embeddings[..., D]."""
-    return jnp.take(self.embedding, ids, axis=0)
+    """ids[...] int → embeddings[..., D] (× √D with `input_scale`)."""
+    x = jnp.take(self.embedding, ids, axis=0)
+    return x * math.sqrt(self.dim) if self.input_scale else x
 
   def logits(self, h: jax.Array) -> jax.Array:
     """h[..., D] → logits[..., V]; sows the projection penalty when there is a projection."""

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from wt_jax import tying
-from wt_jax.models import bd_lstm_lm, ffnn_lm, lstm_lm, rhn_lm
+from wt_jax.models import bd_lstm_lm, ffnn_lm, lstm_lm, rhn_lm, transformer_lm
 
 CARRY_BATCH_AXIS = 1  # where the batch sits in every leaf of a carry (data parallelism shards it there)
 
@@ -25,6 +25,7 @@ _REGISTRY: dict[str, Callable] = {
     "rhn_lm": rhn_lm.from_config,          # Zilly et al. (2017)
     "nnlm": ffnn_lm.nnlm_from_config,      # Bengio et al. (2003), feed-forward
     "lbl": ffnn_lm.lbl_from_config,        # Mnih & Hinton (2007), log-bilinear
+    "transformer_lm": transformer_lm.from_config,  # Vaswani et al. (2017), pre-LN decoder-only
 }
 
 
@@ -35,6 +36,8 @@ def build(config):
     raise ValueError(f"Unknown model {name!r}; known models: {', '.join(sorted(_REGISTRY))}.")
   if config.words.init_scale and name != "lstm_lm":
     raise ValueError(f"words.init_scale is only implemented for lstm_lm, not {name!r}; leave it at 0.")
+  if config.words.input_scale and name != "transformer_lm":
+    raise ValueError(f"words.input_scale is only implemented for transformer_lm, not {name!r}; leave it off.")
   return _REGISTRY[name](config)
 
 

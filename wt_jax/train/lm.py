@@ -138,7 +138,8 @@ class LMTask:
     c, steps = self.config, max(sums.get("steps", 0.0), 1.0)
     epoch = (step - 1) // self.steps_per_epoch + 1  # the epoch of the step just taken
     shown = {"train_ppl": eval_lib.perplexity(sums.get("nll", 0.0), int(sums.get("tokens", 0))),
-             "lr": optim.epoch_lr(epoch, c.learning_rate, c.lr_decay, c.decay_after_epoch)}
+             "lr": optim.epoch_lr(epoch, c.learning_rate, c.lr_decay, c.decay_after_epoch)
+                   * (min(1.0, step / c.warmup_steps) if c.warmup_steps else 1.0)}
     # gradient norms: the mean over the epoch's steps so far
     return {**shown, **{k: v / steps for k, v in sums.items() if k.startswith("norm/")}}
 

@@ -33,6 +33,15 @@ def zaremba_schedule(base_lr: float, decay: float, decay_after_epoch: int,
   return schedule
 
 
+def with_warmup(schedule: optax.Schedule, warmup_steps: int) -> optax.Schedule:
+  """`schedule` scaled by min(1, (step + 1) / warmup_steps): a linear warm-up (`schedule` itself when 0)."""
+  if warmup_steps < 0:
+    raise ValueError(f"warmup_steps must be ≥ 0, not {warmup_steps}.")
+  if not warmup_steps:
+    return schedule
+  return lambda step: schedule(step) * jnp.minimum(1.0, (step + 1) / warmup_steps)
+
+
 def decay_after_update(rate: float) -> optax.GradientTransformation:
   """Decoupled weight decay applied after the step, as Gal's / Press & Wolf's Torch code does:
   p ← (p + u)·(1 − rate) for the update u computed so far — once per leaf, so a tied matrix once."""
@@ -67,11 +76,13 @@ def check_weight_decay_mode(config) -> None:
 
 
 def make_optimizer(config, steps_per_epoch: int) -> optax.GradientTransformation:
-  """Global-norm clipping, then the optimiser named by `config.optimizer` ('sgd', as the papers, or 'adam'),
+  """Global-norm clipping, then the optimiser named by `config.optimizer` ('sgd', as the papers, or 'adam') on
+  the per-epoch schedule (after `config.warmup_steps` of linear warm-up),
   then decoupled weight decay when `config.weight_decay_mode == 'decoupled'` and `weight_decay` > 0, then the
   row-norm constraint on the input embedding when `config.words.row_norm` > 0 (`embedding_rows_at_norm`).
   The other weight-decay mode, 'loss', is a cost term (`wt_jax.losses.make_lm_cost`)."""
-  lr = zaremba_schedule(config.learning_rate, config.lr_decay, config.decay_after_epoch, steps_per_epoch)
+  lr = with_warmup(zaremba_schedule(config.learning_rate, config.lr_decay, config.decay_after_epoch,
+                                    steps_per_epoch), config.warmup_steps)
   if config.optimizer == "sgd":
     opt = optax.sgd(lr)
   elif config.optimizer == "adam":

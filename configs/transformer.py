@@ -1,0 +1,57 @@
+"""A CPU-sized tied Transformer LM (`wt_jax.models.transformer_lm`): tying and the embedding-scale question.
+
+    python -m experiments.ptb --config=configs/transformer.py --workdir=runs/transformer/ptb_tied_none
+    python -m experiments.ptb --config=configs/transformer.py:untied,sqrt_d,wikitext2 --workdir=runs/...
+
+Argument: MODE[,SCALE[,DATASET]] with MODE a tying mode (untied | tied | projection | tied_projection;
+default tied), SCALE where the shared matrix's size is corrected:
+  none    (default) neither (GPT-2)
+  sqrt_d  the looked-up embedding × √D before the first block (Vaswani et al. 2017, Section 3.4; T5, Gemma)
+  logits  the logits × 1/√D (`words.logit_scale`)
+and DATASET ptb (default) | wikitext2.
+
+Not a paper row: every value below is ours, chosen so that one PTB run fits about an hour on a 2-core CPU
+(4 blocks of D = 256, 4 heads, feed-forward 1024: Vaswani et al.'s base proportions at half the width and a
+third of the depth). Adam with a linear warm-up, then ×0.5 per epoch after the third. Windows of 64 tokens,
+each preceded by the previous window's last 32 as context (`memory`), so every scored token sees 32–95
+earlier tokens; the batch-1 test uses the same windows (`test_window = bptt`).
+"""
+from configs import lm_base
+
+MODES = ("untied", "tied", "projection", "tied_projection")
+SCALES = ("none", "sqrt_d", "logits")
+
+
+def get_config(arg: str = "tied,none,ptb"):
+  parts = arg.split(",")
+  mode, scale, dataset = (parts + ["tied", "none", "ptb"][len(parts):])[:3]
+  if mode not in MODES or scale not in SCALES or dataset not in ("ptb", "wikitext2") or len(parts) > 3:
+    raise ValueError(f"configs/transformer.py:{arg}: expected MODE[,SCALE[,DATASET]] with MODE in {list(MODES)}, "
+                     f"SCALE in {list(SCALES)}, DATASET ptb or wikitext2.")
+  c = lm_base.get_config()
+  c.name = f"transformer_{mode}_{scale}" + ("" if dataset == "ptb" else f"_{dataset}")
+  c.model = "transformer_lm"
+  c.dataset = dataset
+  c.vocab_size = 10000 if dataset == "ptb" else 33278
+  c.words.mode = mode
+  c.words.input_scale = scale == "sqrt_d"
+  c.words.logit_scale = scale == "logits"
+  c.hidden_size = 256         # ours: the model size D (= the embedding size)
+  c.num_layers = 4            # ours: blocks
+  c.num_heads = 4             # ours: heads of 64
+  c.mlp_size = 1024           # 4·D (Vaswani et al.)
+  c.memory = 32               # ours: tokens of the previous window in front of each window
+  c.dropout = 0.3             # ours: embedding and residual dropout (PTB overfits a Transformer of this size)
+  c.init_scale = 0.035        # U(−0.035, 0.035): standard deviation 0.02 (GPT-2's)
+  c.optimizer = "adam"
+  c.learning_rate = 1e-3      # ours
+  c.warmup_steps = 500        # ours: linear warm-up
+  c.lr_decay = 0.5            # ours: ×0.5 per epoch once decaying
+  c.decay_after_epoch = 2     # ours: epochs 1–3 at the full rate
+  c.num_epochs = 6            # ours: about an hour on PTB on a 2-core CPU
+  c.clip_norm = 1.0           # ours
+  c.batch_size = 20
+  c.bptt = 64                 # ours
+  c.eval_batch_size = 20
+  c.test_window = 64          # the batch-1 test on the training windows' shape (module docstring)
+  return c

@@ -1,0 +1,187 @@
+"""The tied Transformer LM (`wt_jax.models.transformer_lm`): causality, context across windows, parameter
+counts, the shared leaf, the embedding-scale options by hand, and the entry point on a tiny corpus."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import transformer
+from tests.conftest import REPO, write_corpus
+from wt_jax import models, tying
+from wt_jax.data import ptb
+from wt_jax.models.transformer_lm import TransformerLM, sinusoidal_positions
+from wt_jax.train import lm, optim
+
+V, D, F = 23, 8, 16
+
+
+def _model(**kw):
+  return TransformerLM(**{"vocab_size": V, "dim": D, "num_layers": 2, "num_heads": 2, "mlp_size": F, **kw})
+
+
+def _params(model, batch=2, bptt=5):
+  ids = jnp.zeros((batch, bptt), jnp.int32)
+  return model.init(jax.random.key(1), ids, model.initial_carry(batch))["params"]
+
+
+def _apply(model, params, ids, carry=None):
+  return model.apply({"params": params}, ids, model.initial_carry(ids.shape[0]) if carry is None else carry)
+
+
+def test_no_future_token_changes_a_past_logit():
+  model = _model()
+  params = _params(model)
+  ids = jax.random.randint(jax.random.key(0), (2, 9), 0, V)
+  base, _ = _apply(model, params, ids)
+  for t in range(9):
+    other, _ = _apply(model, params, ids.at[:, t].set((ids[:, t] + 1) % V))
+    moved = np.abs(np.asarray(other - base)).max(axis=(0, 2)) > 1e-6
+    assert moved.tolist() == [False] * t + [True] * (9 - t), t  # positions < t untouched, ≥ t moved
+
+
+@pytest.mark.parametrize("memory", [0, 3, 7])
+def test_the_carry_is_the_last_memory_tokens_and_nothing_older(memory):
+  """A window sees the previous window's last `memory` tokens (its carry) and no earlier one."""
+  model = _model(memory=memory)
+  params = _params(model)
+  ids = jax.random.randint(jax.random.key(2), (2, 12), 0, V)
+  first, carry = _apply(model, params, ids[:, :6])
+  assert carry.shape == (1, 2, memory) and carry.dtype == jnp.int32
+  np.testing.assert_array_equal(carry[0], ids[:, 6 - memory:6] if memory <= 6 else
+                                np.concatenate([np.full((2, memory - 6), -1), ids[:, :6]], 1))
+  second, _ = _apply(model, params, ids[:, 6:], carry)
+  for t in range(6):  # change a token of the first window: the second window moves iff t is in the memory
+    changed = ids.at[:, t].set((ids[:, t] + 1) % V)
+    _, carry2 = _apply(model, params, changed[:, :6])
+    other, _ = _apply(model, params, changed[:, 6:], carry2)
+    assert bool(np.abs(np.asarray(other - second)).max() > 1e-6) == (t >= 6 - memory), (memory, t)
+
+
+def test_the_stream_start_is_not_attended():
+  """The initial carry (−1: no token yet) is masked: word 0's embedding row reaches a window without a 0
+  only through word 0's own logit (the tied output row)."""
+  model = _model(memory=4)
+  params = _params(model)
+  ids = jax.random.randint(jax.random.key(3), (2, 6), 1, V)  # no word 0
+  base, _ = _apply(model, params, ids)
+  moved = jax.tree_util.tree_map(lambda x: x, params)
+  moved["words"]["embedding"] = params["words"]["embedding"].at[0].add(jnp.linspace(-1.0, 2.0, D))
+  other, _ = _apply(model, moved, ids)
+  np.testing.assert_allclose(other[..., 1:], base[..., 1:], rtol=0, atol=1e-6)
+  assert np.abs(np.asarray(other[..., 0] - base[..., 0])).min() > 1e-3
+
+
+@pytest.mark.parametrize("mode", tying.MODES)
+def test_parameter_counts_by_formula(mode):
+  L = 2
+  block = (3 * D * D + 3 * D) + (D * D + D) + (D * F + F) + (F * D + D) + 2 * 2 * D  # qkv, out, MLP, 2 LNs
+  words = {"untied": 2 * V * D + V, "tied": V * D + V, "projection": 2 * V * D + V + D * D + D,
+           "tied_projection": V * D + V + D * D + D}[mode]
+  params = _params(_model(tying=mode))
+  assert tying.count_params(params) == L * block + 2 * D + words
+  leaves = list(tying.embedding_leaves(params))
+  assert leaves == (["words/embedding"] if mode.startswith("tied") else ["words/embedding", "words/out_embedding"])
+
+
+def test_tied_gradient_is_the_sum_of_both_uses():
+  """One leaf: its gradient is the lookup's plus the softmax's — those of an untied model holding two copies
+  of the same matrix (Press & Wolf 2017, Section 3)."""
+  tied, untied = _model(), _model(tying="untied")
+  params = _params(tied)
+  copies = {**params, "words": {**params["words"], "out_embedding": params["words"]["embedding"]}}
+  ids = jax.random.randint(jax.random.key(4), (2, 5), 0, V)
+  def loss(model, p):
+    return jnp.sum(jax.nn.log_softmax(_apply(model, p, ids)[0])[..., 3])
+  np.testing.assert_allclose(loss(tied, params), loss(untied, copies), rtol=1e-6)
+  g_tied = jax.grad(lambda p: loss(tied, p))(params)["words"]
+  g_two = jax.grad(lambda p: loss(untied, p))(copies)["words"]
+  assert set(g_tied) == {"embedding", "out_bias"}
+  np.testing.assert_allclose(g_tied["embedding"], g_two["embedding"] + g_two["out_embedding"], rtol=1e-5, atol=1e-6)
+  assert np.abs(np.asarray(g_two["embedding"])).max() > 1e-4  # both shares are there to be summed
+
+
+def _layer_norm(x):
+  mu = x.mean(-1, keepdims=True)
+  return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-6)
+
+
+@pytest.mark.parametrize("scale", ["none", "sqrt_d", "logits"])
+def test_each_scale_option_by_hand(scale):
+  """With no blocks the forward is logits = LN(E[w]·s_in + P)·Eᵀ·s_out + b: each option, by hand."""
+  model = _model(num_layers=0, input_scale=scale == "sqrt_d", logit_scale=scale == "logits", memory=0)
+  params = _params(model, bptt=4)
+  params = {**params, "words": {**params["words"],
+                                "out_bias": jnp.arange(V, dtype=jnp.float32) / V}}  # a visible bias
+  ids = jnp.array([[1, 5, 7, 2]])
+  logits, _ = _apply(model, params, ids)
+  E, b = np.asarray(params["words"]["embedding"], np.float64), np.asarray(params["words"]["out_bias"], np.float64)
+  s_in = math.sqrt(D) if scale == "sqrt_d" else 1.0
+  s_out = 1 / math.sqrt(D) if scale == "logits" else 1.0
+  x0 = E[np.asarray(ids)] * s_in + np.asarray(sinusoidal_positions(4, D), np.float64)
+  np.testing.assert_allclose(logits, _layer_norm(x0) @ E.T * s_out + b, rtol=1e-4, atol=1e-5)
+  # the positions: PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(...)
+  pe = np.asarray(sinusoidal_positions(4, D))
+  np.testing.assert_allclose(pe[3, 2], math.sin(3 / 10000 ** (2 / D)), rtol=1e-6)
+  np.testing.assert_allclose(pe[3, 3], math.cos(3 / 10000 ** (2 / D)), rtol=1e-6)
+
+
+def test_configs_parse_and_build():
+  c = transformer.get_config()
+  assert (c.model, c.words.mode, c.words.input_scale, c.words.logit_scale) == ("transformer_lm", "tied", False, False)
+  c = transformer.get_config("untied,sqrt_d,wikitext2")
+  assert (c.words.mode, c.words.input_scale, c.dataset, c.vocab_size) == ("untied", True, "wikitext2", 33278)
+  assert transformer.get_config("tied,logits").words.logit_scale
+  m = models.build(transformer.get_config("tied_projection"))
+  assert isinstance(m, TransformerLM) and m.tying == "tied_projection" and m.memory == 32
+  with pytest.raises(ValueError, match="SCALE"):
+    transformer.get_config("tied,sqrt")
+  lstm_with_scale = transformer.get_config("tied,sqrt_d")
+  lstm_with_scale.model = "lstm_lm"
+  with pytest.raises(ValueError, match="input_scale"):
+    models.build(lstm_with_scale)
+
+
+def test_warmup_scales_the_schedule():
+  c = transformer.get_config()
+  c.warmup_steps, c.learning_rate = 4, 1.0
+  sched = optim.with_warmup(optim.zaremba_schedule(1.0, 0.5, 0, 10), 4)
+  np.testing.assert_allclose([float(sched(s)) for s in (0, 1, 3, 9, 10)], [0.25, 0.5, 1.0, 1.0, 0.5])
+  with pytest.raises(ValueError, match="warmup"):
+    optim.with_warmup(sched, -1)
+
+
+def _tiny(c, **kw):
+  c.vocab_size, c.hidden_size, c.num_layers, c.num_heads, c.mlp_size, c.memory = 31, 16, 1, 2, 32, 4
+  c.batch_size, c.eval_batch_size, c.bptt, c.test_window = 8, 8, 10, 10
+  c.dropout, c.learning_rate, c.warmup_steps, c.num_epochs, c.decay_after_epoch = 0.0, 1e-2, 10, 4, 10
+  c.log_every, c.plot, c.checkpoint_every_steps = 1000, False, 0
+  c.update_from_flattened_dict(kw)
+  return c
+
+
+def test_fit_on_a_tiny_corpus(tmp_path):
+  corpus = ptb.load(str(write_corpus(tmp_path / "data" / "ptb").parent), download=False)
+  res = lm.fit(_tiny(transformer.get_config("tied,sqrt_d")), corpus, tmp_path / "run")
+  # the counting corpus is predictable from the current word except at sentence ends (unigram: ~31)
+  assert res["valid_ppl"] < 10 and res["test_ppl"] < 10, res
+  assert res["history"][-1]["valid_ppl"] < res["history"][0]["valid_ppl"]
+
+
+def test_entry_point_runs_the_transformer(tmp_path):
+  root = write_corpus(tmp_path / "data" / "ptb").parent
+  env = dict(os.environ, WT_JAX_DATA=str(root), JAX_PLATFORMS="cpu")
+  args = ["--config=configs/transformer.py:untied,logits", f"--workdir={tmp_path / 'run'}", "--config.max_steps=3",
+          "--config.vocab_size=31", "--config.hidden_size=16", "--config.num_layers=1", "--config.num_heads=2",
+          "--config.mlp_size=32", "--config.memory=4", "--config.bptt=10", "--config.test_window=10"]
+  proc = subprocess.run([sys.executable, "-m", "experiments.ptb", *args], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  res = json.loads((tmp_path / "run" / "results.json").read_text())
+  assert res["config"] == "transformer_untied_logits" and res["steps"] == 3 and res["model"] == "transformer_lm"
+  assert math.isfinite(res["test_ppl"])

@@ -1,0 +1,148 @@
+"""A pre-LayerNorm decoder-only Transformer LM (Vaswani et al. 2017, Section 3, with the layer norm moved in
+front of each sub-layer as in GPT-2), with its word layers in `tying.WordEmbeddings`, so every tying mode of
+Press & Wolf (2017) applies unchanged.
+
+    x₀ = E[w]·s_in + P                       [B, M+T, D]   E: the (tied) embedding, P: sinusoidal positions
+    x ← x + Drop(Attn(LN(x)))                causal multi-head self-attention
+    x ← x + Drop(W₂·GELU(W₁·LN(x) + b₁) + b₂)
+    logits = (LN(x)·Oᵀ)·s_out + b             O = E when tied (one shared leaf)
+
+The scale of the shared matrix (`tying.WordEmbeddings`): s_in = √D with `input_scale` (Vaswani et al.
+Section 3.4; T5, Gemma), s_out = 1/√D with `logit_scale`, or neither (GPT-2).
+
+**Positions are sinusoidal** (Vaswani et al. Section 3.5), not learned: they add no parameters, so tied and
+untied models and every scale option differ in the word layers only, and their amplitude is fixed (each
+component in [−1, 1]) — the input scale then sets the ratio of word signal to position signal, the very
+thing the embedding-scale options change.
+
+**Context across windows.** The loop trains on consecutive [B, T] windows of the batched stream, as for the
+recurrent LMs. The carry is the previous window's last `memory` token ids, int32[1, B, memory] (−1 where the
+stream has not yet produced them): the model re-reads them in front of the window (no loss on them, their
+keys masked while −1), so each scored token sees between `memory` and `memory + T − 1` earlier tokens, in
+training and in evaluation alike; `memory = 0` makes every window independent (the t-th token of a window
+sees t − 1 earlier ones). A perplexity of this model is only comparable with one taken with the same
+`memory` and `bptt` (the batch-1 test's windows are `test_window` tokens: set it to `bptt`).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from wt_jax import precision, tying
+
+
+def sinusoidal_positions(length: int, dim: int) -> jax.Array:
+  """[length, dim]: PE[p, 2i] = sin(p / 10000^(2i/dim)), PE[p, 2i+1] = cos(…) (Vaswani et al. Section 3.5)."""
+  if dim % 2:
+    raise ValueError(f"sinusoidal positions need an even model size, not {dim}.")
+  p = jnp.arange(length, dtype=jnp.float32)[:, None]
+  inv_freq = 10000.0 ** (-jnp.arange(0, dim, 2, dtype=jnp.float32) / dim)  # [dim/2]
+  angles = p * inv_freq                                                     # [length, dim/2]
+  return jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1).reshape(length, dim)
+
+
+class Dense(nn.Module):
+  """x[..., K] → x·W + b, W from U(−init_scale, init_scale), matmul inputs in `dtype` (precision.dot)."""
+
+  features: int
+  init_scale: float
+  dtype: Any = None
+
+  @nn.compact
+  def __call__(self, x):
+    w = self.param("kernel", tying.uniform_init(self.init_scale), (x.shape[-1], self.features))
+    b = self.param("bias", nn.initializers.zeros, (self.features,))
+    return precision.dot(x, w, self.dtype) + b
+
+
+class Block(nn.Module):
+  """One pre-LN decoder layer. __call__(x[B, S, D], allowed[B, S, S] bool, train) → x[B, S, D]."""
+
+  dim: int
+  num_heads: int
+  mlp_size: int
+  dropout: float
+  init_scale: float
+  dtype: Any = None
+
+  @nn.compact
+  def __call__(self, x_BxSxD, allowed_BxSxS, train: bool):
+    B, S, D = x_BxSxD.shape
+    H = self.num_heads
+    Dh = D // H
+    drop = nn.Dropout(self.dropout, deterministic=not train)
+    h = nn.LayerNorm(name="ln_attn")(x_BxSxD)
+    qkv_BxSx3D = Dense(3 * D, self.init_scale, self.dtype, name="qkv")(h)
+    q, k, v = (a.reshape(B, S, H, Dh) for a in jnp.split(qkv_BxSx3D, 3, axis=-1))
+    scores_BxHxSxS = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(Dh)
+    scores_BxHxSxS = jnp.where(allowed_BxSxS[:, None], scores_BxHxSxS, jnp.finfo(jnp.float32).min)
+    attn_BxHxSxS = jax.nn.softmax(scores_BxHxSxS, axis=-1)
+    ctx_BxSxD = jnp.einsum("bhqk,bkhd->bqhd", attn_BxHxSxS, v).reshape(B, S, D)
+    x_BxSxD = x_BxSxD + drop(Dense(D, self.init_scale, self.dtype, name="attn_out")(ctx_BxSxD))
+    h = nn.LayerNorm(name="ln_mlp")(x_BxSxD)
+    h = nn.gelu(Dense(self.mlp_size, self.init_scale, self.dtype, name="mlp_in")(h))
+    return x_BxSxD + drop(Dense(D, self.init_scale, self.dtype, name="mlp_out")(h))
+
+
+class TransformerLM(nn.Module):
+  """__call__(ids[B, T], carry int32[1, B, memory], train) → (logits[B, T, V], carry) (module docstring)."""
+
+  vocab_size: int
+  dim: int = 256
+  num_layers: int = 4
+  num_heads: int = 4
+  mlp_size: int = 1024
+  memory: int = 0
+  dropout: float = 0.0
+  init_scale: float = 0.035  # U(−s, s): s = 0.035 is a standard deviation of 0.02 (GPT-2's)
+  tying: str = "tied"
+  pr_lambda: float = 1.0 / 6.5
+  proj_bias: bool = True
+  output_bias: bool = True
+  input_scale: bool = False
+  logit_scale: bool = False
+  dtype: Any = None
+
+  def setup(self):
+    if self.dim % self.num_heads:
+      raise ValueError(f"The model size {self.dim} is not a multiple of num_heads = {self.num_heads}.")
+    if self.memory < 0:
+      raise ValueError(f"memory must be ≥ 0 tokens, not {self.memory}.")
+    self.words = tying.WordEmbeddings(
+        vocab_size=self.vocab_size, dim=self.dim, mode=self.tying, init_scale=self.init_scale,
+        pr_lambda=self.pr_lambda, proj_bias=self.proj_bias, output_bias=self.output_bias,
+        logit_scale=self.logit_scale, input_scale=self.input_scale, dtype=self.dtype)
+    self.blocks = [Block(self.dim, self.num_heads, self.mlp_size, self.dropout, self.init_scale, self.dtype,
+                         name=f"block_{l}") for l in range(self.num_layers)]
+    self.ln_out = nn.LayerNorm()
+    self.drop = nn.Dropout(self.dropout)
+
+  def initial_carry(self, batch_size: int):
+    return jnp.full((1, batch_size, self.memory), -1, jnp.int32)  # −1: no token yet
+
+  def __call__(self, ids_BxT, carry, *, train: bool = False):
+    T = ids_BxT.shape[1]
+    full_BxS = jnp.concatenate([carry[0], ids_BxT], axis=1)  # S = memory + T; the window is the last T
+    S = full_BxS.shape[1]
+    causal_SxS = jnp.tril(jnp.ones((S, S), bool))
+    allowed_BxSxS = causal_SxS[None] & (full_BxS >= 0)[:, None, :]  # a key is seen if earlier and a token
+    x = self.words.embed(jnp.maximum(full_BxS, 0)) + sinusoidal_positions(S, self.dim)
+    x = self.drop(x, deterministic=not train)
+    for block in self.blocks:
+      x = block(x, allowed_BxSxS, train)
+    logits_BxTxV = self.words.logits(self.ln_out(x[:, S - T:]))
+    return logits_BxTxV, full_BxS[:, S - self.memory:][None]
+
+
+def from_config(config) -> TransformerLM:
+  return TransformerLM(
+      vocab_size=config.vocab_size, dim=config.hidden_size, num_layers=config.num_layers,
+      num_heads=config.num_heads, mlp_size=config.mlp_size, memory=config.memory, dropout=config.dropout,
+      init_scale=config.init_scale, tying=config.words.mode, pr_lambda=config.words.pr_lambda,
+      proj_bias=config.words.proj_bias, output_bias=config.words.output_bias,
+      input_scale=config.words.input_scale, logit_scale=config.words.logit_scale,
+      dtype=precision.compute_dtype(config.compute_dtype))
