@@ -28,6 +28,9 @@ _FIND_MAX = flags.DEFINE_bool("find_max_batch", False, "Also search the largest 
 _RESOLUTION = flags.DEFINE_integer("batch_resolution", 0, "--find_max_batch stops when the largest batch "
                                    "that fits and the smallest that does not are this close (0: the chip "
                                    "count, i.e. exact). Larger: fewer compiles.")
+_START = flags.DEFINE_integer("batch_start", 0, "--find_max_batch starts from this global batch (doubling "
+                              "up, or halving down if it does not fit; 0: the chip count). A guess near the answer "
+                              "(e.g. another topology's result × its chip ratio) saves compiles.")
 _REL_TOL = flags.DEFINE_float("batch_rel_tol", 0.0, "--find_max_batch stops when the smallest batch that "
                               "does not fit is at most (1 + this) times the largest that fits (0: exact).")
 _HBM_GIB = flags.DEFINE_float("hbm_gib", 0.0, "Compare with this many GiB per chip instead of the chip's HBM "
@@ -96,7 +99,7 @@ def main(argv):
       return p.memory.total
 
     search = aot.find_max_batch(total, chips, limit, resolution=_RESOLUTION.value or None,
-                                rel_tol=_REL_TOL.value)
+                                rel_tol=_REL_TOL.value, start=_START.value or None)
     above = min((b for b in search.tried if b > search.batch_size), default=None)
     note = " (the search's cap; larger may fit)" if search.capped else ""
     print(f"largest global train batch that fits: {search.batch_size} ({search.batch_size // chips} per chip)"

@@ -89,3 +89,18 @@ def test_nmt_bench_reports_training_tokens_and_decoding_sentences_per_second(tmp
   assert out["target_tokens_per_s"] == out["target_tokens_per_s_by_epoch"][-1] > 0
   assert out["decode_sentences_per_s"] > 0 and out["valid_decode_sentences_per_s_with_compile"] > 0
   assert c.num_epochs == 10  # the caller's config is left alone
+
+
+def test_roofline_counts_agree_with_the_bench_formula():
+  """The roofline's step (BUILD_NOTES, "Roofline") splits the bench's matmul FLOPs into the dependent chain
+  (RHN: 35 steps × 10 micro-layers, forward and backward; LSTM: 35 × 2 layers, both ways) and the rest."""
+  from configs import large_bd_wd_tied, rhn_tied
+  from experiments.bench_helpers import roofline
+  rhn, lstm = roofline.steps()
+  assert rhn.total_flops == bench.matmul_flops_per_step(rhn_tied.get_config())
+  assert lstm.total_flops == bench.matmul_flops_per_step(large_bd_wd_tied.get_config())
+  assert (rhn.chain_stages, lstm.chain_stages) == (700, 140)
+  assert rhn.stage_weights == 830 * 1660 and lstm.stage_weights == 1500 * 6000
+  e = roofline.estimate(rhn, roofline.CHIPS[0], "bfloat16", 0.0)  # v5e: 2.76 MB per stage at 819 GB/s
+  assert abs(e["stage_mem_us"] - 830 * 1660 * 2 / 819e9 * 1e6) < 0.01 and e["chain_bound"].startswith("HBM")
+  assert roofline.estimate(rhn, roofline.CHIPS[0], "bfloat16", 10.0)["chain_bound"] == "per-stage latency"

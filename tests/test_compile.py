@@ -171,6 +171,11 @@ def test_find_max_batch_edges():
     return b
   s = aot.find_max_batch(refused, 4, 10 ** 9)
   assert s.batch_size == 40 and s.tried[44] is None and s.tried[40] == 40
+  for start in (8, 600, 1000, 1001, 5000):  # from above or below the answer: the same exact answer
+    near = aot.find_max_batch(lambda b: b, 4, 1000, start=start)
+    assert near.batch_size == 1000 and all((b <= 1000) == (v is not None and v <= 1000) for b, v in near.tried.items())
+  assert len(aot.find_max_batch(lambda b: b, 4, 1000, start=1000, rel_tol=0.25).tried) == 4  # 1000, 2000, 1500, 1248
+  assert aot.find_max_batch(lambda b: b, 4, 3, start=64).batch_size == 0
   coarse = aot.find_max_batch(lambda b: b, 1, 1000, rel_tol=0.25)
   above = min(b for b in coarse.tried if b > coarse.batch_size)
   assert coarse.batch_size <= 1000 < above <= 1.25 * coarse.batch_size

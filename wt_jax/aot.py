@@ -349,16 +349,18 @@ class Search:
 
 
 def find_max_batch(total_bytes: Callable[[int], int], multiple: int, limit: int, cap: int | None = None,
-                   resolution: int | None = None, rel_tol: float = 0.0) -> Search:
+                   resolution: int | None = None, rel_tol: float = 0.0, start: int | None = None) -> Search:
   """The largest batch B (a multiple of `multiple`, ≤ `cap`) with total_bytes(B) ≤ limit, assuming more
   rows never need less memory; a batch for which `total_bytes` raises DoesNotFit does not fit.
 
   Each call of `total_bytes` is a compile (minutes for a big model), and XLA's memory per chip is not linear
-  in the batch (it changes layouts and fusions with the shapes), so the search is plain: double from
-  `multiple` until a batch does not fit, then bisect between the last that fits and the first that does not
+  in the batch (it changes layouts and fusions with the shapes), so the search is plain: from `start`
+  (default `multiple`; rounded down to a multiple) double until a batch does not fit — or, if `start` does
+  not fit, halve until one does —, then bisect between the largest that fits and the smallest that does not
   until they are `resolution` apart (default `multiple`: the exact largest multiple) or, with `rel_tol` > 0,
-  until the one that does not fit is at most (1 + rel_tol) times the one that does (fewer compiles). The
-  answer is always a batch that was compiled and fits."""
+  until the one that does not fit is at most (1 + rel_tol) times the one that does (fewer compiles). A
+  `start` near the answer (e.g. another slice's result) saves most compiles. The answer is always a batch
+  that was compiled and fits."""
   cap = cap or multiple * 65536
   resolution = max(resolution or multiple, multiple)
   tried: dict[int, int] = {}
@@ -371,10 +373,16 @@ def find_max_batch(total_bytes: Callable[[int], int], multiple: int, limit: int,
         tried[b] = None
     return tried[b] is not None and tried[b] <= limit
 
-  if not fits(multiple):
-    return Search(0, tried, False)
-  lo, hi = multiple, None  # lo fits; hi (once known) does not
-  while hi is None:
+  b = min(max(multiple, (start or multiple) // multiple * multiple), cap)
+  lo, hi = None, None  # lo fits; hi does not
+  while lo is None:  # halve from start until a batch fits
+    if fits(b):
+      lo = b
+    elif b == multiple:
+      return Search(0, tried, False)
+    else:
+      hi, b = b, max(multiple, b // 2 // multiple * multiple)
+  while hi is None:  # double from there until one does not
     if lo >= cap:
       return Search(lo, tried, True)
     b = min(2 * lo, cap)
