@@ -35,8 +35,11 @@ setup(
                  "gensim>=4.4", "tensorboard>=2.15"],
         # WMT14/15 for NMT through tensorflow-datasets, whose translation builders need TensorFlow
         "wmt": ["tensorflow-datasets>=4.9", "tensorflow>=2.15"],
-        # Accelerators: jax's own extras (libtpu / the CUDA 12 wheels). Pin them to the jax you have, e.g.
-        # pip install -e '.[tpu]' "jax[tpu]==$(python -c 'import jax; print(jax.__version__)')"
+        # Accelerators: jax's own extras (libtpu / the CUDA 12 wheels). jax[tpu] requires the libtpu (and jaxlib)
+        # of the jax it resolves to, and pip keeps an installed jax that satisfies install_requires, so
+        # `pip install -e '.[tpu]'` brings the libtpu of the jax you have (a mismatched libtpu fails to load).
+        # After upgrading jax, install the extra again, or pin explicitly:
+        # pip install "jax[tpu]==$(python -c 'import jax; print(jax.__version__)')"
         "tpu": ["jax[tpu]"],
         "cuda": ["jax[cuda12]"],
         # gs:// workdirs: etils' GCS backend (orbax writes buckets through TensorStore itself)

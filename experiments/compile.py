@@ -82,6 +82,7 @@ def main(argv):
           p.compiled.as_text())
   fits = all(p.memory.total <= limit for p in programs.values())
   record = {"config": config.get("name", "?"), "topology": topology, "chips": chips, "device_kind": kind,
+            "versions": aot.versions(),
             "hbm_bytes_per_chip": limit, "fits": fits,
             "programs": {p.name: {"platform": p.platform, "batch_size": p.batch_size, "total_bytes": p.memory.total,
                                   "argument_bytes": p.memory.arguments, "output_bytes": p.memory.outputs,

@@ -6,6 +6,8 @@
     python -m experiments.report ffnn_ptb --runs=runs/ffnn           # NNLM and LBL, tied vs untied, on PTB
     python -m experiments.report inan_ptb_table1 --runs=runs/inan    # Inan et al.'s Table 1, small, on PTB
     python -m experiments.report nmt_table8 --runs=runs/nmt          # Table 8 (and Table 1) analogue, Multi30k
+    python -m experiments.report tpu_memory --runs=DIR               # TPU memory per chip: DIR holds the
+                                                                     # stdout files of experiments.compile
 
 With --runs, every run directory there that holds a results.json (a finished run) is imported into
 results/<report>/<run>/ as results.json and curve.jsonl (its per-epoch records; the per-step log, plots,
@@ -500,11 +502,76 @@ def build_nmt(name: str, out_root: Path, runs_dir: Path | None = None, readme: P
   return tab
 
 
+# --- TPU memory per chip (experiments.compile) ------------------------------------------------------------
+
+AOT_PREFIX = "AOT_JSON "  # experiments.compile's machine-readable line
+AOT_ORDER = ("small", "small_tied", "medium", "medium_tied", "large", "large_tied", "large_bd_wd",
+             "large_bd_wd_tied", "rhn", "rhn_tied", "nmt_multi30k_baseline", "nmt_multi30k_three_way")
+
+
+def import_compiles(src: Path, dest: Path) -> list[str]:
+  """Each file of `src` holding an `AOT_JSON` line (experiments.compile's stdout) → dest/<config>_<topology>.json."""
+  names = []
+  for f in sorted(src.iterdir()):
+    lines = [l for l in f.read_text(errors="replace").splitlines() if l.startswith(AOT_PREFIX)] if f.is_file() else []
+    if lines:
+      rec = json.loads(lines[-1][len(AOT_PREFIX):])
+      name = f"{rec['config']}_{rec['topology'].replace(':', '_')}"
+      (dest / f"{name}.json").write_text(json.dumps(rec, indent=1) + "\n")
+      names.append(name)
+  return names
+
+
+def tpu_memory_table(records: list[dict]) -> str:
+  mib = lambda b: f"{b / 2**20:,.1f}"
+  order = {c: i for i, c in enumerate(AOT_ORDER)}
+  rows = ["| config | topology | batch (global) | train step total / chip (temporaries), MiB | eval / beam search "
+          "total / chip, MiB | fits | compile s (train, eval) | largest batch per chip (global; smallest refused) |",
+          "|---|---|---|---|---|---|---|---|"]
+  for r in sorted(records, key=lambda r: (order.get(r["config"], len(order)), r["chips"], r["config"])):
+    train = r["programs"]["train_step"]
+    other = next(p for n, p in r["programs"].items() if n != "train_step")
+    if "max_batch" in r:
+      largest = (f"{r['max_batch_per_chip']:,} ({r['max_batch']:,}; {r['smallest_not_fitting'] or '—'})"
+                 + (" (search cap)" if r.get("max_batch_capped") else ""))
+    else:
+      largest = "not searched"
+    rows.append(f"| {r['config']} | {r['topology']} | {train['batch_size']} | {mib(train['total_bytes'])} "
+                f"({mib(train['temp_bytes'])}) | {mib(other['total_bytes'])} | {'yes' if r['fits'] else 'no'} | "
+                f"{train['compile_s']}, {other['compile_s']} | {largest} |")
+  return "\n".join(rows)
+
+
+def build_tpu_memory(name: str, out_root: Path, runs_dir: Path | None = None, readme: Path | None = None) -> str:
+  """results/tpu_memory/: the compile records (imported from `runs_dir`'s compile outputs), the table."""
+  report_dir = out_root / name
+  report_dir.mkdir(parents=True, exist_ok=True)
+  if runs_dir is not None:
+    logging.info("imported %s", import_compiles(runs_dir, report_dir))
+  records = [json.loads(f.read_text()) for f in sorted(report_dir.glob("*.json"))]
+  if not records:
+    raise FileNotFoundError(f"no compile records in {report_dir}; pass --runs=DIR of experiments.compile outputs")
+  tab = tpu_memory_table(records)
+  vers = sorted({f"jax {r['versions']['jax']} / libtpu {r['versions']['libtpu']}" for r in records if "versions" in r})
+  intro = ("TPU v5e memory per chip (16 GiB HBM) from `python -m experiments.compile --config=configs/<config>.py "
+           "--topology=<topology> --find_max_batch --batch_rel_tol=0.25` on a CPU-only machine "
+           f"({', '.join(vers) or 'versions not recorded'}). \"total\" is arguments + outputs − donated + "
+           "temporaries; the largest batch is the largest global batch the search compiled that fits (within 25% "
+           "of the smallest that does not), divided by the chip count.")
+  (report_dir / "README.md").write_text(f"{intro}\n\n{tab}\n\nRebuild: `python -m experiments.report {name}`\n")
+  if readme is not None and not splice_readme(readme, name, f"{intro}\n\n{tab}"):
+    logging.warning("%s has no <!-- report:%s:begin/end --> markers; README not updated", readme, name)
+  return tab
+
+
+OTHER_REPORTS = {"tpu_memory": build_tpu_memory}
+
+
 def main(argv):
-  names = [*REPORTS, *NMT_REPORTS]
+  names = [*REPORTS, *NMT_REPORTS, *OTHER_REPORTS]
   if len(argv) != 2 or argv[1] not in names:
     raise app.UsageError(f"usage: python -m experiments.report {{{','.join(names)}}} [--runs=DIR]")
-  builder = build if argv[1] in REPORTS else build_nmt
+  builder = build if argv[1] in REPORTS else build_nmt if argv[1] in NMT_REPORTS else OTHER_REPORTS[argv[1]]
   tab = builder(argv[1], Path(_OUT.value), Path(_RUNS.value) if _RUNS.value else None,
                 Path(_README.value) if _README.value else None)
   print(tab)

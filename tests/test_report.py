@@ -135,3 +135,30 @@ def test_bbc_report_paper_column_not_comparable_and_dataset_check(tmp_path):
     report.build("bbc_table7", tmp_path / "results")
   with pytest.raises(ValueError, match="'bbc'"):
     report.build("ptb_table6", tmp_path / "results2", tmp_path / "results" / "bbc_table7")
+
+
+def test_tpu_memory_report_from_compile_outputs(tmp_path):
+  """experiments.compile's AOT_JSON lines → results/tpu_memory/*.json → the table, rows in config order."""
+  def record(config, topology, chips, total, **search):
+    program = {"platform": "tpu", "batch_size": 20, "total_bytes": total, "argument_bytes": 1, "output_bytes": 1,
+               "alias_bytes": 1, "temp_bytes": 2**20, "compile_s": 3.5}
+    return {"config": config, "topology": topology, "chips": chips, "device_kind": "TPU v5 lite",
+            "versions": {"jax": "0.10.2", "libtpu": "0.0.42.1"}, "hbm_bytes_per_chip": 16 * 2**30, "fits": True,
+            "programs": {"train_step": program, "eval_step": {**program, "total_bytes": 2**20}}, **search}
+  src = tmp_path / "compiles"
+  src.mkdir()
+  (src / "a.out").write_text("noise\nAOT_JSON " + json.dumps(record("rhn_tied", "v5e:2x2", 4, 3 * 2**20,
+                             max_batch=7168, max_batch_per_chip=1792, smallest_not_fitting=8192)) + "\n")
+  (src / "b.out").write_text("AOT_JSON " + json.dumps(record("small", "v5e:1x1", 1, 2**21)) + "\n")
+  (src / "c.out").write_text("a failed compile prints no record\n")
+  readme = tmp_path / "README.md"
+  readme.write_text("x\n<!-- report:tpu_memory:begin -->\nold\n<!-- report:tpu_memory:end -->\ny\n")
+  tab = report.build_tpu_memory("tpu_memory", tmp_path / "results", src, readme)
+  rows = tab.splitlines()[2:]
+  assert rows == ["| small | v5e:1x1 | 20 | 2.0 (1.0) | 1.0 | yes | 3.5, 3.5 | not searched |",
+                  "| rhn_tied | v5e:2x2 | 20 | 3.0 (1.0) | 1.0 | yes | 3.5, 3.5 | 1,792 (7,168; 8192) |"]
+  assert sorted(p.name for p in (tmp_path / "results" / "tpu_memory").glob("*.json")) == [
+      "rhn_tied_v5e_2x2.json", "small_v5e_1x1.json"]
+  text = readme.read_text()
+  assert "old" not in text and "jax 0.10.2 / libtpu 0.0.42.1" in text and rows[1] in text
+  assert report.build_tpu_memory("tpu_memory", tmp_path / "results") == tab  # rebuilt from the records alone

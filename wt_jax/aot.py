@@ -97,6 +97,17 @@ def require_libtpu() -> None:
                         f"{install_command()}") from e
 
 
+def versions() -> dict[str, str]:
+  """jax and libtpu versions: a compile's memory figures belong to that compiler."""
+  import importlib.metadata
+  out = {"jax": jax.__version__}
+  try:
+    out["libtpu"] = importlib.metadata.version("libtpu")
+  except importlib.metadata.PackageNotFoundError:
+    out["libtpu"] = None
+  return out
+
+
 def parse_topology(name: str) -> tuple[str, tuple[int, int, int]]:
   """'v5e:2x2' → ('v5e', (2, 2, 1)); TopologyError for anything else."""
   m = _TOPOLOGY.match(name)
