@@ -80,6 +80,12 @@ def test_train_step_uses_sum_over_time_mean_over_batch():
   assert sorted(k for k in sums if k.startswith("norm/grad/")) == ["norm/grad/words/embedding"]
   np.testing.assert_allclose(sums["norm/grad/words/embedding"], jnp.linalg.norm(ref_grads["words"]["embedding"]),
                              rtol=1e-5)
+  # inputs and targets of different shapes are refused when the step is traced (chex), not broadcast
+  with pytest.raises(AssertionError, match="shape"):
+    step(state, x, y[:, :-1])
+  cost = losses.make_lm_cost(config)
+  with pytest.raises(AssertionError, match="shape"):
+    cost(params, logits[:, :-1], y, {})
 
 
 def test_zaremba_cost_definition():

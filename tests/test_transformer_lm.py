@@ -185,3 +185,10 @@ def test_entry_point_runs_the_transformer(tmp_path):
   res = json.loads((tmp_path / "run" / "results.json").read_text())
   assert res["config"] == "transformer_untied_logits" and res["steps"] == 3 and res["model"] == "transformer_lm"
   assert math.isfinite(res["test_ppl"])
+
+
+def test_shapes_are_checked_at_trace_time():
+  model = _model(memory=3)
+  params = _params(model)
+  with pytest.raises(AssertionError, match="shape"):
+    _apply(model, params, jnp.zeros((2, 5), jnp.int32), jnp.full((1, 2, 4), -1, jnp.int32))  # memory 4 ≠ 3

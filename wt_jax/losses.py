@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import chex
 import jax
 import jax.numpy as jnp
 import optax
@@ -90,6 +91,8 @@ def make_lm_cost(config) -> Callable:
   which, target_gradient = al.embedding, bool(al.target_gradient)
 
   def cost(params, logits_BxTxV, targets_BxT, penalties):
+    chex.assert_rank([logits_BxTxV, targets_BxT], [3, 2])
+    chex.assert_equal_shape_prefix([logits_BxTxV, targets_BxT], 2)
     nll_BxT = token_nll(logits_BxTxV, targets_BxT)
     ce = zaremba_cost(nll_BxT)
     if ce_weight != 1.0:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -125,7 +126,8 @@ class TransformerLM(nn.Module):
     return jnp.full((1, batch_size, self.memory), -1, jnp.int32)  # −1: no token yet
 
   def __call__(self, ids_BxT, carry, *, train: bool = False):
-    T = ids_BxT.shape[1]
+    B, T = ids_BxT.shape
+    chex.assert_shape(carry, (1, B, self.memory))
     full_BxS = jnp.concatenate([carry[0], ids_BxT], axis=1)  # S = memory + T; the window is the last T
     S = full_BxS.shape[1]
     causal_SxS = jnp.tril(jnp.ones((S, S), bool))

@@ -17,6 +17,7 @@ import dataclasses
 from pathlib import Path
 from typing import Callable
 
+import chex
 import jax
 import jax.numpy as jnp
 import optax
@@ -48,6 +49,8 @@ def make_train_step(model, tx: optax.GradientTransformation, cost: Callable, ste
     return total, (carry, jnp.sum(nll_BxT))
 
   def step(state, x_BxT, y_BxT):
+    chex.assert_rank([x_BxT, y_BxT], 2)
+    chex.assert_equal_shape([x_BxT, y_BxT])
     key = jax.random.fold_in(step_key, state["step"])
     carry = jax.lax.stop_gradient(state["carry"])
     (_, (carry, nll_sum)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
