@@ -479,8 +479,12 @@ def nmt_provenance(spec: NmtReportSpec, name: str, runs: dict[tuple[str, str], l
         machine = f"{host.get('cpu', '?')}, {host.get('cpu_count', '?')} cores" if host else "not recorded"
         cmd = spec.command.format(mode=_MODE_CONFIG[row.tying], tgt=tgt, workdir=f"runs/nmt/{r['_dir']}")
         commit = (r.get("versions") or {}).get("wt_jax_commit") or "not recorded"
+        # wall_s is the last session's (a resumed run that only decoded took a minute): say so
+        wall = (f"{r['train_s'] / 60:.0f} min training" +
+                (f" (the last session, which resumed it, {r['wall_s'] / 60:.0f} min wall)"
+                 if r["wall_s"] < r["train_s"] else f", {r['wall_s'] / 60:.0f} min wall"))
         lines.append(f"- `{r['_dir']}`: `{cmd}` — commit `{commit}`, machine: {machine}; {r['epochs']} epochs, "
-                     f"{r['wall_s'] / 60:.0f} min wall ({r['train_s'] / 60:.0f} min training); beam "
+                     f"{wall}; beam "
                      f"{r['beam']}, length α {r['length_alpha']}; BLEU `{r['bleu_signature']}`; "
                      f"test translations: `runs/nmt/{r['_dir']}/test.hyp.txt` (in the run's workdir)")
   return "\n".join(lines)
