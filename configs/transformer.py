@@ -14,7 +14,8 @@ Not a paper row: every value below is ours, chosen so that one PTB run fits abou
 (4 blocks of D = 256, 4 heads, feed-forward 1024: Vaswani et al.'s base proportions at half the width and a
 third of the depth). Adam with a linear warm-up, then ×0.5 per epoch after the third. Windows of 64 tokens,
 each preceded by the previous window's last 32 as context (`memory`), so every scored token sees 32–95
-earlier tokens; the batch-1 test uses the same windows (`test_window = bptt`).
+earlier tokens; the batch-1 test uses the same windows (`test_window = bptt`; learned positions cover
+memory + bptt slots).
 """
 from configs import lm_base
 

@@ -42,7 +42,7 @@ def _lm_config(module, **kw):
 @pytest.mark.parametrize("module,extra", [
     (small_tied_pr, {}), (large_bd_wd_tied, {}), (rhn_tied, {"depth": 2, "num_layers": 1}), (nnlm, {}),
     (lbl, {}), (small_tied_pr, {"compute_dtype": "bfloat16"}),
-    (transformer, {"num_layers": 1, "num_heads": 2, "mlp_size": 32, "memory": 4, "optimizer": "adam",
+    (transformer, {"num_layers": 1, "num_heads": 2, "mlp_size": 32, "memory": 4, "optimizer": "adam", "test_window": 5,
                    "warmup_steps": 10})],
     ids=["lstm_pr", "bd_lstm", "rhn", "nnlm", "lbl", "lstm_bf16", "transformer"])
 def test_lm_train_and_eval_steps_lower_for_tpu_and_gpu(module, extra):

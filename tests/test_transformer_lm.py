@@ -15,14 +15,15 @@ from configs import transformer
 from tests.conftest import REPO, write_corpus
 from wt_jax import models, tying
 from wt_jax.data import ptb
-from wt_jax.models.transformer_lm import TransformerLM, sinusoidal_positions
+from wt_jax.models.transformer_lm import TransformerLM
 from wt_jax.train import lm, optim
 
-V, D, F = 23, 8, 16
+V, D, F, P = 23, 8, 16, 20  # vocabulary, model size, MLP, position slots
 
 
 def _model(**kw):
-  return TransformerLM(**{"vocab_size": V, "dim": D, "num_layers": 2, "num_heads": 2, "mlp_size": F, **kw})
+  return TransformerLM(**{"vocab_size": V, "dim": D, "num_layers": 2, "num_heads": 2, "mlp_size": F, "max_len": P,
+                          **kw})
 
 
 def _params(model, batch=2, bptt=5):
@@ -84,7 +85,7 @@ def test_parameter_counts_by_formula(mode):
   words = {"untied": 2 * V * D + V, "tied": V * D + V, "projection": 2 * V * D + V + D * D + D,
            "tied_projection": V * D + V + D * D + D}[mode]
   params = _params(_model(tying=mode))
-  assert tying.count_params(params) == L * block + 2 * D + words
+  assert tying.count_params(params) == L * block + 2 * D + P * D + words  # + final LN, positions
   leaves = list(tying.embedding_leaves(params))
   assert leaves == (["words/embedding"] if mode.startswith("tied") else ["words/embedding", "words/out_embedding"])
 
@@ -123,12 +124,20 @@ def test_each_scale_option_by_hand(scale):
   E, b = np.asarray(params["words"]["embedding"], np.float64), np.asarray(params["words"]["out_bias"], np.float64)
   s_in = math.sqrt(D) if scale == "sqrt_d" else 1.0
   s_out = 1 / math.sqrt(D) if scale == "logits" else 1.0
-  x0 = E[np.asarray(ids)] * s_in + np.asarray(sinusoidal_positions(4, D), np.float64)
+  x0 = E[np.asarray(ids)] * s_in + np.asarray(params["positions"], np.float64)[:4]
   np.testing.assert_allclose(logits, _layer_norm(x0) @ E.T * s_out + b, rtol=1e-4, atol=1e-5)
-  # the positions: PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(...)
-  pe = np.asarray(sinusoidal_positions(4, D))
-  np.testing.assert_allclose(pe[3, 2], math.sin(3 / 10000 ** (2 / D)), rtol=1e-6)
-  np.testing.assert_allclose(pe[3, 3], math.cos(3 / 10000 ** (2 / D)), rtol=1e-6)
+
+
+def test_positions_cap_the_input():
+  model = _model(memory=4, max_len=10)
+  params = _params(model)
+  _apply(model, params, jnp.zeros((2, 6), jnp.int32))  # 4 + 6 = 10 slots: fine
+  with pytest.raises(ValueError, match="at most bptt"):
+    _apply(model, params, jnp.zeros((2, 7), jnp.int32))
+  c = transformer.get_config()
+  c.test_window = c.bptt + 1
+  with pytest.raises(ValueError, match="test_window"):
+    models.build(c)
 
 
 def test_configs_parse_and_build():

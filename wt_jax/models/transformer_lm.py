@@ -2,7 +2,7 @@
 front of each sub-layer as in GPT-2), with its word layers in `tying.WordEmbeddings`, so every tying mode of
 Press & Wolf (2017) applies unchanged.
 
-    x₀ = E[w]·s_in + P                       [B, M+T, D]   E: the (tied) embedding, P: sinusoidal positions
+    x₀ = E[w]·s_in + P[p]                    [B, M+T, D]   E: the (tied) embedding, P: learned positions
     x ← x + Drop(Attn(LN(x)))                causal multi-head self-attention
     x ← x + Drop(W₂·GELU(W₁·LN(x) + b₁) + b₂)
     logits = (LN(x)·Oᵀ)·s_out + b             O = E when tied (one shared leaf)
@@ -10,10 +10,12 @@ Press & Wolf (2017) applies unchanged.
 The scale of the shared matrix (`tying.WordEmbeddings`): s_in = √D with `input_scale` (Vaswani et al.
 Section 3.4; T5, Gemma), s_out = 1/√D with `logit_scale`, or neither (GPT-2).
 
-**Positions are sinusoidal** (Vaswani et al. Section 3.5), not learned: they add no parameters, so tied and
-untied models and every scale option differ in the word layers only, and their amplitude is fixed (each
-component in [−1, 1]) — the input scale then sets the ratio of word signal to position signal, the very
-thing the embedding-scale options change.
+**Positions are learned** (GPT-2), one vector per slot of the [memory + bptt] input, drawn like the word
+embedding: a fixed encoding would fix the ratio of position to word signal in the residual stream and so
+decide part of the scale question in advance (sinusoids of amplitude 1 are ≈ 35× the unscaled words drawn at
+std 0.02), while learned positions start on the words' scale and follow whichever scale the option gives the
+words. They cost (memory + bptt)·D parameters, the same in every cell of a comparison, and cap the input at
+memory + bptt tokens (so the batch-1 test's windows must be at most `bptt`).
 
 **Context across windows.** The loop trains on consecutive [B, T] windows of the batched stream, as for the
 recurrent LMs. The carry is the previous window's last `memory` token ids, int32[1, B, memory] (−1 where the
@@ -34,16 +36,6 @@ import jax
 import jax.numpy as jnp
 
 from wt_jax import precision, tying
-
-
-def sinusoidal_positions(length: int, dim: int) -> jax.Array:
-  """[length, dim]: PE[p, 2i] = sin(p / 10000^(2i/dim)), PE[p, 2i+1] = cos(…) (Vaswani et al. Section 3.5)."""
-  if dim % 2:
-    raise ValueError(f"sinusoidal positions need an even model size, not {dim}.")
-  p = jnp.arange(length, dtype=jnp.float32)[:, None]
-  inv_freq = 10000.0 ** (-jnp.arange(0, dim, 2, dtype=jnp.float32) / dim)  # [dim/2]
-  angles = p * inv_freq                                                     # [length, dim/2]
-  return jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1).reshape(length, dim)
 
 
 class Dense(nn.Module):
@@ -98,6 +90,7 @@ class TransformerLM(nn.Module):
   num_heads: int = 4
   mlp_size: int = 1024
   memory: int = 0
+  max_len: int = 128         # input slots (memory + window): the learned position table's rows
   dropout: float = 0.0
   init_scale: float = 0.035  # U(−s, s): s = 0.035 is a standard deviation of 0.02 (GPT-2's)
   tying: str = "tied"
@@ -119,6 +112,7 @@ class TransformerLM(nn.Module):
         logit_scale=self.logit_scale, input_scale=self.input_scale, dtype=self.dtype)
     self.blocks = [Block(self.dim, self.num_heads, self.mlp_size, self.dropout, self.init_scale, self.dtype,
                          name=f"block_{l}") for l in range(self.num_layers)]
+    self.positions = self.param("positions", tying.uniform_init(self.init_scale), (self.max_len, self.dim))
     self.ln_out = nn.LayerNorm()
     self.drop = nn.Dropout(self.dropout)
 
@@ -130,9 +124,12 @@ class TransformerLM(nn.Module):
     chex.assert_shape(carry, (1, B, self.memory))
     full_BxS = jnp.concatenate([carry[0], ids_BxT], axis=1)  # S = memory + T; the window is the last T
     S = full_BxS.shape[1]
+    if S > self.max_len:
+      raise ValueError(f"A window of {T} tokens after {self.memory} of memory needs {S} positions; the model has "
+                       f"{self.max_len} (memory + bptt): evaluate on windows of at most bptt tokens.")
     causal_SxS = jnp.tril(jnp.ones((S, S), bool))
     allowed_BxSxS = causal_SxS[None] & (full_BxS >= 0)[:, None, :]  # a key is seen if earlier and a token
-    x = self.words.embed(jnp.maximum(full_BxS, 0)) + sinusoidal_positions(S, self.dim)
+    x = self.words.embed(jnp.maximum(full_BxS, 0)) + self.positions[:S]
     x = self.drop(x, deterministic=not train)
     for block in self.blocks:
       x = block(x, allowed_BxSxS, train)
@@ -141,9 +138,13 @@ class TransformerLM(nn.Module):
 
 
 def from_config(config) -> TransformerLM:
+  if config.test_window > config.bptt:
+    raise ValueError(f"transformer_lm has learned positions for memory + bptt = {config.memory + config.bptt} "
+                     f"tokens; set test_window ≤ bptt (it is {config.test_window}, bptt {config.bptt}).")
   return TransformerLM(
       vocab_size=config.vocab_size, dim=config.hidden_size, num_layers=config.num_layers,
-      num_heads=config.num_heads, mlp_size=config.mlp_size, memory=config.memory, dropout=config.dropout,
+      num_heads=config.num_heads, mlp_size=config.mlp_size, memory=config.memory,
+      max_len=config.memory + config.bptt, dropout=config.dropout,
       init_scale=config.init_scale, tying=config.words.mode, pr_lambda=config.words.pr_lambda,
       proj_bias=config.words.proj_bias, output_bias=config.words.output_bias,
       input_scale=config.words.input_scale, logit_scale=config.words.logit_scale,
