@@ -160,6 +160,21 @@ REPORTS = {
             PaperRow("inan_small_re", "+ RE", "—", None, 89.9, 85.1, "configs/inan.py:small,re,ptb,gal"),
             PaperRow("inan_small_real", "+ REAL (RE + AL)", "—", None, 86.3, 82.7, "configs/inan.py:small,real,ptb,gal"),
         ), runs="runs/inan"),
+    # Not a paper table: the tied Transformer LM (configs/transformer.py) — tied vs untied × where the one
+    # matrix's scale is corrected (none: GPT-2; √D on the input: Vaswani et al. 2017, T5, Gemma; 1/√D on the
+    # logits), and projection regularisation on the tied model. No paper reports these on PTB.
+    "transformer_ptb": ReportSpec(
+        title="A tied Transformer LM on PTB: tying × embedding scale (4 blocks, D = 256; 6 epochs)",
+        source="ours (no paper reports these); protocol: windows of 64 tokens after 32 tokens of memory, the "
+               "batch-1 test on the same windows (wt_jax/models/transformer_lm.py)",
+        command="python -m experiments.ptb --config={flag} --config.seed={seed} --workdir={workdir}",
+        rows=tuple(PaperRow(f"transformer_{mode}_{scale}", label, "—", None, None, None,
+                            f"configs/transformer.py:{mode},{scale}") for mode, scale, label in (
+            ("untied", "none", "untied, no scale"), ("untied", "sqrt_d", "untied, input × √D"),
+            ("untied", "logits", "untied, logits × 1/√D"), ("tied", "none", "tied, no scale (GPT-2)"),
+            ("tied", "sqrt_d", "tied, input × √D (Vaswani, T5, Gemma)"), ("tied", "logits", "tied, logits × 1/√D"),
+            ("tied_projection", "none", "tied + PR, no scale"))),
+        runs="runs/transformer", comparable=False),
 }
 
 
