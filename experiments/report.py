@@ -525,7 +525,7 @@ def build_nmt(name: str, out_root: Path, runs_dir: Path | None = None, readme: P
 
 AOT_PREFIX = "AOT_JSON "  # experiments.compile's machine-readable line
 AOT_ORDER = ("small", "small_tied", "medium", "medium_tied", "large", "large_tied", "large_bd_wd",
-             "large_bd_wd_tied", "rhn", "rhn_tied", "nmt_multi30k_baseline", "nmt_multi30k_three_way")
+             "large_bd_wd_tied", "rhn", "rhn_tied", "nmt_multi30k_none", "nmt_multi30k_three_way")
 
 
 def import_compiles(src: Path, dest: Path) -> list[str]:
@@ -551,7 +551,8 @@ def tpu_memory_table(records: list[dict]) -> str:
     train = r["programs"]["train_step"]
     other = next(p for n, p in r["programs"].items() if n != "train_step")
     if "max_batch" in r:
-      largest = (f"{r['max_batch_per_chip']:,} ({r['max_batch']:,}; {r['smallest_not_fitting'] or '—'})"
+      refused = f"{r['smallest_not_fitting']:,}" if r.get("smallest_not_fitting") else "—"
+      largest = (f"{r['max_batch_per_chip']:,} ({r['max_batch']:,}; {refused})"
                  + (" (search cap)" if r.get("max_batch_capped") else ""))
     else:
       largest = "not searched"
@@ -576,7 +577,9 @@ def build_tpu_memory(name: str, out_root: Path, runs_dir: Path | None = None, re
            "--topology=<topology> --find_max_batch --batch_rel_tol=0.25` on a CPU-only machine "
            f"({', '.join(vers) or 'versions not recorded'}). \"total\" is arguments + outputs − donated + "
            "temporaries; the largest batch is the largest global batch the search compiled that fits (within 25% "
-           "of the smallest that does not), divided by the chip count.")
+           "of the smallest that does not), divided by the chip count. Compile times are this 2-core machine's, "
+           "with other jobs running; the NMT rows use the longest training bucket and the BPE vocabulary size "
+           "as an upper bound for both sides; `nmt_multi30k_none` is `configs/nmt_multi30k_baseline.py`.")
   (report_dir / "README.md").write_text(f"{intro}\n\n{tab}\n\nRebuild: `python -m experiments.report {name}`\n")
   if readme is not None and not splice_readme(readme, name, f"{intro}\n\n{tab}"):
     logging.warning("%s has no <!-- report:%s:begin/end --> markers; README not updated", readme, name)

@@ -156,7 +156,7 @@ def test_tpu_memory_report_from_compile_outputs(tmp_path):
   tab = report.build_tpu_memory("tpu_memory", tmp_path / "results", src, readme)
   rows = tab.splitlines()[2:]
   assert rows == ["| small | v5e:1x1 | 20 | 2.0 (1.0) | 1.0 | yes | 3.5, 3.5 | not searched |",
-                  "| rhn_tied | v5e:2x2 | 20 | 3.0 (1.0) | 1.0 | yes | 3.5, 3.5 | 1,792 (7,168; 8192) |"]
+                  "| rhn_tied | v5e:2x2 | 20 | 3.0 (1.0) | 1.0 | yes | 3.5, 3.5 | 1,792 (7,168; 8,192) |"]
   assert sorted(p.name for p in (tmp_path / "results" / "tpu_memory").glob("*.json")) == [
       "rhn_tied_v5e_2x2.json", "small_v5e_1x1.json"]
   text = readme.read_text()
