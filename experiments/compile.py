@@ -10,7 +10,7 @@ mesh over the topology's chips (`wt_jax.aot`), checks each executable is a TPU o
 arguments, outputs, temporaries, the total against the chip's HBM, and the compile time; then one JSON line
 (prefix `AOT_JSON `). Exits non-zero with one line when the config does not fit, the topology is unknown or
 libtpu is missing. --find_max_batch also searches the largest global train batch (a multiple of the chip
-count) that fits (`wt_jax.aot.find_max_batch`).
+count) that fits (`wt_jax.batch_search.find_max_batch`).
 """
 import json
 import sys
@@ -20,7 +20,7 @@ from absl import app, flags
 from etils import epath
 from ml_collections import config_flags
 
-from wt_jax import aot
+from wt_jax import aot, batch_search
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file in configs/.", lock_config=True)
 _TOPOLOGY = flags.DEFINE_string("topology", None, "TPU slice, e.g. v5e:1x1, v5e:2x2, v4:2x2x1, v5p:2x2x1, v6e:2x4.")
@@ -99,8 +99,8 @@ def main(argv):
             f" ({p.seconds:.1f} s)", flush=True)
       return p.memory.total
 
-    search = aot.find_max_batch(total, chips, limit, resolution=_RESOLUTION.value or None,
-                                rel_tol=_REL_TOL.value, start=_START.value or None)
+    search = batch_search.find_max_batch(total, chips, limit, resolution=_RESOLUTION.value or None,
+                                         rel_tol=_REL_TOL.value, start=_START.value or None)
     above = min((b for b in search.tried if b > search.batch_size), default=None)
     note = " (the search's cap; larger may fit)" if search.capped else ""
     print(f"largest global train batch that fits: {search.batch_size} ({search.batch_size // chips} per chip)"

@@ -18,7 +18,7 @@ import pytest
 
 from configs import nmt_multi30k, rhn_tied
 from tests.conftest import REPO, tiny_config
-from wt_jax import aot, models
+from wt_jax import aot, batch_search, models
 from wt_jax.train import evaluate
 
 try:
@@ -155,27 +155,27 @@ def test_find_max_batch_finds_the_largest_multiple(true_max, multiple):
     return b * 10 + (500 if b > 16 else 0)
 
   limit = true_max * 10 + (500 if true_max > 16 else 0)
-  s = aot.find_max_batch(total, multiple, limit)
+  s = batch_search.find_max_batch(total, multiple, limit)
   assert s.batch_size == true_max // multiple * multiple and not s.capped
   assert len(calls) == len(set(calls)) == len(s.tried)
   assert len(calls) <= 2 * (true_max // multiple).bit_length() + 2
 
 
 def test_find_max_batch_edges():
-  assert aot.find_max_batch(lambda b: b, 4, 3).batch_size == 0  # not even one row per chip
-  capped = aot.find_max_batch(lambda b: b, 2, 10 ** 9, cap=64)
+  assert batch_search.find_max_batch(lambda b: b, 4, 3).batch_size == 0  # not even one row per chip
+  capped = batch_search.find_max_batch(lambda b: b, 2, 10 ** 9, cap=64)
   assert capped.batch_size == 64 and capped.capped
   def refused(b):  # what the TPU compiler does for a batch far too big
     if b > 40:
-      raise aot.DoesNotFit(f"train_step at batch {b}: RESOURCE_EXHAUSTED")
+      raise batch_search.DoesNotFit(f"train_step at batch {b}: RESOURCE_EXHAUSTED")
     return b
-  s = aot.find_max_batch(refused, 4, 10 ** 9)
+  s = batch_search.find_max_batch(refused, 4, 10 ** 9)
   assert s.batch_size == 40 and s.tried[44] is None and s.tried[40] == 40
   for start in (8, 600, 1000, 1001, 5000):  # from above or below the answer: the same exact answer
-    near = aot.find_max_batch(lambda b: b, 4, 1000, start=start)
+    near = batch_search.find_max_batch(lambda b: b, 4, 1000, start=start)
     assert near.batch_size == 1000 and all((b <= 1000) == (v is not None and v <= 1000) for b, v in near.tried.items())
-  assert len(aot.find_max_batch(lambda b: b, 4, 1000, start=1000, rel_tol=0.25).tried) == 4  # 1000, 2000, 1500, 1248
-  assert aot.find_max_batch(lambda b: b, 4, 3, start=64).batch_size == 0
-  coarse = aot.find_max_batch(lambda b: b, 1, 1000, rel_tol=0.25)
+  assert len(batch_search.find_max_batch(lambda b: b, 4, 1000, start=1000, rel_tol=0.25).tried) == 4  # 1000, 2000, 1500, 1248
+  assert batch_search.find_max_batch(lambda b: b, 4, 3, start=64).batch_size == 0
+  coarse = batch_search.find_max_batch(lambda b: b, 1, 1000, rel_tol=0.25)
   above = min(b for b in coarse.tried if b > coarse.batch_size)
   assert coarse.batch_size <= 1000 < above <= 1.25 * coarse.batch_size
