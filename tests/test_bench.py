@@ -97,9 +97,13 @@ def test_roofline_counts_agree_with_the_bench_formula():
   from configs import large_bd_wd_tied, rhn_tied
   from experiments.bench_helpers import roofline
   rhn, lstm = roofline.steps()
-  assert rhn.total_flops == bench.matmul_flops_per_step(rhn_tied.get_config())
-  assert lstm.total_flops == bench.matmul_flops_per_step(large_bd_wd_tied.get_config())
   assert (rhn.chain_stages, lstm.chain_stages) == (700, 140)
+  # the chain is the recurrent part of the bench's count: forward and backward loops (2 of its 3 passes), and the
+  # rest is the input projections, the output layer and the recurrent weight gradients after the loop
+  for step, config, recurrent_per_token in ((rhn, rhn_tied.get_config(), 2 * 10 * 830 * 1660),
+                                            (lstm, large_bd_wd_tied.get_config(), 2 * 2 * 1500 * 6000)):
+    assert step.total_flops == bench.matmul_flops_per_step(config)
+    assert step.chain_stages * step.stage_flops == 2 * 700 * recurrent_per_token
   assert rhn.stage_weights == 830 * 1660 and lstm.stage_weights == 1500 * 6000
   e = roofline.estimate(rhn, roofline.CHIPS[0], "bfloat16", 0.0)  # v5e: 2.76 MB per stage at 819 GB/s
   assert abs(e["stage_mem_us"] - 830 * 1660 * 2 / 819e9 * 1e6) < 0.01 and e["chain_bound"].startswith("HBM")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 
 from configs import large_bd_wd_tied, rhn_tied
+from experiments.bench import matmul_flops_per_step
 
 PTB_STEPS_PER_EPOCH = 1327  # PTB's 929,589 training tokens in 20 streams of 35-token windows
 
@@ -50,7 +51,7 @@ class Step:
   chain_stages: int         # dependent matmul stages per step (forward and backward loops)
   stage_flops: float        # FLOPs of one stage
   stage_weights: int        # weight elements one stage reads
-  total_flops: float        # all matmul FLOPs of the step (= experiments.bench.matmul_flops_per_step)
+  total_flops: float        # all matmul FLOPs of the step (experiments.bench.matmul_flops_per_step)
   epochs: int
 
   @property
@@ -60,19 +61,15 @@ class Step:
 
 def rhn_step(c) -> Step:
   """Zilly et al.'s RHN: T time steps × depth micro-layers, each [B, H] × [H, 2H], forward and backward."""
-  B, T, H, V, d = c.batch_size, c.bptt, c.hidden_size, c.vocab_size, c.depth
-  tokens = B * T
-  total = 3 * tokens * (2 * (H * 2 * H + d * H * 2 * H) + 2 * H * V)
-  return Step(c.name, B, 2 * T * d, 2 * B * H * 2 * H, H * 2 * H, total, c.num_epochs)
+  B, T, H, d = c.batch_size, c.bptt, c.hidden_size, c.depth
+  return Step(c.name, B, 2 * T * d, 2 * B * H * 2 * H, H * 2 * H, matmul_flops_per_step(c), c.num_epochs)
 
 
 def lstm_step(c) -> Step:
   """L stacked LSTM layers: T time steps each, one [B, H] × [H, 4H] stage per step (Gal's four per-gate
   [H, H] matmuls are independent of each other: one stage), forward and backward."""
-  B, T, H, V, L = c.batch_size, c.bptt, c.hidden_size, c.vocab_size, c.num_layers
-  tokens = B * T
-  total = 3 * tokens * (L * 2 * (H + H) * 4 * H + 2 * H * V)
-  return Step(c.name, B, 2 * T * L, 2 * B * H * 4 * H, H * 4 * H, total, c.num_epochs)
+  B, T, H, L = c.batch_size, c.bptt, c.hidden_size, c.num_layers
+  return Step(c.name, B, 2 * T * L, 2 * B * H * 4 * H, H * 4 * H, matmul_flops_per_step(c), c.num_epochs)
 
 
 def estimate(step: Step, chip: Chip, dtype: str, t_op_us: float) -> dict:
