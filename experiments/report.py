@@ -5,6 +5,7 @@
     python -m experiments.report bbc_table7 --runs=runs/bbc          # Table 7's small models on BBC News
     python -m experiments.report ffnn_ptb --runs=runs/ffnn           # NNLM and LBL, tied vs untied, on PTB
     python -m experiments.report inan_ptb_table1 --runs=runs/inan    # Inan et al.'s Table 1, small, on PTB
+    python -m experiments.report inan_ptb_table1 --runs=runs/inan_appA   # (its Appendix A rows)
     python -m experiments.report nmt_table8 --runs=runs/nmt          # Table 8 (and Table 1) analogue, Multi30k
     python -m experiments.report tpu_memory --runs=DIR               # TPU memory per chip: DIR holds the
                                                                      # stdout files of experiments.compile
@@ -55,6 +56,7 @@ class PaperRow:
   valid: float | None
   test: float | None
   flag: str = ""  # the --config value when it is not configs/<config>.py (e.g. configs/inan.py:small,vd)
+  runs: str = ""  # where the command puts this row's runs, when not the report's `runs`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +70,10 @@ class ReportSpec:
   comparable: bool = True  # False: the paper's data differ from ours; no Δ column value, no paper lines drawn
   note: str = ""  # Markdown after the table (in results/<name>/README.md and the README section)
 
+
+# Inan et al. (ICLR 2017), Table 1, small PTB rows as printed: (variant, label, valid, test).
+INAN_SMALL = (("vd", "VD-LSTM (small)", 92.6, 87.3), ("al", "+ AL", 86.3, 82.9),
+              ("re", "+ RE", 89.9, 85.1), ("real", "+ REAL (RE + AL)", 86.3, 82.7))
 
 # Press & Wolf (EACL 2017), Table 7 as printed: perplexity (train, valid, test) of the four small models on
 # text8, IMDB and BBC (the table leaves text8's validation cells empty: None).
@@ -149,17 +155,27 @@ REPORTS = {
         ), runs="runs/ffnn"),
     # Inan, Khosravi & Socher (ICLR 2017), Table 1: the small (200-unit) VD-LSTM on PTB, with the augmented
     # loss (AL), reused embeddings (RE: tied, no output bias) and both (REAL). All four small rows as printed
-    # in the paper's Table 1 (valid / test; the table has no parameter or training-perplexity column).
+    # in the paper's Table 1 (valid / test; the table has no parameter or training-perplexity column). Each
+    # row three times: Appendix A's settings (keep reading), its first training session and footnote 4's
+    # second one (retrained from the first one's final state: what the paper reports), then the earlier recipe.
     "inan_ptb_table1": ReportSpec(
         title="Inan et al. (2017), Table 1: small VD-LSTM on PTB with AL, RE and REAL",
-        source="Inan, Khosravi & Socher, Tying Word Vectors and Word Classifiers, ICLR 2017, Table 1",
+        source="Inan, Khosravi & Socher, Tying Word Vectors and Word Classifiers, ICLR 2017, Table 1 "
+               "(settings: Appendix A as transcribed in ../shared/papers/README.md; sessions: footnote 4)",
         command="python -m experiments.ptb --config={flag} --config.seed={seed} --workdir={workdir}",
-        rows=(
-            PaperRow("inan_small_vd", "VD-LSTM (small)", "—", None, 92.6, 87.3, "configs/inan.py:small,vd,ptb,gal"),
-            PaperRow("inan_small_al", "+ AL", "—", None, 86.3, 82.9, "configs/inan.py:small,al,ptb,gal"),
-            PaperRow("inan_small_re", "+ RE", "—", None, 89.9, 85.1, "configs/inan.py:small,re,ptb,gal"),
-            PaperRow("inan_small_real", "+ REAL (RE + AL)", "—", None, 86.3, 82.7, "configs/inan.py:small,real,ptb,gal"),
-        ), runs="runs/inan"),
+        rows=tuple(row for v, label, valid, test in INAN_SMALL for row in (
+            PaperRow(f"inan_small_{v}_keep", f"{label}, App. A, session 1", "—", None, valid, test,
+                     f"configs/inan.py:small,{v}", "runs/inan_appA"),
+            PaperRow(f"inan_small_{v}_keep_s2", f"{label}, App. A, session 2", "—", None, valid, test,
+                     f"configs/inan.py:small,{v} --config.name=inan_small_{v}_keep_s2 "
+                     f"--config.init_from=results/inan_ptb_table1/small_{v}_keep/init_s2", "runs/inan_appA"),
+        )) + tuple(PaperRow(f"inan_small_{v}", f"{label}, earlier recipe", "—", None, valid, test,
+                            f"configs/inan.py:small,{v},ptb,gal") for v, label, valid, test in INAN_SMALL),
+        runs="runs/inan",
+        note="App. A: `configs/inan.py:small,V` (Appendix A's lr 1, ×0.9 per epoch after epoch 5, bptt 35, "
+             "clip 5, keep 0.7; 40 epochs). Session 2 starts from session 1's final parameters with the "
+             "schedule restarted (footnote 4; `bash experiments/inan_table1.sh`). Earlier recipe: "
+             "`configs/inan.py:small,V,ptb,gal` (Gal's schedule, drop 0.5, bptt 20), kept for comparison."),
     # Not a paper table: the tied Transformer LM (configs/transformer.py) — tied vs untied × where the one
     # matrix's scale is corrected (none: GPT-2; √D on the input: Vaswani et al. 2017, T5, Gemma; 1/√D on the
     # logits), and projection regularisation on the tied model. No paper reports these on PTB.
@@ -334,7 +350,7 @@ def provenance(name: str, spec: ReportSpec, by_config: dict[str, list[dict]]) ->
       machine = (f"{host.get('cpu', '?')}, {host.get('cpu_count', '?')} cores" if host
                  else "not recorded")
       cmd = spec.command.format(flag=row.flag or f"configs/{r['config']}.py", seed=r["seed"],
-                                workdir=f"{spec.runs or 'runs/' + name}/{r['_dir']}")
+                                workdir=f"{row.runs or spec.runs or 'runs/' + name}/{r['_dir']}")
       commit = (r.get("versions") or {}).get("wt_jax_commit") or "not recorded"
       lines.append(
           f"- `{r['_dir']}`: `{cmd}` — commit `{commit}`, machine: {machine}; "

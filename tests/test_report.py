@@ -54,15 +54,24 @@ def test_report_imports_finished_runs_and_builds_table(tmp_path):
 
 
 def test_inan_table1_names_the_config_argument(tmp_path):
-  """Inan's runs come from one config file with an argument (configs/inan.py:small,real,ptb,gal), not <config>.py."""
+  """Inan's runs come from one config file with an argument (configs/inan.py:small,real,ptb,gal), not <config>.py;
+  the Appendix A rows have a first session and footnote 4's second one, started from the first's parameters."""
   _fake_run(tmp_path / "runs" / "small_real", "inan_small_real", 0, 84.0)
+  _fake_run(tmp_path / "appA" / "small_vd_keep", "inan_small_vd_keep", 0, 90.0)
+  _fake_run(tmp_path / "appA" / "small_vd_keep_s2", "inan_small_vd_keep_s2", 0, 88.0)
+  report.build("inan_ptb_table1", tmp_path / "results", tmp_path / "appA", None)
   tab = report.build("inan_ptb_table1", tmp_path / "results", tmp_path / "runs", None)
-  assert "| + REAL (RE + AL) | — | 2,651,600 | 0 | — / 35.0 | 86.3 / 118.0 | 82.7 / 84.0 | +1.3 |" in tab
-  assert "| VD-LSTM (small) | — | — | none yet | — / — | 92.6 / — | 87.3 / — | — |" in tab
+  assert "| + REAL (RE + AL), earlier recipe | — | 2,651,600 | 0 | — / 35.0 | 86.3 / 118.0 | 82.7 / 84.0 | +1.3 |" in tab
+  assert "| VD-LSTM (small), App. A, session 1 | — | 2,651,600 | 0 | — / 35.0 | 92.6 / 118.0 | 87.3 / 90.0 | +2.7 |" in tab
+  assert "| VD-LSTM (small), App. A, session 2 | — | 2,651,600 | 0 | — / 35.0 | 92.6 / 118.0 | 87.3 / 88.0 | +0.7 |" in tab
+  assert "| + AL, App. A, session 2 | — | — | none yet | — / — | 86.3 / — | 82.9 / — | — |" in tab
   runs_md = (tmp_path / "results" / "inan_ptb_table1" / "README.md").read_text()
   # The workdir is where the README's commands put the run (runs/inan/), not runs/<report name>/.
   assert ("`python -m experiments.ptb --config=configs/inan.py:small,real,ptb,gal --config.seed=0 "
           "--workdir=runs/inan/small_real`") in runs_md
+  assert ("`python -m experiments.ptb --config=configs/inan.py:small,vd --config.name=inan_small_vd_keep_s2 "
+          "--config.init_from=results/inan_ptb_table1/small_vd_keep/init_s2 --config.seed=0 "
+          "--workdir=runs/inan_appA/small_vd_keep_s2`") in runs_md
 
 
 def test_report_rejects_runs_of_other_configs(tmp_path):

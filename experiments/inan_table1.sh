@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Train Inan et al.'s Table 1 small PTB rows with Appendix A's settings (the keep reading of its dropout),
+# each followed by footnote 4's second training session, one row after another.
+#
+#   bash experiments/inan_table1.sh [ROW ...]      # ROW: vd al re real (default: all four)
+#
+# Per row V, with RUNS_DIR (default runs/inan_appA) and REPORT=results/inan_ptb_table1:
+#   1. first session   python -m experiments.ptb --config=configs/inan.py:small,V \
+#                          --workdir=RUNS_DIR/small_V_keep
+#   2. its final parameters, as they are (`experiments.export --convert=copy`), into REPORT/small_V_keep/init_s2
+#      — a folder of the results, so that the second session can start on another machine;
+#   3. second session  python -m experiments.ptb --config=configs/inan.py:small,V \
+#                          --config.name=inan_small_V_keep_s2 --config.init_from=REPORT/small_V_keep/init_s2 \
+#                          --workdir=RUNS_DIR/small_V_keep_s2
+#      (the same schedule restarted from the first session's final state).
+# After each session, `python -m experiments.report inan_ptb_table1 --runs=RUNS_DIR` copies the finished runs'
+# small outputs into REPORT and rebuilds the table. Re-running the script resumes an unfinished session from
+# its last checkpoint and skips finished ones (a results.json in the workdir, or already in REPORT).
+set -u
+RUNS_DIR=${RUNS_DIR:-runs/inan_appA}
+REPORT=results/inan_ptb_table1
+ROWS=("$@")
+[[ ${#ROWS[@]} -eq 0 ]] && ROWS=(vd al re real)
+mkdir -p "$RUNS_DIR"
+
+finished() {  # finished RUN_NAME: its results.json is in the workdir or already in the report
+  [[ -f "$RUNS_DIR/$1/results.json" || -f "$REPORT/$1/results.json" ]]
+}
+
+train() {  # train RUN_NAME ARGS...
+  local name=$1; shift
+  if finished "$name"; then echo "skip $name (finished)"; return 0; fi
+  echo "$(date -u +%FT%TZ) start $name"
+  python -m experiments.ptb "$@" --workdir="$RUNS_DIR/$name" --alsologtostderr >>"$RUNS_DIR/$name.log" 2>&1
+  local rc=$?
+  echo "$(date -u +%FT%TZ) exit $rc $name"
+  [[ $rc -eq 0 ]] && python -m experiments.report inan_ptb_table1 --runs="$RUNS_DIR"
+  return $rc
+}
+
+for v in "${ROWS[@]}"; do
+  first=small_${v}_keep
+  init=$REPORT/$first/init_s2
+  train "$first" --config="configs/inan.py:small,$v" || exit 1
+  if [[ ! -f "$init/params.npz" ]]; then
+    python -m experiments.export --workdir="$RUNS_DIR/$first" --convert=copy --out="$init" || exit 1
+  fi
+  train "${first}_s2" --config="configs/inan.py:small,$v" --config.name="inan_${first}_s2" \
+      --config.init_from="$init" || exit 1
+done
