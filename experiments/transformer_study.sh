@@ -8,12 +8,13 @@
 # After each cell, `python -m experiments.report transformer_ptb --runs=RUNS_DIR` copies the finished runs'
 # small outputs into results/transformer_ptb and rebuilds the table. Re-running the script resumes an
 # unfinished cell from its last checkpoint and skips finished ones (a results.json in the workdir or in
-# results/transformer_ptb). One cell is ≈ 50 min on 2 CPU cores (BUILD_NOTES §20).
+# results/transformer_ptb). One cell is ≈ 50 min on 2 CPU cores (BUILD_NOTES §20). The untied √D cell follows
+# the tied one so that both workdirs are at hand for Press & Wolf's Tables 3–4 (`experiments.embeddings`).
 set -u
 RUNS_DIR=${RUNS_DIR:-runs/transformer}
 REPORT=results/transformer_ptb
 CELLS=("$@")
-[[ ${#CELLS[@]} -eq 0 ]] && CELLS=(tied,none tied,sqrt_d tied,logits untied,none untied,sqrt_d untied,logits
+[[ ${#CELLS[@]} -eq 0 ]] && CELLS=(tied,none tied,sqrt_d untied,sqrt_d tied,logits untied,none untied,logits
                                     tied_projection,none)
 mkdir -p "$RUNS_DIR"
 
