@@ -164,18 +164,18 @@ REPORTS = {
                "(settings: Appendix A as transcribed in ../shared/papers/README.md; sessions: footnote 4)",
         command="python -m experiments.ptb --config={flag} --config.seed={seed} --workdir={workdir}",
         rows=tuple(row for v, label, valid, test in INAN_SMALL for row in (
-            PaperRow(f"inan_small_{v}_keep", f"{label}, App. A, session 1", "—", None, valid, test,
+            PaperRow(f"inan_small_{v}_keep", f"{label}, App. A", "—", None, valid, test,
                      f"configs/inan.py:small,{v}", "runs/inan_appA"),
-            PaperRow(f"inan_small_{v}_keep_s2", f"{label}, App. A, session 2", "—", None, valid, test,
+            PaperRow(f"inan_small_{v}_keep_s2", f"{label}, App. A, retrained (footnote 4)", "—", None, valid, test,
                      f"configs/inan.py:small,{v} --config.name=inan_small_{v}_keep_s2 "
                      f"--config.init_from=results/inan_ptb_table1/small_{v}_keep/init_s2", "runs/inan_appA"),
         )) + tuple(PaperRow(f"inan_small_{v}", f"{label}, earlier recipe", "—", None, valid, test,
                             f"configs/inan.py:small,{v},ptb,gal") for v, label, valid, test in INAN_SMALL),
         runs="runs/inan",
         note="App. A: `configs/inan.py:small,V` (Appendix A's lr 1, ×0.9 per epoch after epoch 5, bptt 35, "
-             "clip 5, keep 0.7; 40 epochs). Session 2 starts from session 1's final parameters with the "
-             "schedule restarted (footnote 4; `bash experiments/inan_table1.sh`). Earlier recipe: "
-             "`configs/inan.py:small,V,ptb,gal` (Gal's schedule, drop 0.5, bptt 20), kept for comparison."),
+             "clip 5, keep 0.7; 40 epochs). Retrained: a second training session from the first one's final "
+             "parameters with the schedule restarted (footnote 4; `bash experiments/inan_table1.sh`). Earlier "
+             "recipe: `configs/inan.py:small,V,ptb,gal` (Gal's schedule, drop 0.5, bptt 20), for comparison."),
     # Not a paper table: the tied Transformer LM (configs/transformer.py) — tied vs untied × where the one
     # matrix's scale is corrected (none: GPT-2; √D on the input: Vaswani et al. 2017, T5, Gemma; 1/√D on the
     # logits), and projection regularisation on the tied model. No paper reports these on PTB.

@@ -62,9 +62,9 @@ def test_inan_table1_names_the_config_argument(tmp_path):
   report.build("inan_ptb_table1", tmp_path / "results", tmp_path / "appA", None)
   tab = report.build("inan_ptb_table1", tmp_path / "results", tmp_path / "runs", None)
   assert "| + REAL (RE + AL), earlier recipe | — | 2,651,600 | 0 | — / 35.0 | 86.3 / 118.0 | 82.7 / 84.0 | +1.3 |" in tab
-  assert "| VD-LSTM (small), App. A, session 1 | — | 2,651,600 | 0 | — / 35.0 | 92.6 / 118.0 | 87.3 / 90.0 | +2.7 |" in tab
-  assert "| VD-LSTM (small), App. A, session 2 | — | 2,651,600 | 0 | — / 35.0 | 92.6 / 118.0 | 87.3 / 88.0 | +0.7 |" in tab
-  assert "| + AL, App. A, session 2 | — | — | none yet | — / — | 86.3 / — | 82.9 / — | — |" in tab
+  assert "| VD-LSTM (small), App. A | — | 2,651,600 | 0 | — / 35.0 | 92.6 / 118.0 | 87.3 / 90.0 | +2.7 |" in tab
+  assert "| VD-LSTM (small), App. A, retrained (footnote 4) | — | 2,651,600 | 0 | — / 35.0 | 92.6 / 118.0 | 87.3 / 88.0 | +0.7 |" in tab
+  assert "| + AL, App. A, retrained (footnote 4) | — | — | none yet | — / — | 86.3 / — | 82.9 / — | — |" in tab
   runs_md = (tmp_path / "results" / "inan_ptb_table1" / "README.md").read_text()
   # The workdir is where the README's commands put the run (runs/inan/), not runs/<report name>/.
   assert ("`python -m experiments.ptb --config=configs/inan.py:small,real,ptb,gal --config.seed=0 "
