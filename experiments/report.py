@@ -313,8 +313,9 @@ def figure(spec: ReportSpec, by_config: dict[str, list[dict]], png: Path) -> Pat
 
   fig, ax = plt.subplots(figsize=(7, 4.5))
   drawn = False
+  palette = plt.get_cmap("tab10" if len(spec.rows) <= 10 else "tab20")  # one colour per row
   for i, row in enumerate(spec.rows):
-    colour = f"C{i}"
+    colour = palette(i)
     for j, r in enumerate(by_config.get(row.config, [])):
       if not r["_valid_curve"]:
         continue
