@@ -6,8 +6,8 @@
 Argument: MODE[,SCALE[,DATASET]] with MODE a tying mode (untied | tied | projection | tied_projection;
 default tied), SCALE where the shared matrix's size is corrected:
   none    (default) neither (GPT-2)
-  sqrt_d  the looked-up embedding × √D before the first block (Vaswani et al. 2017, Section 3.4; T5, Gemma)
-  logits  the logits × 1/√D (`words.logit_scale`)
+  sqrt_d  the looked-up embedding × √D before the first block (Vaswani et al. 2017, Section 3.4; Gemma)
+  logits  the logits × 1/√D (`words.logit_scale`; T5, whose embedding is drawn at standard deviation 1)
 and DATASET ptb (default) | wikitext2.
 
 Not a paper row: every value below is ours, chosen so that one PTB run fits about an hour on a 2-core CPU

@@ -177,7 +177,7 @@ REPORTS = {
              "parameters with the schedule restarted (footnote 4; `bash experiments/inan_table1.sh`). Earlier "
              "recipe: `configs/inan.py:small,V,ptb,gal` (Gal's schedule, drop 0.5, bptt 20), for comparison."),
     # Not a paper table: the tied Transformer LM (configs/transformer.py) — tied vs untied × where the one
-    # matrix's scale is corrected (none: GPT-2; √D on the input: Vaswani et al. 2017, T5, Gemma; 1/√D on the
+    # matrix's scale is corrected (none: GPT-2; √D on the input: Vaswani et al. 2017, Gemma; 1/√D on the
     # logits), and projection regularisation on the tied model. No paper reports these on PTB.
     "transformer_ptb": ReportSpec(
         title="A tied Transformer LM on PTB: tying × embedding scale (4 blocks, D = 256; 6 epochs)",
@@ -188,7 +188,8 @@ REPORTS = {
                             f"configs/transformer.py:{mode},{scale}") for mode, scale, label in (
             ("untied", "none", "untied, no scale"), ("untied", "sqrt_d", "untied, input × √D"),
             ("untied", "logits", "untied, logits × 1/√D"), ("tied", "none", "tied, no scale (GPT-2)"),
-            ("tied", "sqrt_d", "tied, input × √D (Vaswani, T5, Gemma)"), ("tied", "logits", "tied, logits × 1/√D"),
+            ("tied", "sqrt_d", "tied, input × √D (Vaswani, Gemma)"),
+            ("tied", "logits", "tied, logits × 1/√D (T5's scale)"),
             ("tied_projection", "none", "tied + PR, no scale"))),
         runs="runs/transformer", comparable=False),
 }

@@ -63,7 +63,7 @@ class WordEmbeddings(nn.Module):
     proj_bias: whether the projection has a bias p_b (the authors' code has one).
     output_bias: whether the softmax has a bias b (Inan et al.'s "reused embeddings" fix it at zero: False).
     logit_scale: multiply logits by D^-½ (off in the papers; an option for experimentation).
-    input_scale: multiply looked-up embeddings by D^½ (Vaswani et al. 2017, Section 3.4; T5, Gemma). With a
+    input_scale: multiply looked-up embeddings by D^½ (Vaswani et al. 2017, Section 3.4; Gemma). With a
       tied leaf the two scales are the two places the one matrix's size can be corrected: before the first
       layer (input_scale) or before the softmax (logit_scale).
     dtype: matmul input dtype of the output layer (None / float32, or bfloat16; see wt_jax.precision).

@@ -8,7 +8,7 @@ Press & Wolf (2017) applies unchanged.
     logits = (LN(x)·Oᵀ)·s_out + b             O = E when tied (one shared leaf)
 
 The scale of the shared matrix (`tying.WordEmbeddings`): s_in = √D with `input_scale` (Vaswani et al.
-Section 3.4; T5, Gemma), s_out = 1/√D with `logit_scale`, or neither (GPT-2).
+Section 3.4; Gemma), s_out = 1/√D with `logit_scale` (T5), or neither (GPT-2).
 
 **Positions are learned** (GPT-2), one vector per slot of the [memory + bptt] input, drawn like the word
 embedding: a fixed encoding would fix the ratio of position to word signal in the residual stream and so
