@@ -20,7 +20,7 @@ def words_config() -> ml_collections.ConfigDict:
   w.output_bias = True        # softmax bias; Inan et al. (2017) "reused embeddings" (RE): tied and no bias
   w.logit_scale = False       # optional D^-1/2 logit scale; not used by the papers
   w.input_scale = False       # optional D^1/2 scale of the looked-up embedding (Vaswani et al. 2017); transformer_lm
-  w.init_scale = 0.0          # ours, off: >0 draws the embedding/output layer from U(-s, s) (lstm_lm only)
+  w.init_scale = 0.0          # ours, off: >0 draws the embedding/output layer from U(-s, s) (lstm_lm, transformer_lm)
   w.row_norm = 0.0            # off; >0 holds every input-embedding row at this L2 norm (Inan Section 6.2: 1)
   return w
 

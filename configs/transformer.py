@@ -7,7 +7,8 @@ Argument: MODE[,SCALE[,DATASET]] with MODE a tying mode (untied | tied | project
 default tied), SCALE where the shared matrix's size is corrected:
   none    (default) neither (GPT-2)
   sqrt_d  the looked-up embedding × √D before the first block (Vaswani et al. 2017, Section 3.4; Gemma)
-  logits  the logits × 1/√D (`words.logit_scale`; T5, whose embedding is drawn at standard deviation 1)
+  logits  the logits × 1/√D (`words.logit_scale`; T5's scale), at the init of every other matrix
+  t5      the logits × 1/√D with T5's embedding init, standard deviation 1 (`words.init_scale` = √3)
 and DATASET ptb (default) | wikitext2.
 
 Not a paper row: every value below is ours, chosen so that one PTB run fits about an hour on a 2-core CPU
@@ -20,7 +21,7 @@ memory + bptt slots).
 from configs import lm_base
 
 MODES = ("untied", "tied", "projection", "tied_projection")
-SCALES = ("none", "sqrt_d", "logits")
+SCALES = ("none", "sqrt_d", "logits", "t5")
 
 
 def get_config(arg: str = "tied,none,ptb"):
@@ -36,7 +37,8 @@ def get_config(arg: str = "tied,none,ptb"):
   c.vocab_size = 10000 if dataset == "ptb" else 33278
   c.words.mode = mode
   c.words.input_scale = scale == "sqrt_d"
-  c.words.logit_scale = scale == "logits"
+  c.words.logit_scale = scale in ("logits", "t5")
+  c.words.init_scale = 3 ** 0.5 if scale == "t5" else 0.0  # U(−√3, √3): std 1 (T5's embedding init)
   c.hidden_size = 256         # ours: the model size D (= the embedding size)
   c.num_layers = 4            # ours: blocks
   c.num_heads = 4             # ours: heads of 64

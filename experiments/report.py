@@ -190,6 +190,7 @@ REPORTS = {
             ("untied", "logits", "untied, logits × 1/√D"), ("tied", "none", "tied, no scale (GPT-2)"),
             ("tied", "sqrt_d", "tied, input × √D (Vaswani, Gemma)"),
             ("tied", "logits", "tied, logits × 1/√D (T5's scale)"),
+            ("tied", "t5", "tied, logits × 1/√D, embedding std 1 (T5)"),
             ("tied_projection", "none", "tied + PR, no scale"))),
         runs="runs/transformer", comparable=False),
 }

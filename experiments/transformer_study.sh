@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Train the tied-Transformer embedding-scale study on PTB (configs/transformer.py), one cell after another.
 #
-#   bash experiments/transformer_study.sh [MODE,SCALE ...]     # default: the seven cells below, in order
+#   bash experiments/transformer_study.sh [MODE,SCALE ...]     # default: the eight cells below, in order
 #
 # Each cell is `python -m experiments.ptb --config=configs/transformer.py:MODE,SCALE
 # --workdir=RUNS_DIR/ptb_MODE_SCALE` (RUNS_DIR default runs/transformer), logged to RUNS_DIR/ptb_MODE_SCALE.log.
@@ -14,7 +14,7 @@ set -u
 RUNS_DIR=${RUNS_DIR:-runs/transformer}
 REPORT=results/transformer_ptb
 CELLS=("$@")
-[[ ${#CELLS[@]} -eq 0 ]] && CELLS=(tied,none tied,sqrt_d untied,sqrt_d tied,logits untied,none untied,logits
+[[ ${#CELLS[@]} -eq 0 ]] && CELLS=(tied,none tied,sqrt_d untied,sqrt_d tied,logits tied,t5 untied,none untied,logits
                                     tied_projection,none)
 mkdir -p "$RUNS_DIR"
 

@@ -201,3 +201,15 @@ def test_shapes_are_checked_at_trace_time():
   params = _params(model)
   with pytest.raises(AssertionError, match="shape"):
     _apply(model, params, jnp.zeros((2, 5), jnp.int32), jnp.full((1, 2, 4), -1, jnp.int32))  # memory 4 ≠ 3
+
+
+def test_t5_scale_draws_the_embedding_at_std_1():
+  """configs/transformer.py:tied,t5 is the 1/√D logit scale with T5's embedding init (std 1 = U(−√3, √3));
+  the blocks keep the model's init."""
+  c = transformer.get_config("tied,t5")
+  assert c.words.logit_scale and not c.words.input_scale and c.words.init_scale == pytest.approx(math.sqrt(3))
+  model = models.build(c)
+  params = model.init(jax.random.PRNGKey(0), jnp.zeros((2, 4), jnp.int32), model.initial_carry(2))["params"]
+  E = np.asarray(params["words"]["embedding"])
+  assert 0.95 < E.std() < 1.05 and np.abs(E).max() <= math.sqrt(3)
+  assert np.abs(np.asarray(params["block_0"]["qkv"]["kernel"])).max() <= c.init_scale

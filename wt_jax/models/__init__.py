@@ -34,8 +34,9 @@ def build(config):
   name = config.model
   if name not in _REGISTRY:
     raise ValueError(f"Unknown model {name!r}; known models: {', '.join(sorted(_REGISTRY))}.")
-  if config.words.init_scale and name != "lstm_lm":
-    raise ValueError(f"words.init_scale is only implemented for lstm_lm, not {name!r}; leave it at 0.")
+  if config.words.init_scale and name not in ("lstm_lm", "transformer_lm"):
+    raise ValueError(f"words.init_scale is only implemented for lstm_lm and transformer_lm, not {name!r}; "
+                     "leave it at 0.")
   if config.words.input_scale and name != "transformer_lm":
     raise ValueError(f"words.input_scale is only implemented for transformer_lm, not {name!r}; leave it off.")
   return _REGISTRY[name](config)

@@ -93,6 +93,7 @@ class TransformerLM(nn.Module):
   max_len: int = 128         # input slots (memory + window): the learned position table's rows
   dropout: float = 0.0
   init_scale: float = 0.035  # U(−s, s): s = 0.035 is a standard deviation of 0.02 (GPT-2's)
+  embedding_init_scale: float = 0.0  # > 0: the word layers from U(−s, s) instead (T5's std 1: s = √3)
   tying: str = "tied"
   pr_lambda: float = 1.0 / 6.5
   proj_bias: bool = True
@@ -107,7 +108,8 @@ class TransformerLM(nn.Module):
     if self.memory < 0:
       raise ValueError(f"memory must be ≥ 0 tokens, not {self.memory}.")
     self.words = tying.WordEmbeddings(
-        vocab_size=self.vocab_size, dim=self.dim, mode=self.tying, init_scale=self.init_scale,
+        vocab_size=self.vocab_size, dim=self.dim, mode=self.tying,
+        init_scale=self.embedding_init_scale or self.init_scale,
         pr_lambda=self.pr_lambda, proj_bias=self.proj_bias, output_bias=self.output_bias,
         logit_scale=self.logit_scale, input_scale=self.input_scale, dtype=self.dtype)
     self.blocks = [Block(self.dim, self.num_heads, self.mlp_size, self.dropout, self.init_scale, self.dtype,
@@ -148,4 +150,5 @@ def from_config(config) -> TransformerLM:
       init_scale=config.init_scale, tying=config.words.mode, pr_lambda=config.words.pr_lambda,
       proj_bias=config.words.proj_bias, output_bias=config.words.output_bias,
       input_scale=config.words.input_scale, logit_scale=config.words.logit_scale,
+      embedding_init_scale=config.words.init_scale,
       dtype=precision.compute_dtype(config.compute_dtype))
