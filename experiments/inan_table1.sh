@@ -7,15 +7,16 @@
 # Per row V, with RUNS_DIR (default runs/inan_appA) and REPORT=results/inan_ptb_table1:
 #   1. first session   python -m experiments.ptb --config=configs/inan.py:small,V \
 #                          --workdir=RUNS_DIR/small_V_keep
-#   2. its final parameters, as they are (`experiments.export --convert=copy`), into REPORT/small_V_keep/init_s2
-#      — a folder of the results, so that the second session can start on another machine;
+#   2. its final parameters, as they are (`experiments.export --convert=copy`), into RUNS_DIR/small_V_keep/init_s2;
 #   3. second session  python -m experiments.ptb --config=configs/inan.py:small,V \
-#                          --config.name=inan_small_V_keep_s2 --config.init_from=REPORT/small_V_keep/init_s2 \
+#                          --config.name=inan_small_V_keep_s2 --config.init_from=RUNS_DIR/small_V_keep/init_s2 \
 #                          --workdir=RUNS_DIR/small_V_keep_s2
 #      (the same schedule restarted from the first session's final state).
 # After each session, `python -m experiments.report inan_ptb_table1 --runs=RUNS_DIR` copies the finished runs'
 # small outputs into REPORT and rebuilds the table. Re-running the script resumes an unfinished session from
-# its last checkpoint and skips finished ones (a results.json in the workdir, or already in REPORT).
+# its last checkpoint and skips finished ones. The parameters (up to 18.6 MB) are not committed: when a
+# second session is still to run and the first session's workdir is gone (another machine), the first session
+# is trained again (the same seed and commands) to give the second its start.
 set -u
 RUNS_DIR=${RUNS_DIR:-runs/inan_appA}
 REPORT=results/inan_ptb_table1
@@ -27,9 +28,9 @@ finished() {  # finished RUN_NAME: its results.json is in the workdir or already
   [[ -f "$RUNS_DIR/$1/results.json" || -f "$REPORT/$1/results.json" ]]
 }
 
-train() {  # train RUN_NAME ARGS...
+train() {  # train RUN_NAME ARGS...: train (or resume) unless its workdir holds a results.json
   local name=$1; shift
-  if finished "$name"; then echo "skip $name (finished)"; return 0; fi
+  if [[ -f "$RUNS_DIR/$name/results.json" ]]; then echo "skip $name (finished)"; return 0; fi
   echo "$(date -u +%FT%TZ) start $name"
   python -m experiments.ptb "$@" --workdir="$RUNS_DIR/$name" --alsologtostderr >>"$RUNS_DIR/$name.log" 2>&1
   local rc=$?
@@ -40,9 +41,10 @@ train() {  # train RUN_NAME ARGS...
 
 for v in "${ROWS[@]}"; do
   first=small_${v}_keep
-  init=$REPORT/$first/init_s2
-  train "$first" --config="configs/inan.py:small,$v" || exit 1
+  init=$RUNS_DIR/$first/init_s2
+  if finished "${first}_s2"; then echo "skip $first and ${first}_s2 (finished)"; continue; fi
   if [[ ! -f "$init/params.npz" ]]; then
+    train "$first" --config="configs/inan.py:small,$v" || exit 1
     python -m experiments.export --workdir="$RUNS_DIR/$first" --convert=copy --out="$init" || exit 1
   fi
   train "${first}_s2" --config="configs/inan.py:small,$v" --config.name="inan_${first}_s2" \

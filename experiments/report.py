@@ -168,7 +168,7 @@ REPORTS = {
                      f"configs/inan.py:small,{v}", "runs/inan_appA"),
             PaperRow(f"inan_small_{v}_keep_s2", f"{label}, App. A, retrained (footnote 4)", "—", None, valid, test,
                      f"configs/inan.py:small,{v} --config.name=inan_small_{v}_keep_s2 "
-                     f"--config.init_from=results/inan_ptb_table1/small_{v}_keep/init_s2", "runs/inan_appA"),
+                     f"--config.init_from=runs/inan_appA/small_{v}_keep/init_s2", "runs/inan_appA"),
         )) + tuple(PaperRow(f"inan_small_{v}", f"{label}, earlier recipe", "—", None, valid, test,
                             f"configs/inan.py:small,{v},ptb,gal") for v, label, valid, test in INAN_SMALL),
         runs="runs/inan",

@@ -70,7 +70,7 @@ def test_inan_table1_names_the_config_argument(tmp_path):
   assert ("`python -m experiments.ptb --config=configs/inan.py:small,real,ptb,gal --config.seed=0 "
           "--workdir=runs/inan/small_real`") in runs_md
   assert ("`python -m experiments.ptb --config=configs/inan.py:small,vd --config.name=inan_small_vd_keep_s2 "
-          "--config.init_from=results/inan_ptb_table1/small_vd_keep/init_s2 --config.seed=0 "
+          "--config.init_from=runs/inan_appA/small_vd_keep/init_s2 --config.seed=0 "
           "--workdir=runs/inan_appA/small_vd_keep_s2`") in runs_md
 
 
