@@ -3,6 +3,7 @@
 # each followed by footnote 4's second training session, one row after another.
 #
 #   bash experiments/inan_table1.sh [ROW ...]      # ROW: vd al re real (default: all four)
+#   SEED=1 bash experiments/inan_table1.sh real    # a further seed: workdirs small_V_keep_seed1[_s2]
 #
 # Per row V, with RUNS_DIR (default runs/inan_appA) and REPORT=results/inan_ptb_table1:
 #   1. first session   python -m experiments.ptb --config=configs/inan.py:small,V \
@@ -19,6 +20,7 @@
 # is trained again (the same seed and commands) to give the second its start.
 set -u
 RUNS_DIR=${RUNS_DIR:-runs/inan_appA}
+SEED=${SEED:-0}
 REPORT=results/inan_ptb_table1
 ROWS=("$@")
 [[ ${#ROWS[@]} -eq 0 ]] && ROWS=(vd al re real)
@@ -40,13 +42,13 @@ train() {  # train RUN_NAME ARGS...: train (or resume) unless its workdir holds 
 }
 
 for v in "${ROWS[@]}"; do
-  first=small_${v}_keep
+  first=small_${v}_keep$([[ $SEED == 0 ]] || echo "_seed$SEED")
   init=$RUNS_DIR/$first/init_s2
   if finished "${first}_s2"; then echo "skip $first and ${first}_s2 (finished)"; continue; fi
   if [[ ! -f "$init/params.npz" ]]; then
-    train "$first" --config="configs/inan.py:small,$v" || exit 1
+    train "$first" --config="configs/inan.py:small,$v" --config.seed="$SEED" || exit 1
     python -m experiments.export --workdir="$RUNS_DIR/$first" --convert=copy --out="$init" || exit 1
   fi
-  train "${first}_s2" --config="configs/inan.py:small,$v" --config.name="inan_${first}_s2" \
-      --config.init_from="$init" || exit 1
+  train "${first}_s2" --config="configs/inan.py:small,$v" --config.seed="$SEED" \
+      --config.name="inan_small_${v}_keep_s2" --config.init_from="$init" || exit 1
 done

@@ -75,6 +75,13 @@ class ReportSpec:
 INAN_SMALL = (("vd", "VD-LSTM (small)", 92.6, 87.3), ("al", "+ AL", 86.3, 82.9),
               ("re", "+ RE", 89.9, 85.1), ("real", "+ REAL (RE + AL)", 86.3, 82.7))
 
+# The Transformer study's cells (configs/transformer.py:MODE,SCALE): (mode, scale, label).
+TRANSFORMER_CELLS = (
+    ("untied", "none", "untied, no scale"), ("untied", "sqrt_d", "untied, input × √D"),
+    ("untied", "logits", "untied, logits × 1/√D"), ("tied", "none", "tied, no scale (GPT-2)"),
+    ("tied", "sqrt_d", "tied, input × √D (Vaswani, Gemma)"), ("tied", "logits", "tied, logits × 1/√D (T5's scale)"),
+    ("tied", "t5", "tied, logits × 1/√D, embedding std 1 (T5)"), ("tied_projection", "none", "tied + PR, no scale"))
+
 # Press & Wolf (EACL 2017), Table 7 as printed: perplexity (train, valid, test) of the four small models on
 # text8, IMDB and BBC (the table leaves text8's validation cells empty: None).
 PAPER_TABLE7 = {
@@ -178,21 +185,17 @@ REPORTS = {
              "recipe: `configs/inan.py:small,V,ptb,gal` (Gal's schedule, drop 0.5, bptt 20), for comparison."),
     # Not a paper table: the tied Transformer LM (configs/transformer.py) — tied vs untied × where the one
     # matrix's scale is corrected (none: GPT-2; √D on the input: Vaswani et al. 2017, Gemma; 1/√D on the
-    # logits), and projection regularisation on the tied model. No paper reports these on PTB.
-    "transformer_ptb": ReportSpec(
-        title="A tied Transformer LM on PTB: tying × embedding scale (4 blocks, D = 256; 6 epochs)",
+    # logits: T5), and projection regularisation on the tied model. No paper reports these on PTB or WikiText-2.
+    **{f"transformer_{dataset}": ReportSpec(
+        title=f"A tied Transformer LM on {label}: tying × embedding scale (4 blocks, D = 256; 6 epochs)",
         source="ours (no paper reports these); protocol: windows of 64 tokens after 32 tokens of memory, the "
                "batch-1 test on the same windows (wt_jax/models/transformer_lm.py)",
         command="python -m experiments.ptb --config={flag} --config.seed={seed} --workdir={workdir}",
-        rows=tuple(PaperRow(f"transformer_{mode}_{scale}", label, "—", None, None, None,
-                            f"configs/transformer.py:{mode},{scale}") for mode, scale, label in (
-            ("untied", "none", "untied, no scale"), ("untied", "sqrt_d", "untied, input × √D"),
-            ("untied", "logits", "untied, logits × 1/√D"), ("tied", "none", "tied, no scale (GPT-2)"),
-            ("tied", "sqrt_d", "tied, input × √D (Vaswani, Gemma)"),
-            ("tied", "logits", "tied, logits × 1/√D (T5's scale)"),
-            ("tied", "t5", "tied, logits × 1/√D, embedding std 1 (T5)"),
-            ("tied_projection", "none", "tied + PR, no scale"))),
-        runs="runs/transformer", comparable=False),
+        rows=tuple(PaperRow(f"transformer_{mode}_{scale}{suffix}", cell, "—", None, None, None,
+                            f"configs/transformer.py:{mode},{scale}{suffix.replace('_', ',')}")
+                   for mode, scale, cell in TRANSFORMER_CELLS),
+        dataset=dataset, runs=f"runs/transformer{suffix}", comparable=False)
+       for dataset, label, suffix in (("ptb", "PTB", ""), ("wikitext2", "WikiText-2", "_wikitext2"))},
 }
 
 

@@ -1,33 +1,39 @@
 #!/usr/bin/env bash
-# Train the tied-Transformer embedding-scale study on PTB (configs/transformer.py), one cell after another.
+# Train the tied-Transformer embedding-scale study (configs/transformer.py), one cell after another.
 #
-#   bash experiments/transformer_study.sh [MODE,SCALE ...]     # default: the eight cells below, in order
+#   bash experiments/transformer_study.sh [MODE,SCALE[,DATASET] ...]   # default: the eight PTB cells below
+#   SEED=1 bash experiments/transformer_study.sh tied,none tied,sqrt_d  # a further seed of two cells
 #
-# Each cell is `python -m experiments.ptb --config=configs/transformer.py:MODE,SCALE
-# --workdir=RUNS_DIR/ptb_MODE_SCALE` (RUNS_DIR default runs/transformer), logged to RUNS_DIR/ptb_MODE_SCALE.log.
-# After each cell, `python -m experiments.report transformer_ptb --runs=RUNS_DIR` copies the finished runs'
-# small outputs into results/transformer_ptb and rebuilds the table. Re-running the script resumes an
-# unfinished cell from its last checkpoint and skips finished ones (a results.json in the workdir or in
-# results/transformer_ptb). One cell is ≈ 50 min on 2 CPU cores (BUILD_NOTES §20). The untied √D cell follows
+# Each cell is `python -m experiments.ptb --config=configs/transformer.py:MODE,SCALE[,DATASET]
+# --config.seed=SEED --workdir=RUNS_DIR/NAME`, logged to RUNS_DIR/NAME.log, with NAME ptb_MODE_SCALE (or
+# wikitext2_MODE_SCALE) and `_seedN` appended for SEED ≠ 0. RUNS_DIR is runs/transformer for PTB and
+# runs/transformer_wikitext2 for WikiText-2 (one report per corpus). After each cell,
+# `python -m experiments.report transformer_DATASET --runs=RUNS_DIR` copies the finished runs' small outputs
+# into results/transformer_DATASET and rebuilds the table. Re-running the script resumes an unfinished cell
+# from its last checkpoint and skips finished ones (a results.json in the workdir or in the report). One PTB
+# cell is ≈ 45 min on 2 CPU cores with another run beside it (BUILD_NOTES §20). The untied √D cell follows
 # the tied one so that both workdirs are at hand for Press & Wolf's Tables 3–4 (`experiments.embeddings`).
 set -u
-RUNS_DIR=${RUNS_DIR:-runs/transformer}
-REPORT=results/transformer_ptb
+SEED=${SEED:-0}
 CELLS=("$@")
 [[ ${#CELLS[@]} -eq 0 ]] && CELLS=(tied,none tied,sqrt_d untied,sqrt_d tied,logits tied,t5 untied,none untied,logits
                                     tied_projection,none)
-mkdir -p "$RUNS_DIR"
 
 for cell in "${CELLS[@]}"; do
-  name=ptb_${cell/,/_}
-  if [[ -f "$RUNS_DIR/$name/results.json" || -f "$REPORT/$name/results.json" ]]; then
+  IFS=, read -r mode scale dataset <<<"$cell"
+  dataset=${dataset:-ptb}
+  runs_dir=runs/transformer$([[ $dataset == ptb ]] || echo "_$dataset")
+  report=transformer_$dataset
+  name=${dataset}_${mode}_${scale}$([[ $SEED == 0 ]] || echo "_seed$SEED")
+  mkdir -p "$runs_dir"
+  if [[ -f "$runs_dir/$name/results.json" || -f "results/$report/$name/results.json" ]]; then
     echo "skip $name (finished)"; continue
   fi
   echo "$(date -u +%FT%TZ) start $name"
-  python -m experiments.ptb --config="configs/transformer.py:$cell" --workdir="$RUNS_DIR/$name" \
-      --alsologtostderr >>"$RUNS_DIR/$name.log" 2>&1
+  python -m experiments.ptb --config="configs/transformer.py:$cell" --config.seed="$SEED" \
+      --workdir="$runs_dir/$name" --alsologtostderr >>"$runs_dir/$name.log" 2>&1
   rc=$?
   echo "$(date -u +%FT%TZ) exit $rc $name"
   [[ $rc -eq 0 ]] || exit $rc
-  python -m experiments.report transformer_ptb --runs="$RUNS_DIR"
+  python -m experiments.report "$report" --runs="$runs_dir"
 done

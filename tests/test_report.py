@@ -171,3 +171,14 @@ def test_tpu_memory_report_from_compile_outputs(tmp_path):
   text = readme.read_text()
   assert "old" not in text and "jax 0.10.2 / libtpu 0.0.42.1" in text and rows[1] in text
   assert report.build_tpu_memory("tpu_memory", tmp_path / "results") == tab  # rebuilt from the records alone
+
+
+@pytest.mark.parametrize("name", ["transformer_ptb", "transformer_wikitext2"])
+def test_transformer_report_rows_name_the_configs_their_commands_build(name):
+  """Each row's --config value builds a config whose name is the row's key and whose corpus is the report's:
+  the report can find the runs its own commands produce."""
+  from configs import transformer
+  spec = report.REPORTS[name]
+  for row in spec.rows:
+    config = transformer.get_config(row.flag.removeprefix("configs/transformer.py:"))
+    assert (config.name, config.dataset) == (row.config, spec.dataset), row
