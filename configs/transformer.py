@@ -9,6 +9,8 @@ default tied), SCALE where the shared matrix's size is corrected:
   sqrt_d  the looked-up embedding × √D before the first block (Vaswani et al. 2017, Section 3.4; Gemma)
   logits  the logits × 1/√D (`words.logit_scale`; T5's scale), at the init of every other matrix
   t5      the logits × 1/√D with T5's embedding init, standard deviation 1 (`words.init_scale` = √3)
+  t5_steps  t5, with the word matrix's Adam steps × its init scale over the other matrices' (≈ 49.5,
+          `words.lr_scale`): its steps relative to its size as the others', as T5's Adafactor gives it
 and DATASET ptb (default) | wikitext2.
 
 Not a paper row: every value below is ours, chosen so that one PTB run fits about an hour on a 2-core CPU
@@ -21,7 +23,7 @@ memory + bptt slots).
 from configs import lm_base
 
 MODES = ("untied", "tied", "projection", "tied_projection")
-SCALES = ("none", "sqrt_d", "logits", "t5")
+SCALES = ("none", "sqrt_d", "logits", "t5", "t5_steps")
 
 
 def get_config(arg: str = "tied,none,ptb"):
@@ -37,8 +39,8 @@ def get_config(arg: str = "tied,none,ptb"):
   c.vocab_size = 10000 if dataset == "ptb" else 33278
   c.words.mode = mode
   c.words.input_scale = scale == "sqrt_d"
-  c.words.logit_scale = scale in ("logits", "t5")
-  c.words.init_scale = 3 ** 0.5 if scale == "t5" else 0.0  # U(−√3, √3): std 1 (T5's embedding init)
+  c.words.logit_scale = scale in ("logits", "t5", "t5_steps")
+  c.words.init_scale = 3 ** 0.5 if scale in ("t5", "t5_steps") else 0.0  # U(−√3, √3): std 1 (T5's init)
   c.hidden_size = 256         # ours: the model size D (= the embedding size)
   c.num_layers = 4            # ours: blocks
   c.num_heads = 4             # ours: heads of 64
@@ -46,6 +48,7 @@ def get_config(arg: str = "tied,none,ptb"):
   c.memory = 32               # ours: tokens of the previous window in front of each window
   c.dropout = 0.3             # ours: embedding and residual dropout (PTB overfits a Transformer of this size)
   c.init_scale = 0.035        # U(−0.035, 0.035): standard deviation 0.02 (GPT-2's)
+  c.words.lr_scale = c.words.init_scale / c.init_scale if scale == "t5_steps" else 1.0  # ≈ 49.5
   c.optimizer = "adam"
   c.learning_rate = 1e-3      # ours
   c.warmup_steps = 500        # ours: linear warm-up

@@ -213,3 +213,22 @@ def test_t5_scale_draws_the_embedding_at_std_1():
   E = np.asarray(params["words"]["embedding"])
   assert 0.95 < E.std() < 1.05 and np.abs(E).max() <= math.sqrt(3)
   assert np.abs(np.asarray(params["block_0"]["qkv"]["kernel"])).max() <= c.init_scale
+
+
+def test_t5_steps_scales_only_the_word_matrices_steps():
+  """configs/transformer.py:tied,t5_steps: Adam's step of the word matrix × its init scale over the blocks'
+  (√3 / 0.035), every other step unchanged — one optimiser step from equal parameters and gradients."""
+  base, scaled = transformer.get_config("tied,t5"), transformer.get_config("tied,t5_steps")
+  assert scaled.words.lr_scale == pytest.approx(math.sqrt(3) / 0.035) and base.words.lr_scale == 1.0
+  params = {"words": {"embedding": jnp.ones((5, 3)), "out_bias": jnp.zeros(5)}, "block": {"w": jnp.ones((3, 3))}}
+  grads = jax.tree_util.tree_map(lambda p: jnp.full(p.shape, 0.1), params)
+  steps = {}
+  for name, c in (("t5", base), ("t5_steps", scaled)):
+    tx = optim.make_optimizer(c, steps_per_epoch=10)
+    steps[name], _ = tx.update(grads, tx.init(params), params)
+  ratio = jax.tree_util.tree_map(lambda a, b: np.asarray(b / a), steps["t5"], steps["t5_steps"])
+  np.testing.assert_allclose(ratio["words"]["embedding"], scaled.words.lr_scale, rtol=1e-6)
+  np.testing.assert_allclose(ratio["block"]["w"], 1.0, rtol=1e-6)
+  np.testing.assert_allclose(ratio["words"]["out_bias"], 1.0, rtol=1e-6)
+  with pytest.raises(ValueError, match="lr_scale"):
+    optim.scale_word_matrices(2.0).update({"w": jnp.ones(2)}, None)

@@ -68,6 +68,23 @@ def embedding_rows_at_norm(norm: float) -> optax.GradientTransformation:
   return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)
 
 
+def scale_word_matrices(factor: float) -> optax.GradientTransformation:
+  """Multiply the updates of the word matrices (params['words']['embedding'] and, when untied,
+  ['out_embedding']) by `factor`, every other update unchanged. After Adam, whose step per entry is about the
+  learning rate whatever the matrix's size, a factor equal to the word matrix's init scale over the other
+  matrices' gives it the same step relative to its size, as Adafactor's parameter scaling does (Shazeer &
+  Stern 2018, relative step size: steps ∝ the parameter's RMS)."""
+
+  def update_fn(updates, state, params=None):
+    words = updates.get("words") if isinstance(updates, dict) else None
+    if words is None or "embedding" not in words:
+      raise ValueError("words.lr_scale needs a model whose word matrices are params['words']['embedding'].")
+    scaled = {k: v * factor if k in ("embedding", "out_embedding") else v for k, v in words.items()}
+    return {**updates, "words": scaled}, state
+
+  return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)
+
+
 def check_weight_decay_mode(config) -> None:
   if config.weight_decay_mode not in ("decoupled", "loss"):
     raise ValueError(f"Unknown weight_decay_mode {config.weight_decay_mode!r}; expected 'decoupled' "
@@ -77,8 +94,8 @@ def check_weight_decay_mode(config) -> None:
 
 def make_optimizer(config, steps_per_epoch: int) -> optax.GradientTransformation:
   """Global-norm clipping, then the optimiser named by `config.optimizer` ('sgd', as the papers, or 'adam') on
-  the per-epoch schedule (after `config.warmup_steps` of linear warm-up),
-  then decoupled weight decay when `config.weight_decay_mode == 'decoupled'` and `weight_decay` > 0, then the
+  the per-epoch schedule (after `config.warmup_steps` of linear warm-up), then the word matrices' steps ×
+  `config.words.lr_scale` when it is not 1 (`scale_word_matrices`), then decoupled weight decay when `config.weight_decay_mode == 'decoupled'` and `weight_decay` > 0, then the
   row-norm constraint on the input embedding when `config.words.row_norm` > 0 (`embedding_rows_at_norm`).
   The other weight-decay mode, 'loss', is a cost term (`wt_jax.losses.make_lm_cost`)."""
   lr = with_warmup(zaremba_schedule(config.learning_rate, config.lr_decay, config.decay_after_epoch,
@@ -91,6 +108,8 @@ def make_optimizer(config, steps_per_epoch: int) -> optax.GradientTransformation
     raise ValueError(f"Unknown optimizer {config.optimizer!r}; expected 'sgd' or 'adam'.")
   check_weight_decay_mode(config)
   chain = [optax.clip_by_global_norm(config.clip_norm), opt]
+  if config.words.lr_scale != 1.0:
+    chain.append(scale_word_matrices(config.words.lr_scale))
   if config.weight_decay > 0 and config.weight_decay_mode == "decoupled":
     chain.append(decay_after_update(config.weight_decay))
   if config.words.row_norm:
