@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Train the tied-Transformer embedding-scale study (configs/transformer.py), one cell after another.
 #
-#   bash experiments/transformer_study.sh [MODE,SCALE[,DATASET] ...]   # default: the eight PTB cells below
+#   bash experiments/transformer_study.sh [MODE,SCALE[,DATASET] ...]   # default: the nine PTB cells below
 #   SEED=1 bash experiments/transformer_study.sh tied,none tied,sqrt_d  # a further seed of two cells
 #
 # Each cell is `python -m experiments.ptb --config=configs/transformer.py:MODE,SCALE[,DATASET]
@@ -17,7 +17,7 @@ set -u
 SEED=${SEED:-0}
 CELLS=("$@")
 [[ ${#CELLS[@]} -eq 0 ]] && CELLS=(tied,none tied,sqrt_d untied,sqrt_d tied,logits tied,t5 untied,none untied,logits
-                                    tied_projection,none)
+                                    tied_projection,none tied,t5_steps)
 
 for cell in "${CELLS[@]}"; do
   IFS=, read -r mode scale dataset <<<"$cell"
