@@ -22,7 +22,7 @@ def words_config() -> ml_collections.ConfigDict:
   w.input_scale = False       # optional D^1/2 scale of the looked-up embedding (Vaswani et al. 2017); transformer_lm
   w.init_scale = 0.0          # ours, off: >0 draws the embedding/output layer from U(-s, s) (lstm_lm, transformer_lm)
   w.row_norm = 0.0            # off; >0 holds every input-embedding row at this L2 norm (Inan Section 6.2: 1)
-  w.lr_scale = 1.0            # ours, off: multiplies the optimiser's steps of the word matrices (embedding, out_embedding)
+  w.lr_scale = 1.0            # ours, off (1): × the optimiser's steps of embedding and out_embedding
   return w
 
 

@@ -79,7 +79,8 @@ INAN_SMALL = (("vd", "VD-LSTM (small)", 92.6, 87.3), ("al", "+ AL", 86.3, 82.9),
 TRANSFORMER_CELLS = (
     ("untied", "none", "untied, no scale"), ("untied", "sqrt_d", "untied, input × √D"),
     ("untied", "logits", "untied, logits × 1/√D"), ("tied", "none", "tied, no scale (GPT-2)"),
-    ("tied", "sqrt_d", "tied, input × √D (Vaswani, Gemma)"), ("tied", "logits", "tied, logits × 1/√D (T5's scale)"),
+    ("tied", "sqrt_d", "tied, input × √D (Vaswani, Gemma)"),
+    ("tied", "logits", "tied, logits × 1/√D (T5's scale)"),
     ("tied", "t5", "tied, logits × 1/√D, embedding std 1 (T5)"),
     ("tied", "t5_steps", "tied, T5's scale and init, word-matrix steps ∝ its size"),
     ("tied_projection", "none", "tied + PR, no scale"))

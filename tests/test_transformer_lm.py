@@ -232,3 +232,5 @@ def test_t5_steps_scales_only_the_word_matrices_steps():
   np.testing.assert_allclose(ratio["words"]["out_bias"], 1.0, rtol=1e-6)
   with pytest.raises(ValueError, match="lr_scale"):
     optim.scale_word_matrices(2.0).update({"w": jnp.ones(2)}, None)
+  with pytest.raises(ValueError, match="> 0"):
+    optim.scale_word_matrices(0.0)

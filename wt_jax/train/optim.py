@@ -74,6 +74,8 @@ def scale_word_matrices(factor: float) -> optax.GradientTransformation:
   learning rate whatever the matrix's size, a factor equal to the word matrix's init scale over the other
   matrices' gives it the same step relative to its size, as Adafactor's parameter scaling does (Shazeer &
   Stern 2018, relative step size: steps ∝ the parameter's RMS)."""
+  if not factor > 0:
+    raise ValueError(f"words.lr_scale must be > 0 (1: off), not {factor}.")
 
   def update_fn(updates, state, params=None):
     words = updates.get("words") if isinstance(updates, dict) else None
@@ -95,8 +97,9 @@ def check_weight_decay_mode(config) -> None:
 def make_optimizer(config, steps_per_epoch: int) -> optax.GradientTransformation:
   """Global-norm clipping, then the optimiser named by `config.optimizer` ('sgd', as the papers, or 'adam') on
   the per-epoch schedule (after `config.warmup_steps` of linear warm-up), then the word matrices' steps ×
-  `config.words.lr_scale` when it is not 1 (`scale_word_matrices`), then decoupled weight decay when `config.weight_decay_mode == 'decoupled'` and `weight_decay` > 0, then the
-  row-norm constraint on the input embedding when `config.words.row_norm` > 0 (`embedding_rows_at_norm`).
+  `config.words.lr_scale` when it is not 1 (`scale_word_matrices`), then decoupled weight decay when
+  `config.weight_decay_mode == 'decoupled'` and `weight_decay` > 0, then the row-norm constraint on the input
+  embedding when `config.words.row_norm` > 0 (`embedding_rows_at_norm`).
   The other weight-decay mode, 'loss', is a cost term (`wt_jax.losses.make_lm_cost`)."""
   lr = with_warmup(zaremba_schedule(config.learning_rate, config.lr_decay, config.decay_after_epoch,
                                     steps_per_epoch), config.warmup_steps)
