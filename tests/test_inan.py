@@ -309,3 +309,37 @@ def test_al_target_stats_find_a_hub():
   L[4] *= 0.01
   s = al_sweep.target_stats(L, np.array([0, 1, 2, 3]), tau=1.0)
   assert s["peak_on_self"] == 1.0
+
+
+def test_logit_gradients_measure_each_cost_term():
+  """al_sweep.logit_gradients: the CE and AL terms' values and logit-gradient norms, against the model's own
+  logits and the closed forms softmax(z) − onehot(y) and (α/τ)·(softmax(z/τ) − softmax(L·u_y/τ))."""
+  from wt_jax.analysis import al_sweep
+  c = tiny_config(al=dict(alpha=3.0, tau=2.0))
+  model = models.build(c)
+  params = models.init_params(model, c, jax.random.key(0))
+  params = jax.tree.map(lambda p: 20.0 * p, params)  # logits far from uniform, so both terms are sizeable
+  tokens = np.asarray(jax.random.randint(jax.random.key(1), (2 * c.bptt * c.eval_batch_size + 1,), 0, 31))
+  got = al_sweep.logit_gradients(c, params, tokens, windows=2)
+  n = (len(tokens) - 1) // 4
+  x, y = tokens[:4 * n].reshape(4, n), tokens[1:4 * n + 1].reshape(4, n)
+  # The two windows of 5 at once: the same as two carried windows.
+  (z, _), _ = model.apply({"params": params}, jnp.asarray(x[:, :10]), model.initial_carry(4), train=False,
+                          mutable=[tying.PENALTIES])
+  z, y = np.asarray(z, np.float64), y[:, :10]
+  def softmax(a):
+    e = np.exp(a - a.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+  L = np.asarray(params["words"]["embedding"], np.float64)
+  g_ce = softmax(z) - np.eye(31)[y]
+  g_al = 3.0 / 2.0 * (softmax(z / 2.0) - softmax(L[y] @ L.T / 2.0))
+  assert got["tokens"] == 40 and got["alpha"] == 3.0 and got["tau"] == 2.0
+  np.testing.assert_allclose(got["grad_ce"], np.linalg.norm(g_ce, axis=-1).mean(), rtol=1e-4)
+  np.testing.assert_allclose(got["grad_al"], np.linalg.norm(g_al, axis=-1).mean(), rtol=1e-4)
+  np.testing.assert_allclose(got["al"], 3.0 * _kl_reference(z, y, L, 2.0).mean(), rtol=1e-4)
+  ce = -np.log(np.take_along_axis(softmax(z), y[..., None], -1)).mean()
+  np.testing.assert_allclose(got["ce"], ce, rtol=1e-4)
+  zero = al_sweep.logit_gradients(c, params, tokens, windows=2, alpha=0.0)
+  assert zero["grad_al"] == 0.0 and zero["al"] == 0.0 and zero["grad_ce"] == pytest.approx(got["grad_ce"])
+  with pytest.raises(ValueError, match="fewer than windows=3"):
+    al_sweep.logit_gradients(c, params, tokens, windows=3)

@@ -9,8 +9,8 @@ gradient is (W·h − Lᵀ·u)/(τ²|V|), eq. 4.3, so this scaling makes it a lo
 `"tau"` (β·τ, the α = γτ of Table 1's runs) and `"tau2"` (β·τ², distillation's scaling) are weaker
 weightings, for comparison.
 
-Each point is one ordinary run of the language-model trainer (`wt_jax.train.lm.fit`) in <workdir>/<point>/ — resumable,
-skipped when its results.json exists. The distance is reported over all V rows and over the rows of the
+Each point is one ordinary run of the language-model trainer (`wt_jax.train.lm.fit`) in <workdir>/<point>/
+— resumable, skipped when its results.json exists. The distance is reported over all V rows and over the rows of the
 words that occur in the training span (the others never receive a gradient through the softmax targets
 and keep much of their random initialisation), with the mean entropy of the AL's target ỹ over those words
 (uniform: ln V).
@@ -252,3 +252,53 @@ def checkpoint_report(checkpoints: str | Path, which: str = "last", tau: float =
   return {"checkpoint": f"{checkpoints}/{which}", "step": int(state["step"]), "row_norm_mean": float(norms.mean()),
           "largest_rows": [[corpus.vocab.words[i], round(float(norms[i]), 2)] for i in top], "tau": tau,
           "words": len(frequent), **stats}
+
+
+def logit_gradients(config, params, tokens: np.ndarray, windows: int = 30, alpha: float | None = None,
+                    tau: float | None = None) -> dict:
+  """How strongly a trained LM's augmented loss acts, next to its cross-entropy, on a token stream.
+
+  The model (`models.build(config)`, dropout off) reads `tokens` as B = config.eval_batch_size streams in
+  windows of config.bptt, carrying its state, for `windows` windows. Per scored token, with logits z [V] and
+  target y, it takes the gradient with respect to z of each term of the training cost (`losses.make_lm_cost`):
+  the cross-entropy's, softmax(z) − onehot(y), and the augmented loss's,
+  α·∂KL(ỹ‖ŷ)/∂z = (α/τ)·(ŷ − ỹ) (Inan et al. Section 3's loss; Section 4 expands it at high τ, where it
+  matches logits). Returned as means
+  over tokens: the two terms' values (`ce`, `al` = α·KL, nats) and gradient L2 norms (`grad_ce`, `grad_al`);
+  the correlation over words of the centred logits z with the centred target logits s = L·u_y, which the AL
+  pulls z towards (`logit_target_corr`); and the standard deviations over words of z and s. α and τ default
+  to config.al's; pass them to measure a model trained without the AL (α = 0) at another run's setting.
+  """
+  import jax
+  import jax.numpy as jnp
+  from wt_jax import losses
+  model = models.build(config)
+  L = jnp.asarray(tying.word_matrix(params, config.al.embedding))
+  alpha = float(config.al.alpha if alpha is None else alpha)
+  tau = float(config.al.tau if tau is None else tau)
+  B, T = config.eval_batch_size, config.bptt
+  n = (len(tokens) - 1) // B
+  if n < windows * T:
+    raise ValueError(f"{len(tokens)} tokens give {n // T} windows of {B}×{T}, fewer than windows={windows}.")
+  x_all, y_all = np.asarray(tokens[:n * B]).reshape(B, n), np.asarray(tokens[1:n * B + 1]).reshape(B, n)
+
+  @jax.jit
+  def window(carry, x, y):
+    (z, carry), _ = model.apply({"params": params}, x, carry, train=False, mutable=[tying.PENALTIES])
+    z = z.astype(jnp.float32)
+    ce = lambda z: jnp.sum(-jnp.take_along_axis(jax.nn.log_softmax(z), y[..., None], -1))
+    al = lambda z: alpha * jnp.sum(losses.augmented_kl(z, y, L, tau))
+    g_ce, g_al = jax.grad(ce)(z), jax.grad(al)(z)
+    s = jnp.einsum("btd,vd->btv", L[y], L)
+    zc, sc = z - z.mean(-1, keepdims=True), s - s.mean(-1, keepdims=True)
+    corr = jnp.sum(zc * sc, -1) / jnp.sqrt(jnp.sum(zc ** 2, -1) * jnp.sum(sc ** 2, -1))
+    norm = lambda g: jnp.linalg.norm(g, axis=-1).mean()
+    return carry, {"ce": ce(z) / y.size, "al": al(z) / y.size, "grad_ce": norm(g_ce), "grad_al": norm(g_al),
+                   "logit_target_corr": corr.mean(), "logit_std": zc.std(-1).mean(), "target_std": sc.std(-1).mean()}
+
+  carry, rows = model.initial_carry(B), []
+  for i in range(windows):
+    carry, row = window(carry, jnp.asarray(x_all[:, i * T:(i + 1) * T]), jnp.asarray(y_all[:, i * T:(i + 1) * T]))
+    rows.append(row)
+  out = {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
+  return {**out, "alpha": alpha, "tau": tau, "tokens": windows * B * T}
