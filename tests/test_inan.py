@@ -319,14 +319,14 @@ def test_logit_gradients_measure_each_cost_term():
   model = models.build(c)
   params = models.init_params(model, c, jax.random.key(0))
   params = jax.tree.map(lambda p: 20.0 * p, params)  # logits far from uniform, so both terms are sizeable
-  tokens = np.asarray(jax.random.randint(jax.random.key(1), (2 * c.bptt * c.eval_batch_size + 1,), 0, 31))
+  tokens = np.asarray(jax.random.randint(jax.random.key(1), (4 * 11,), 0, 31))  # 4 streams of 11: 2 windows of 5
   got = al_sweep.logit_gradients(c, params, tokens, windows=2)
-  n = (len(tokens) - 1) // 4
-  x, y = tokens[:4 * n].reshape(4, n), tokens[1:4 * n + 1].reshape(4, n)
+  rows = tokens.reshape(4, 11)
+  x, y = rows[:, :-1], rows[:, 1:]
   # The two windows of 5 at once: the same as two carried windows.
-  (z, _), _ = model.apply({"params": params}, jnp.asarray(x[:, :10]), model.initial_carry(4), train=False,
+  (z, _), _ = model.apply({"params": params}, jnp.asarray(x), model.initial_carry(4), train=False,
                           mutable=[tying.PENALTIES])
-  z, y = np.asarray(z, np.float64), y[:, :10]
+  z = np.asarray(z, np.float64)
   def softmax(a):
     e = np.exp(a - a.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)
@@ -339,6 +339,10 @@ def test_logit_gradients_measure_each_cost_term():
   np.testing.assert_allclose(got["al"], 3.0 * _kl_reference(z, y, L, 2.0).mean(), rtol=1e-4)
   ce = -np.log(np.take_along_axis(softmax(z), y[..., None], -1)).mean()
   np.testing.assert_allclose(got["ce"], ce, rtol=1e-4)
+  zc, sc = z - z.mean(-1, keepdims=True), L[y] @ L.T - (L[y] @ L.T).mean(-1, keepdims=True)
+  corr = (zc * sc).sum(-1) / np.sqrt((zc ** 2).sum(-1) * (sc ** 2).sum(-1))
+  np.testing.assert_allclose(got["logit_target_corr"], corr.mean(), rtol=1e-4)
+  np.testing.assert_allclose(got["logit_std"], zc.std(-1).mean(), rtol=1e-4)
   zero = al_sweep.logit_gradients(c, params, tokens, windows=2, alpha=0.0)
   assert zero["grad_al"] == 0.0 and zero["al"] == 0.0 and zero["grad_ce"] == pytest.approx(got["grad_ce"])
   with pytest.raises(ValueError, match="fewer than windows=3"):

@@ -26,6 +26,7 @@ import numpy as np
 
 from wt_jax import models, tying
 from wt_jax.analysis import embeddings
+from wt_jax.data import batching
 from wt_jax.train import lm, trainer
 from wt_jax.train.checkpoint import Checkpoints
 
@@ -258,16 +259,16 @@ def logit_gradients(config, params, tokens: np.ndarray, windows: int = 30, alpha
                     tau: float | None = None) -> dict:
   """How strongly a trained LM's augmented loss acts, next to its cross-entropy, on a token stream.
 
-  The model (`models.build(config)`, dropout off) reads `tokens` as B = config.eval_batch_size streams in
-  windows of config.bptt, carrying its state, for `windows` windows. Per scored token, with logits z [V] and
-  target y, it takes the gradient with respect to z of each term of the training cost (`losses.make_lm_cost`):
-  the cross-entropy's, softmax(z) − onehot(y), and the augmented loss's,
-  α·∂KL(ỹ‖ŷ)/∂z = (α/τ)·(ŷ − ỹ) (Inan et al. Section 3's loss; Section 4 expands it at high τ, where it
-  matches logits). Returned as means
-  over tokens: the two terms' values (`ce`, `al` = α·KL, nats) and gradient L2 norms (`grad_ce`, `grad_al`);
-  the correlation over words of the centred logits z with the centred target logits s = L·u_y, which the AL
-  pulls z towards (`logit_target_corr`); and the standard deviations over words of z and s. α and τ default
-  to config.al's; pass them to measure a model trained without the AL (α = 0) at another run's setting.
+  The model (`models.build(config)`, dropout off) reads the first `windows` of the stream's evaluation
+  windows (`batching.lm_windows`: B = config.eval_batch_size streams, T = config.bptt), carrying its state.
+  Per scored token, with logits z [V] and target y, it takes the gradient with respect to z of each term of
+  the training cost (`losses.make_lm_cost`): the cross-entropy's, softmax(z) − onehot(y), and the augmented
+  loss's, α·∂KL(ỹ‖ŷ)/∂z = (α/τ)·(ŷ − ỹ) (Inan et al. Section 3's loss; Section 4 expands it at high τ, where
+  it matches logits). Returned as means over tokens: the two terms' values (`ce`, `al` = α·KL, nats) and
+  gradient L2 norms (`grad_ce`, `grad_al`); the correlation over words of the centred logits z with the
+  centred target logits s = L·u_y, which the AL pulls z towards (`logit_target_corr`); and the standard
+  deviations over words of z and s. α and τ default to config.al's; pass them to measure a model trained
+  without the AL (α = 0) at another run's setting.
   """
   import jax
   import jax.numpy as jnp
@@ -276,11 +277,9 @@ def logit_gradients(config, params, tokens: np.ndarray, windows: int = 30, alpha
   L = jnp.asarray(tying.word_matrix(params, config.al.embedding))
   alpha = float(config.al.alpha if alpha is None else alpha)
   tau = float(config.al.tau if tau is None else tau)
-  B, T = config.eval_batch_size, config.bptt
-  n = (len(tokens) - 1) // B
-  if n < windows * T:
-    raise ValueError(f"{len(tokens)} tokens give {n // T} windows of {B}×{T}, fewer than windows={windows}.")
-  x_all, y_all = np.asarray(tokens[:n * B]).reshape(B, n), np.asarray(tokens[1:n * B + 1]).reshape(B, n)
+  wins = batching.lm_windows(tokens, config.eval_batch_size, config.bptt)
+  if len(wins) < windows:
+    raise ValueError(f"{len(tokens)} tokens give {len(wins)} windows, fewer than windows={windows}.")
 
   @jax.jit
   def window(carry, x, y):
@@ -296,9 +295,9 @@ def logit_gradients(config, params, tokens: np.ndarray, windows: int = 30, alpha
     return carry, {"ce": ce(z) / y.size, "al": al(z) / y.size, "grad_ce": norm(g_ce), "grad_al": norm(g_al),
                    "logit_target_corr": corr.mean(), "logit_std": zc.std(-1).mean(), "target_std": sc.std(-1).mean()}
 
-  carry, rows = model.initial_carry(B), []
-  for i in range(windows):
-    carry, row = window(carry, jnp.asarray(x_all[:, i * T:(i + 1) * T]), jnp.asarray(y_all[:, i * T:(i + 1) * T]))
+  carry, rows = model.initial_carry(config.eval_batch_size), []
+  for x, y in zip(wins.x[:windows], wins.y[:windows]):
+    carry, row = window(carry, jnp.asarray(x), jnp.asarray(y))
     rows.append(row)
   out = {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
-  return {**out, "alpha": alpha, "tau": tau, "tokens": windows * B * T}
+  return {**out, "alpha": alpha, "tau": tau, "tokens": int(wins.x[:windows].size)}
