@@ -186,9 +186,10 @@ REPORTS = {
                             f"configs/inan.py:small,{v},ptb,gal") for v, label, valid, test in INAN_SMALL),
         runs="runs/inan",
         note="App. A: `configs/inan.py:small,V` (Appendix A's lr 1, ×0.9 per epoch after epoch 5, bptt 35, "
-             "clip 5, keep 0.7; 40 epochs). Retrained: a second training session from the first one's final "
-             "parameters with the schedule restarted (footnote 4; `bash experiments/inan_table1.sh`). Earlier "
-             "recipe: `configs/inan.py:small,V,ptb,gal` (Gal's schedule, drop 0.5, bptt 20), for comparison."),
+             "clip 5, keep 0.7; 40 epochs; the AL target ỹ fixed as the paper defines it, except in +REAL, whose "
+             "gradient runs through ỹ: BUILD_NOTES §18). Retrained: a second training session from the first "
+             "one's final parameters with the schedule restarted (footnote 4; `bash experiments/inan_table1.sh`). "
+             "Earlier recipe: `configs/inan.py:small,V,ptb,gal` (Gal's schedule, drop 0.5, bptt 20), for comparison."),
     # Not a paper table: the tied Transformer LM (configs/transformer.py) — tied vs untied × where the one
     # matrix's scale is corrected (none: GPT-2; √D on the input: Vaswani et al. 2017, Gemma; 1/√D on the
     # logits: T5), and projection regularisation on the tied model. No paper reports these on PTB or WikiText-2.

@@ -144,7 +144,8 @@ def test_inan_configs():
   assert [optim.epoch_lr(e, 1.0, c.lr_decay, c.decay_after_epoch) for e in (5, 6, 7)] == \
       [1.0, 0.9, pytest.approx(0.81)]  # decaying after epoch 5
   assert (c.al.alpha, c.al.tau) == (pytest.approx(0.65 * 20), 20.0)  # α = γτ
-  assert not c.al.target_gradient  # the paper's fixed target
+  assert c.al.target_gradient  # +REAL: the gradient runs through ỹ (the paper's fixed target fails with RE)
+  assert not inan.get_config("small,al").al.target_gradient  # +AL: the paper's fixed target
   assert c.name == "inan_small_real_keep"
   assert inan.get_config("small,vd,ptb,drop").dropout_h == 0.7
   assert inan.get_config("small,vd,wikitext2").dropout_h == pytest.approx(0.2)
