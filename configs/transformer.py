@@ -23,7 +23,7 @@ memory + bptt slots).
 Expected on PTB (seed 0, 6 epochs, ≈ 45 min each on 2 CPU cores; valid / test, batch-1 test protocol above;
 results/transformer_ptb): tied none 120.3 / 112.9, sqrt_d 114.0 / 106.9, logits 285.3 / 267.9,
 t5 194.7 / 185.2, t5_steps 121.6 / 113.7; untied none 131.4 / 123.5, sqrt_d 122.7 / 114.4; tied_projection
-none 140.6 / 132.1. On WikiText-2 (≈ 2 h each alone on 2 CPU cores; results/transformer_wikitext2): tied sqrt_d
+none 140.6 / 132.1. On WikiText-2 (2–3 h each alone on 2 CPU cores; results/transformer_wikitext2): tied sqrt_d
 133.1 / 125.2, untied sqrt_d 154.2 / 145.4.
 """
 from configs import lm_base
