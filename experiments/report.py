@@ -181,7 +181,7 @@ REPORTS = {
                      f"configs/inan.py:small,{v}", "runs/inan_appA"),
             PaperRow(f"inan_small_{v}_keep_s2", f"{label}, App. A, retrained (footnote 4)", "—", None, valid, test,
                      f"configs/inan.py:small,{v} --config.name=inan_small_{v}_keep_s2 "
-                     f"--config.init_from=runs/inan_appA/small_{v}_keep/init_s2", "runs/inan_appA"),
+                     "--config.init_from=runs/inan_appA/{first_session}/init_s2", "runs/inan_appA"),
         )) + tuple(PaperRow(f"inan_small_{v}", f"{label}, earlier recipe", "—", None, valid, test,
                             f"configs/inan.py:small,{v},ptb,gal") for v, label, valid, test in INAN_SMALL),
         runs="runs/inan",
@@ -363,7 +363,9 @@ def provenance(name: str, spec: ReportSpec, by_config: dict[str, list[dict]]) ->
       host = r.get("host") or {}
       machine = (f"{host.get('cpu', '?')}, {host.get('cpu_count', '?')} cores" if host
                  else "not recorded")
-      cmd = spec.command.format(flag=row.flag or f"configs/{r['config']}.py", seed=r["seed"],
+      # A second session's flag names the first session's workdir: its own minus "_s2" (seed suffix kept).
+      flag = (row.flag or f"configs/{r['config']}.py").replace("{first_session}", r["_dir"].removesuffix("_s2"))
+      cmd = spec.command.format(flag=flag, seed=r["seed"],
                                 workdir=f"{row.runs or spec.runs or 'runs/' + name}/{r['_dir']}")
       commit = (r.get("versions") or {}).get("wt_jax_commit") or "not recorded"
       lines.append(

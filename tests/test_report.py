@@ -59,11 +59,13 @@ def test_inan_table1_names_the_config_argument(tmp_path):
   _fake_run(tmp_path / "runs" / "small_real", "inan_small_real", 0, 84.0)
   _fake_run(tmp_path / "appA" / "small_vd_keep", "inan_small_vd_keep", 0, 90.0)
   _fake_run(tmp_path / "appA" / "small_vd_keep_s2", "inan_small_vd_keep_s2", 0, 88.0)
+  _fake_run(tmp_path / "appA" / "small_vd_keep_seed1_s2", "inan_small_vd_keep_s2", 1, 86.0)
   report.build("inan_ptb_table1", tmp_path / "results", tmp_path / "appA", None)
   tab = report.build("inan_ptb_table1", tmp_path / "results", tmp_path / "runs", None)
   assert "| + REAL (RE + AL), earlier recipe | — | 2,651,600 | 0 | — / 35.0 | 86.3 / 118.0 | 82.7 / 84.0 | +1.3 |" in tab
   assert "| VD-LSTM (small), App. A | — | 2,651,600 | 0 | — / 35.0 | 92.6 / 118.0 | 87.3 / 90.0 | +2.7 |" in tab
-  assert "| VD-LSTM (small), App. A, retrained (footnote 4) | — | 2,651,600 | 0 | — / 35.0 | 92.6 / 118.0 | 87.3 / 88.0 | +0.7 |" in tab
+  assert ("| VD-LSTM (small), App. A, retrained (footnote 4) | — | 2,651,600 | 0, 1 | — / 35.0 (35.0, 35.0) "
+          "| 92.6 / 118.0 (118.0, 118.0) | 87.3 / 87.0 (88.0, 86.0) | -0.3 |") in tab
   assert "| + AL, App. A, retrained (footnote 4) | — | — | none yet | — / — | 86.3 / — | 82.9 / — | — |" in tab
   runs_md = (tmp_path / "results" / "inan_ptb_table1" / "README.md").read_text()
   # The workdir is where the README's commands put the run (runs/inan/), not runs/<report name>/.
@@ -72,6 +74,9 @@ def test_inan_table1_names_the_config_argument(tmp_path):
   assert ("`python -m experiments.ptb --config=configs/inan.py:small,vd --config.name=inan_small_vd_keep_s2 "
           "--config.init_from=runs/inan_appA/small_vd_keep/init_s2 --config.seed=0 "
           "--workdir=runs/inan_appA/small_vd_keep_s2`") in runs_md
+  assert ("`python -m experiments.ptb --config=configs/inan.py:small,vd --config.name=inan_small_vd_keep_s2 "
+          "--config.init_from=runs/inan_appA/small_vd_keep_seed1/init_s2 --config.seed=1 "
+          "--workdir=runs/inan_appA/small_vd_keep_seed1_s2`") in runs_md
 
 
 def test_report_rejects_runs_of_other_configs(tmp_path):
