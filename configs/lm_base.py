@@ -49,6 +49,9 @@ def get_config():
   c.dropout = 0.0             # Zaremba small: keep_prob 1.0 (no dropout); lstm_lm, nnlm, lbl
   c.init_scale = 0.1          # Zaremba small: U(-0.1, 0.1)
   c.compute_dtype = "float32"  # ours; "bfloat16": bf16 matmul inputs, f32 sums (wt_jax/precision.py)
+  c.matmul_precision = "default"  # float32 matmuls: "default" (the backend's: TF32 on an A100/H100, one bf16
+  #                                 pass on a TPU, exact on a CPU) | "float32" (exact everywhere, as the papers'
+  #                                 pre-TF32 GPUs) | "tensorfloat32" (wt_jax/precision.py)
   c.words = words_config()
   c.al = al_config()
   # Variational dropout (bd_lstm_lm, rhn_lm): drop probabilities, one mask per window (Gal 2015).
@@ -100,6 +103,8 @@ def get_config():
   # Bookkeeping.
   c.log_every = 200           # steps between progress lines (and at least every 30 s)
   c.checkpoint_every_steps = 500  # mid-epoch checkpoints (0: only at epoch ends)
+  c.checkpoint_every_epochs = 1  # `last` at every N-th epoch end and the final one; 0: the final one only, and
+  #                               `best` kept in device memory, not on disk (runs that must finish in one window)
   c.profile_steps = 0         # >0: trace this many steps (after the first) into <workdir>/profile
   c.plot = True
   return c.lock()  # every key is declared above: a misspelt or undeclared key is an error, not a new key

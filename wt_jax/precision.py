@@ -19,12 +19,25 @@ import jax.numpy as jnp
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
+# `config.matmul_precision` → jax's default matmul precision, i.e. how a float32 × float32 product is computed.
+# "default" leaves it to the backend: exact on a CPU, TF32 inputs (10-bit mantissa) on an A100/H100 through
+# cuBLAS and cuDNN, one bfloat16 pass on a TPU. "float32" asks for the exact product everywhere (on a GPU,
+# no tensor-core TF32: the arithmetic of the papers' pre-Ampere GPUs).
+MATMUL_PRECISIONS = {"default": None, "float32": "float32", "tensorfloat32": "tensorfloat32"}
+
 
 def compute_dtype(name: str):
   """The dtype named by `config.compute_dtype`; a clear error for anything else."""
   if name not in DTYPES:
     raise ValueError(f"Unknown compute_dtype {name!r}; expected one of {', '.join(DTYPES)}.")
   return DTYPES[name]
+
+
+def matmul_precision(name: str):
+  """A context in which float32 matmuls are traced with `config.matmul_precision` (see MATMUL_PRECISIONS)."""
+  if name not in MATMUL_PRECISIONS:
+    raise ValueError(f"Unknown matmul_precision {name!r}; expected one of {', '.join(MATMUL_PRECISIONS)}.")
+  return jax.default_matmul_precision(MATMUL_PRECISIONS[name])
 
 
 def is_low(dtype) -> bool:

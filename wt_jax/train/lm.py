@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from wt_jax import convert, losses, models, parallel, tying
+from wt_jax import convert, losses, models, parallel, precision, tying
 from wt_jax.data import batching
 from wt_jax.train import evaluate as eval_lib
 from wt_jax.train import optim, trainer
@@ -172,11 +172,14 @@ class LMTask:
             "train_ppl": train_ppl, "valid_ppl": valid_ppl, **test,
             "eval_max_tokens": c.eval_max_tokens or None,  # None: the whole valid and test sets
             "train_max_tokens": c.train_max_tokens or None,  # None: the whole training set
+            "matmul_precision": c.matmul_precision,  # float32 matmuls: backend default, or exact (float32)
             "test_params": tested,  # 'final' parameters (Zaremba/Press & Wolf) or 'best' by valid (RHN)
             "best_valid_ppl": meta["best"],
             "train_tokens_per_s": step * self.tokens_per_step / max(meta["train_s"], 1e-9)}
 
 
 def fit(config, corpus, workdir: str | Path) -> dict:
-  """Train `config` on `corpus` (train/valid/test streams), writing everything under `workdir`."""
-  return trainer.run(LMTask(config, corpus), config, workdir)
+  """Train `config` on `corpus` (train/valid/test streams), writing everything under `workdir`; every
+  float32 matmul of the run (train steps and evaluation) at `config.matmul_precision`."""
+  with precision.matmul_precision(config.matmul_precision):
+    return trainer.run(LMTask(config, corpus), config, workdir)

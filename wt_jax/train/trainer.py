@@ -5,9 +5,10 @@
 A task (`Task`) says what is trained: its initial state, the batches of an epoch, its jit-compiled step, its
 validation and its final evaluation. The skeleton does the rest, once for every task:
 
-- the step loop over epochs, with checkpoints of the whole state at epoch ends and every
-  `config.checkpoint_every_steps` (orbax, `<workdir>/checkpoints/last`), the best by the task's validation
-  metric (`checkpoints/best`), and resume from the last checkpoint in the middle of an epoch;
+- the step loop over epochs, with checkpoints of the whole state at epoch ends (every
+  `config.checkpoint_every_epochs`-th; 0: the final one only, the best state then held in device memory) and
+  every `config.checkpoint_every_steps` (orbax, `<workdir>/checkpoints/last`), the best by the task's
+  validation metric (`checkpoints/best`), and resume from the last checkpoint in the middle of an epoch;
 - the running sums of the step's metrics (on device) and the non-finite policy: a NaN or infinite training
   sum or validation metric stops the run with `NonFiniteLossError` before anything is saved, so the last
   finite checkpoint survives;
@@ -161,6 +162,8 @@ def _run(task: Task, config, workdir: epath.Path) -> dict:
   if config.profile_steps and not is_local(workdir):
     logging.warning("profile_steps: traces are written to local folders only; give a local --workdir.")
   done = lambda: meta["epoch"] > task.num_epochs or (max_steps and step >= max_steps)
+  every_epochs = config.get("checkpoint_every_epochs", 1)
+  kept_best = None  # with checkpoint_every_epochs = 0: the best state, on the devices
 
   def epoch_sums() -> dict:
     """The epoch's sums so far, on the host; raises NonFiniteLossError if any is not finite."""
@@ -265,9 +268,12 @@ def _run(task: Task, config, workdir: epath.Path) -> dict:
         if is_best:
           meta.update(best=record[metric], best_epoch=epoch)
         meta.update(epoch=epoch + 1, pos=0)
-        save("last")
-        if is_best:
-          save("best")
+        if every_epochs and (epoch % every_epochs == 0 or done()):
+          save("last")
+          if is_best:
+            save("best")
+        elif is_best:  # checkpoint_every_epochs = 0: the best state stays in device memory
+          kept_best = jax.tree_util.tree_map(jnp.copy, state)
         clock.update(t0=time.time(), step0=step)
         continue
       break  # max_steps inside an epoch
@@ -276,8 +282,8 @@ def _run(task: Task, config, workdir: epath.Path) -> dict:
   final_sums = epoch_sums()
   if ckpts.latest_step() != step:  # stopped mid-epoch: keep the final state too
     save("last")
-  best_state = None
-  if metric is not None and ckpts.latest_step("best") is not None:
+  best_state = kept_best
+  if best_state is None and metric is not None and ckpts.latest_step("best") is not None:
     best_state = ckpts.restore("best", state)[0]
   results = common_results(config, state, meta, task, t_start, wall_before, resumed_from, run_versions)
   results.update(task.final(state, best_state, meta, final_sums))
@@ -309,6 +315,7 @@ def common_results(config, state, meta, task, t_start, wall_before, resumed_from
       "versions": run_versions,
       "host": host(),
       "devices": [str(d) for d in jax.devices()],
+      "device_kind": jax.devices()[0].device_kind,  # e.g. "NVIDIA H100 80GB HBM3", "TPU v5 lite", "cpu"
       "num_devices": dp_devices,
       "num_processes": jax.process_count(),
   }
