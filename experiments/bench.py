@@ -32,6 +32,7 @@ beam search; test: the compiled functions reused, BLEU scoring included).
     python -m experiments.bench --config=configs/nmt_multi30k_three_way.py [--nmt_train_pairs=2000]
 """
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -309,6 +310,11 @@ def compiled_train_step(config, model, windows: batching.Windows):
 def main(argv):
   del argv
   config = _CONFIG.value
+  with precision.matmul_precision(config.get("matmul_precision", "default")):
+    _main(config)
+
+
+def _main(config):
   if config.get("model") == "skipgram":
     if _GENSIM_PYTHON.value:
       if config.dataset != "ptb":
@@ -342,14 +348,17 @@ def main(argv):
 
   i = 0
 
-  def run(n):
+  def run(n, keep=None):
     nonlocal state, i
     for _ in range(n):
       state, sums = step_fn(state, windows.x[i % len(windows)], windows.y[i % len(windows)])
+      if keep is not None:
+        keep.append(sums["nll"] / sums["tokens"])
       i += 1
     jax.block_until_ready(sums)
 
-  run(_WARMUP.value)
+  warm_nll = []
+  run(_WARMUP.value, warm_nll)
   times = []
   for _ in range(_REPEATS.value):
     t0 = time.perf_counter()
@@ -380,7 +389,12 @@ def main(argv):
       "eval_tokens": ev["tokens"], "eval_tok_per_s": round(ev["tokens"] / eval_s, 1),
       "matmul_flops_per_step": flops, "xla_flops_per_step": xla_flops,
       "achieved_gflops": round(flops / ms / 1e6, 1) if flops else None, **floor, **parts,
-      "compute_dtype": config.compute_dtype,
+      "compute_dtype": config.compute_dtype, "matmul_precision": config.matmul_precision,
+      "scan_unroll": config.get("scan_unroll", 1), "xla_flags": os.environ.get("XLA_FLAGS", ""),
+      # the mean NLL of each warm-up step, from the run's initial state: variants of the same arithmetic
+      # (unroll, command buffers) must agree here to rounding
+      "warmup_nll": [round(float(v), 6) for v in jax.device_get(warm_nll)],
+      "device_kind": jax.devices()[0].device_kind,
       **memory, "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
       "jax": jax.__version__, "devices": [str(d) for d in jax.devices()],
   }))

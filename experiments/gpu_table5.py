@@ -16,6 +16,12 @@ past the deadline and a lower rung exists, the job is stopped and restarted from
 in time while a lower-priority job shares the device, that job is stopped (shed) and the check repeats. The
 decisions, with the rates they used, are in `status.json`.
 
+Probe. With `--probe=CONFIG`, before any job, CONFIG's train step is timed (`experiments.bench`, one process
+per variant) with each of `--probe_variants`: time steps per compiled loop iteration (`scan_unroll`) and XLA's
+command buffers over while loops; the fastest variant whose first-step loss matches the first variant's is
+then used by every job (`probe.json`). The deadline can be moved while the driver runs: write a UNIX time to
+`<records>/deadline_at`.
+
 Records (`--records`): `env.json` (device, driver, jax/jaxlib, CUDA and cuDNN versions), `status.json`
 (every job's state, projections and decisions; rewritten after each change) and per job `<job>/`:
 `results.json`, `curve.jsonl` (the epoch records), `metrics.jsonl`, `log.txt` and any `probe_<precision>.jsonl`.
@@ -51,12 +57,24 @@ _RUNS = flags.DEFINE_string("runs", None, "Folder of the jobs' workdirs.")
 _RECORDS = flags.DEFINE_string("records", None, "Folder of the records to collect.")
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Tiny shapes on the CPU: the whole path in seconds.")
 _POLL_S = flags.DEFINE_float("poll_s", 2.0, "Seconds between looks at the jobs.")
+_XLA_FLAGS = flags.DEFINE_string("xla_flags", "", "XLA_FLAGS for every job (a probe's choice replaces it).")
+_PROBE = flags.DEFINE_string("probe", "", "A config to time with each of --probe_variants (experiments.bench) "
+                             "before the jobs; the fastest variant's settings then apply to every job.")
+_PROBE_VARIANTS = flags.DEFINE_list("probe_variants", ["u1", "u5", "u35", "u1+while"],
+                                    "uK: scan_unroll=K; +while: XLA command buffers also over while loops; "
+                                    "-cb: command buffers off.")
+_PROBE_STEPS = flags.DEFINE_integer("probe_steps", 100, "Timed steps per repeat of each probe variant.")
 flags.mark_flags_as_required(["runs", "records"])
 
 # --dry_run: every job shrunk to seconds on a CPU, with every part of a real run (epochs, validation, test).
 DRY_RUN_SET = ("hidden_size=16", "batch_size=4", "bptt=5", "train_max_tokens=1200", "num_epochs=2",
                "eval_max_tokens=400", "test_window=20", "log_every=10", "eval_batch_size=4", "plot=False")
+DRY_RUN_KEYS = {"hidden_size", "batch_size", "bptt", "eval_batch_size"}  # what a dry-run probe shrinks
 REPO = Path(__file__).resolve().parents[1]
+# XLA:GPU flags of the probe's variants: command buffers (CUDA graphs) extended to while loops (the loop then
+# runs on the device, without a host round trip per iteration), or turned off.
+VARIANT_XLA = {"": "", "+while": "--xla_gpu_enable_command_buffer=+WHILE",
+               "-cb": "--xla_gpu_enable_command_buffer="}
 
 
 @dataclasses.dataclass
@@ -72,6 +90,7 @@ class Job:
   started: float | None = None
   ended: float | None = None
   checked_at_step: int = 0
+  last_check: dict | None = None  # the latest rate and projection (every check; events keep the first)
   events: list[dict] = dataclasses.field(default_factory=list)
 
 
@@ -137,6 +156,59 @@ def _records_of(metrics_path: Path, kind: str) -> list[dict]:
   return out
 
 
+def parse_variant(name: str) -> tuple[int, str]:
+  """'u5+while' → (scan_unroll 5, its XLA_FLAGS)."""
+  import re
+  m = re.fullmatch(r"u(\d+)(\+while|-cb)?", name)
+  if not m:
+    raise app.UsageError(f"Unknown probe variant {name!r}: expected uK, uK+while or uK-cb.")
+  return int(m.group(1)), VARIANT_XLA[m.group(2) or ""]
+
+
+def choose_variant(results: dict[str, dict], rtol: float = 1e-3) -> str | None:
+  """The fastest variant whose first training step's loss matches the first variant's (the same arithmetic,
+  so the same loss to rounding: TF32 rounding is ~1e-3 relative), or None if none ran."""
+  ran = {k: v for k, v in results.items() if v.get("train_ms_per_step")}
+  if not ran:
+    return None
+  base = next(iter(ran.values()))["warmup_nll"][0]
+  same = {k: v for k, v in ran.items() if abs(v["warmup_nll"][0] - base) <= rtol * abs(base)}
+  return min(same, key=lambda k: same[k]["train_ms_per_step"])
+
+
+def probe(config: str, variants: list[str], common: list[str], precision: str, records: Path,
+          deadline: float) -> tuple[int, str] | None:
+  """Time `config`'s train step under each variant (one `experiments.bench` process each: XLA_FLAGS is
+  read once per process), write probe.json and return the chosen (scan_unroll, XLA_FLAGS)."""
+  results = {}
+  overrides = [o for o in common if o.split("=", 1)[0] in DRY_RUN_KEYS]  # shapes only, not run settings
+  for name in variants:
+    if time.time() > deadline:
+      results[name] = {"skipped": "deadline"}
+      continue
+    unroll, xla = parse_variant(name)
+    cmd = [sys.executable, "-m", "experiments.bench", f"--config=configs/{config}.py",
+           f"--config.matmul_precision={precision}", f"--config.scan_unroll={unroll}", "--peak=false",
+           f"--steps={_PROBE_STEPS.value}", "--warmup=10", "--repeats=3", "--eval_windows=20"]
+    cmd += [f"--config.{o}" for o in overrides]
+    env = {**os.environ, "XLA_FLAGS": xla}
+    t0 = time.time()
+    try:
+      res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=max(10.0, deadline - time.time()))
+      out = json.loads(res.stdout.strip().splitlines()[-1]) if res.returncode == 0 else {
+          "error": (res.stderr.strip().splitlines() or ["?"])[-1][-300:], "returncode": res.returncode}
+    except (subprocess.TimeoutExpired, ValueError, IndexError) as e:
+      out = {"error": repr(e)[:300]}
+    out["wall_s"] = round(time.time() - t0, 1)
+    results[name] = out
+    _write_atomic(records / "probe.json", json.dumps({"config": config, "variants": results}, indent=1))
+  chosen = choose_variant(results)
+  _write_atomic(records / "probe.json", json.dumps({"config": config, "variants": results, "chosen": chosen},
+                                                   indent=1))
+  return parse_variant(chosen) if chosen else None
+
+
 def environment() -> dict:
   """The device and software a run's numbers belong to."""
   env = {"python": sys.version.split()[0], "argv": sys.argv[1:], "started_utc": time.strftime("%FT%TZ", time.gmtime())}
@@ -174,10 +246,12 @@ def environment() -> dict:
 class Driver:
   """The loop: start, watch, judge, stop and record the jobs (see the module docstring)."""
 
-  def __init__(self, jobs: list[Job], runs: Path, records: Path, budget_s: float, common: list[str]):
-    self.jobs, self.runs, self.records, self.common = jobs, runs, records, common
-    self.t0 = time.time()
+  def __init__(self, jobs: list[Job], runs: Path, records: Path, budget_s: float, common: list[str],
+               xla_flags: str = "", t0: float | None = None):
+    self.jobs, self.runs, self.records, self.common, self.xla_flags = jobs, runs, records, common, xla_flags
+    self.t0 = time.time() if t0 is None else t0
     self.deadline = self.t0 + budget_s
+    self.events: list[dict] = []
     runs.mkdir(parents=True, exist_ok=True)
     records.mkdir(parents=True, exist_ok=True)
 
@@ -199,11 +273,12 @@ class Driver:
     cmd += [f"--config.{o}" for o in self.common + job.overrides]
     wd.mkdir(parents=True, exist_ok=True)
     log = open(wd / "log.txt", "ab")
-    job.proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    env = {**os.environ, "XLA_FLAGS": self.xla_flags} if self.xla_flags else None
+    job.proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
     log.close()
-    job.state, job.started, job.checked_at_step = "running", time.time(), 0
+    job.state, job.started, job.checked_at_step, job.last_check = "running", time.time(), 0, None
     job.events.append({"t": round(job.started - self.t0, 1), "event": "start", "precision": self.precision(job),
-                       "cmd": " ".join(cmd[1:])})
+                       "cmd": " ".join(cmd[1:]), "xla_flags": self.xla_flags})
 
   def stop(self, job: Job, state: str, why: str, sig: int = signal.SIGTERM) -> None:
     """SIGTERM (the trainer saves `last` and exits; SIGKILL for a run that is thrown away), then record what
@@ -252,10 +327,10 @@ class Driver:
   def write_status(self, done: bool = False) -> None:
     now = time.time()
     status = {"elapsed_s": round(now - self.t0, 1), "deadline_s": round(self.deadline - self.t0, 1),
-              "done": done, "jobs": []}
+              "done": done, "events": self.events, "jobs": []}
     for job in self.jobs:
       entry = {"label": job.label, "config": job.config, "overrides": job.overrides, "state": job.state,
-               "matmul_precision": self.precision(job), "events": job.events}
+               "matmul_precision": self.precision(job), "last_check": job.last_check, "events": job.events}
       if job.started:
         entry["wall_s"] = round((job.ended or now) - job.started, 1)
       if job.proc is not None and job.proc.poll() is not None:
@@ -273,10 +348,13 @@ class Driver:
       if p is not None and p[0] >= _CHECK_STEPS.value and p[0] >= job.checked_at_step + _CHECK_STEPS.value:
         step, rate = p
         end = projected_end(now, step, rate, steps_of[job.label], _EVAL_SHARE.value, _TEST_S.value)
+        first = job.checked_at_step == 0
         job.checked_at_step = step
-        job.events.append({"t": round(now - self.t0, 1), "event": "check", "step": step,
-                           "steps_per_s": round(rate, 2), "ms_per_step": round(1000 / max(rate, 1e-9), 3),
-                           "projected_end_s": round(end - self.t0, 1), "deadline_s": round(self.deadline - self.t0, 1)})
+        job.last_check = {"t": round(now - self.t0, 1), "event": "check", "step": step,
+                          "steps_per_s": round(rate, 2), "ms_per_step": round(1000 / max(rate, 1e-9), 3),
+                          "projected_end_s": round(end - self.t0, 1), "deadline_s": round(self.deadline - self.t0, 1)}
+        if first or (end > self.deadline and job.events[-1].get("event") != "check"):
+          job.events.append(job.last_check)  # the first measurement of a start, and the first late one
       ends.append((job.label, job.rung, len(_PRECISIONS.value) - 1, end))
     action, label = decide(ends, self.deadline)
     if action == "keep":
@@ -287,8 +365,22 @@ class Driver:
     else:
       self.stop(job, "shed", f"gives the device to {ends[0][0]}, projected past the deadline")
 
+  def read_deadline(self) -> None:
+    """A caller may move the deadline while the driver runs: `<records>/deadline_at` holds a UNIX time (e.g.
+    a later call that knows how much of the window is left)."""
+    path = self.records / "deadline_at"
+    try:
+      at = float(path.read_text().strip())
+    except (OSError, ValueError):
+      return
+    if abs(at - self.deadline) > 0.5:
+      self.events.append({"t": round(time.time() - self.t0, 1), "event": "deadline moved",
+                          "from_s": round(self.deadline - self.t0, 1), "to_s": round(at - self.t0, 1)})
+      self.deadline = at
+
   def run(self, steps_of: dict[str, int]) -> None:
     while True:
+      self.read_deadline()
       now = time.time()
       for job in self.jobs:
         if job.state == "running" and job.proc.poll() is not None:
@@ -356,7 +448,18 @@ def main(argv):
   records.mkdir(parents=True, exist_ok=True)
   _write_atomic(records / "env.json", json.dumps(environment(), indent=1))
   steps_of = {j.label: steps_of_job(j, common) for j in jobs}
-  driver = Driver(jobs, Path(_RUNS.value), records, _BUDGET.value, common)
+  t0 = time.time()
+  xla_flags = _XLA_FLAGS.value
+  if _PROBE.value:
+    parse_job(_PROBE.value)  # (a clear error for an unknown config)
+    for v in _PROBE_VARIANTS.value:
+      parse_variant(v)
+    chosen = probe(_PROBE.value, _PROBE_VARIANTS.value, common, _PRECISIONS.value[0], records,
+                   t0 + _BUDGET.value - _MIN_START.value)
+    if chosen is not None:
+      unroll, xla_flags = chosen
+      common = common + [f"scan_unroll={unroll}"]
+  driver = Driver(jobs, Path(_RUNS.value), records, _BUDGET.value, common, xla_flags, t0)
   signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the jobs as SIGINT does
   try:
     driver.run(steps_of)

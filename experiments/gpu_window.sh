@@ -2,10 +2,12 @@
 # One call of a GPU window: set up (once per machine), start `experiments.gpu_table5` (once per machine) in a
 # session of its own so that it outlives the call, wait for it at most WAIT_S seconds, then pack its records.
 #
+#   git rev-parse HEAD > .gpu/commit        # here, before the call: the commit the records will name
 #   bash experiments/gpu_window.sh WAIT_S OUT_DIR [gpu_table5 flags...]
+#   EXTEND_TO=S bash experiments/gpu_window.sh WAIT_S OUT_DIR   # a later call: deadline = now + S seconds
 #
-# A second call on the same machine starts nothing: it waits for the running driver and packs its records
-# again. Expects, in the checkout (ignored by git, carried to the machine): .gpu/whl/*.whl (packages the
+# A second call on the same machine starts nothing: it waits for the running driver (moving its deadline if
+# EXTEND_TO is set: that call knows how much of the window is left) and packs its records again. Expects, in the checkout (ignored by git, carried to the machine): .gpu/whl/*.whl (packages the
 # machine lacks), .gpu/fallback/*.whl (the flax/optax/orbax/chex this project's CPU suite runs with, used only
 # if the machine's own fail the preflight) and .gpu/data/ptb/ (the corpus). Leaves in OUT_DIR:
 # records.tgz (env.json, status.json, each job's results.json / curve.jsonl / metrics.jsonl / log.txt),
@@ -19,6 +21,7 @@ ROOT=/tmp/wt_gpu
 mkdir -p "$ROOT" "$OUT_DIR"
 export PYTHONPATH="$ROOT/site:$PWD" WT_JAX_DATA="$PWD/.gpu/data" PYTHONUNBUFFERED=1
 export XLA_PYTHON_CLIENT_PREALLOCATE=false  # several runs share the card: allocate as needed
+[ -f .gpu/commit ] && export WT_JAX_COMMIT="$(cat .gpu/commit)"  # the copy's .git may not be this tree's
 
 pack() {
   cp "$ROOT/driver.log" "$ROOT/records/driver.log" 2>/dev/null
@@ -57,6 +60,9 @@ if [ ! -f "$ROOT/driver.pid" ]; then
   echo $! >"$ROOT/driver.pid"
 fi
 
+if [ -n "${EXTEND_TO:-}" ]; then
+  echo $(( $(date +%s) + EXTEND_TO )) >"$ROOT/records/deadline_at.tmp" && mv "$ROOT/records/deadline_at.tmp" "$ROOT/records/deadline_at"
+fi
 end=$((SECONDS + WAIT_S))
 pid=$(cat "$ROOT/driver.pid")
 n=0
@@ -64,7 +70,7 @@ while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $end ]; do
   sleep 5
   n=$((n + 1))
   if [ $((n % 12)) -eq 0 ]; then  # a line a minute: each job's latest progress
-    for f in "$ROOT"/runs/*/log.txt; do echo "$(basename "$(dirname "$f")"): $(grep -E 'epoch [0-9]+ (step|done)' "$f" | tail -n 1 | cut -c 1-220)"; done
+    for f in "$ROOT"/runs/*[!d]/log.txt; do echo "$(basename "$(dirname "$f")"): $(grep -E 'epoch [0-9]+ (step|done)' "$f" | tail -n 1 | cut -c 1-220)"; done
   fi
   [ $((n % 6)) -eq 0 ] && pack
 done
@@ -73,7 +79,13 @@ kill -0 "$pid" 2>/dev/null && echo "driver still running" || echo "driver finish
 cat "$OUT_DIR/status.json" 2>/dev/null | python3 -c "
 import json, sys
 s = json.load(sys.stdin)
-print('elapsed', s['elapsed_s'], 'deadline', s['deadline_s'], 'done', s['done'])
+print('elapsed', s['elapsed_s'], 'deadline', s['deadline_s'], 'done', s['done'], s.get('events'))
 for j in s['jobs']:
   print(j['label'], j['state'], j['matmul_precision'], j.get('wall_s'), [e for e in j['events'] if e['event'] != 'start'][-3:])
+"
+[ -f "$ROOT/records/probe.json" ] && python3 -c "
+import json; p = json.load(open('$ROOT/records/probe.json'))
+print('probe', p['config'], 'chosen', p.get('chosen'))
+for k, v in p['variants'].items():
+  print(' ', k, v.get('train_ms_per_step'), v.get('train_ms_per_step_all'), v.get('compile_s'), (v.get('warmup_nll') or [None])[0], v.get('error'))
 "

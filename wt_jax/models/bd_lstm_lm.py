@@ -45,6 +45,7 @@ class VariationalLSTMLayer(nn.Module):
 
   hidden: int
   init_scale: float
+  unroll: int = 1  # time steps per compiled loop iteration (lstm_lm.lstm_recurrence)
 
   @nn.compact
   def __call__(self, x_TxBxI, c_BxH, h_BxH, x_mask=None, h_mask=None):
@@ -69,8 +70,8 @@ class VariationalLSTMLayer(nn.Module):
     xw_TxBx4H = gates_from(x_TxBxI, x_mask, w_ih) + b_ih + b_hh  # input part for all steps, hoisted
     # The recurrence with its own backward pass (lstm_lm): the state mask is applied inside it.
     if h_mask is None:
-      return lstm_lm.lstm_recurrence(xw_TxBx4H, w_hh, c_BxH, h_BxH, None)
-    return lstm_lm.masked_lstm_recurrence(xw_TxBx4H, w_hh, c_BxH, h_BxH, h_mask, None)
+      return lstm_lm.lstm_recurrence(xw_TxBx4H, w_hh, c_BxH, h_BxH, None, self.unroll)
+    return lstm_lm.masked_lstm_recurrence(xw_TxBx4H, w_hh, c_BxH, h_BxH, h_mask, None, self.unroll)
 
 
 class BDLSTMLM(nn.Module):
@@ -91,13 +92,14 @@ class BDLSTMLM(nn.Module):
   proj_bias: bool = True
   output_bias: bool = True  # False: Inan et al.'s reused embeddings (RE) fix the softmax bias at 0
   dtype: Any = None  # output-layer matmul input dtype (config.compute_dtype; the gates stay float32)
+  unroll: int = 1  # time steps per compiled loop iteration (config.scan_unroll)
 
   def setup(self):
     self.words = tying.WordEmbeddings(vocab_size=self.vocab_size, dim=self.hidden, mode=self.tying,
                                       init_scale=self.init_scale, pr_lambda=self.pr_lambda,
                                       proj_bias=self.proj_bias, output_bias=self.output_bias,
                                       dtype=self.dtype)
-    self.layers = [VariationalLSTMLayer(self.hidden, self.init_scale, name=f"lstm_{l}")
+    self.layers = [VariationalLSTMLayer(self.hidden, self.init_scale, self.unroll, name=f"lstm_{l}")
                    for l in range(self.num_layers)]
 
   def initial_carry(self, batch_size: int) -> Carry:
@@ -140,4 +142,4 @@ def from_config(config) -> BDLSTMLM:
       tie_state_masks=config.tie_state_masks,
       tying=config.words.mode, pr_lambda=config.words.pr_lambda, proj_bias=config.words.proj_bias,
       output_bias=config.words.output_bias,
-      dtype=precision.compute_dtype(config.compute_dtype))
+      dtype=precision.compute_dtype(config.compute_dtype), unroll=config.scan_unroll)

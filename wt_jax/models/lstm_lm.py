@@ -56,8 +56,9 @@ def _recurrent_product(h_BxH, w, h_mask, dtype):
   return jnp.concatenate([precision.matmul(h_BxH * h_mask[g], w[g], dtype) for g in range(4)], axis=-1)
 
 
-def _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype, h_mask=None):
-  """The recurrence; also returns what the backward pass needs: σ-activations a[T, B, 4H] and c[T, B, H]."""
+def _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype, h_mask=None, unroll=1):
+  """The recurrence; also returns what the backward pass needs: σ-activations a[T, B, 4H] and c[T, B, H].
+  `unroll`: time steps per iteration of the compiled loop (`lax.scan`; the same arithmetic)."""
   H = w_hh.shape[0]
   scale = _gate_scale(H)
   w = _recurrent_weights(w_hh, h_mask, dtype)  # cast once, not at every step
@@ -72,31 +73,33 @@ def _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype, h_mask=None):
     h = o * jnp.tanh(c)
     return (c, h), (h, a, c)
 
-  (c, h), (hs, acts, cs) = jax.lax.scan(cell, (c0_BxH, h0_BxH), xw_TxBx4H)
+  (c, h), (hs, acts, cs) = jax.lax.scan(cell, (c0_BxH, h0_BxH), xw_TxBx4H, unroll=unroll)
   return hs, c, h, acts, cs
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def lstm_recurrence(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype=None):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def lstm_recurrence(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype=None, unroll=1):
   """LSTM over time given the precomputed input part of the gates xw = x·W_ih + b.
 
   xw[T, B, 4H], w_hh[H, 4H], c0, h0[B, H] → (h[T, B, H], c_T[B, H], h_T[B, H]). `dtype`: the input dtype
-  of the recurrent matmuls, forward and backward (None: float32; see wt_jax.precision).
+  of the recurrent matmuls, forward and backward (None: float32; see wt_jax.precision). `unroll`: time steps
+  per iteration of the compiled forward and backward loops (the same arithmetic; on a GPU, where every loop
+  iteration costs a host round trip and kernel launches, fewer iterations are faster).
 
   The custom VJP runs the backward recurrence for the gate gradients only and then forms ∂W_hh as one
   [H, T·B]×[T·B, 4H] matmul, instead of accumulating a [H, 4H] gradient inside the loop at every step as
   plain autodiff of `lax.scan` does (the cuDNN strategy; ~3× faster backward on CPU).
   """
-  hs, c, h, _, _ = _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype)
+  hs, c, h, _, _ = _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype, unroll=unroll)
   return hs, c, h
 
 
-def _recurrence_fwd(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype):
-  hs, c, h, acts, cs = _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype)
+def _recurrence_fwd(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype, unroll):
+  hs, c, h, acts, cs = _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype, unroll=unroll)
   return (hs, c, h), (w_hh, c0_BxH, h0_BxH, hs, acts, cs)
 
 
-def _backward(dtype, w_hh, c0, h0, hs, acts, cs, d_hs, d_cT, d_hT, h_mask=None):
+def _backward(dtype, w_hh, c0, h0, hs, acts, cs, d_hs, d_cT, d_hT, h_mask=None, unroll=1):
   """The backward loop (gate gradients only) and ∂W_hh after it; with a mask also its gradient."""
   c_prev = jnp.concatenate([c0[None], cs[:-1]], axis=0)
   h_prev = jnp.concatenate([h0[None], hs[:-1]], axis=0)
@@ -126,7 +129,7 @@ def _backward(dtype, w_hh, c0, h0, hs, acts, cs, d_hs, d_cT, d_hT, h_mask=None):
 
   dm0 = None if h_mask is None else jnp.zeros_like(h_mask)
   xs = (d_hs, acts, cs, c_prev) + ((h_prev,) if h_mask is not None else ())
-  (dh0, dc0, dm), dz_TxBx4H = jax.lax.scan(step, (d_hT, d_cT, dm0), xs, reverse=True)
+  (dh0, dc0, dm), dz_TxBx4H = jax.lax.scan(step, (d_hT, d_cT, dm0), xs, reverse=True, unroll=unroll)
   if h_mask is None:
     dw_hh = precision.matmul(h_prev.reshape(-1, H).T, dz_TxBx4H.reshape(-1, 4 * H), dtype)
   elif h_mask.shape[0] == 1:
@@ -138,18 +141,18 @@ def _backward(dtype, w_hh, c0, h0, hs, acts, cs, d_hs, d_cT, d_hT, h_mask=None):
   return dz_TxBx4H, dw_hh, dc0, dh0, dm
 
 
-def _recurrence_bwd(dtype, res, cotangents):
+def _recurrence_bwd(dtype, unroll, res, cotangents):
   w_hh, c0, h0, hs, acts, cs = res
   d_hs, d_cT, d_hT = cotangents
-  dxw, dw_hh, dc0, dh0, _ = _backward(dtype, w_hh, c0, h0, hs, acts, cs, d_hs, d_cT, d_hT)
+  dxw, dw_hh, dc0, dh0, _ = _backward(dtype, w_hh, c0, h0, hs, acts, cs, d_hs, d_cT, d_hT, unroll=unroll)
   return dxw, dw_hh, dc0, dh0
 
 
 lstm_recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def masked_lstm_recurrence(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, h_mask_GxBxH, dtype=None):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def masked_lstm_recurrence(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, h_mask_GxBxH, dtype=None, unroll=1):
   """`lstm_recurrence` with a variational mask on the recurrent state (Gal 2015; Gal & Ghahramani 2016):
   the previous h enters the gates as (h·m)·W_hh, the same mask at every step of the window.
 
@@ -159,19 +162,19 @@ def masked_lstm_recurrence(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, h_mask_GxBxH, dtype=
   formed after the loop — is `lstm_recurrence`'s; the mask gets its true gradient ([G, B, H]), which the
   models do not use.
   """
-  hs, c, h, _, _ = _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype, h_mask_GxBxH)
+  hs, c, h, _, _ = _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype, h_mask_GxBxH, unroll)
   return hs, c, h
 
 
-def _masked_fwd(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, h_mask_GxBxH, dtype):
-  hs, c, h, acts, cs = _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype, h_mask_GxBxH)
+def _masked_fwd(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, h_mask_GxBxH, dtype, unroll):
+  hs, c, h, acts, cs = _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype, h_mask_GxBxH, unroll)
   return (hs, c, h), (w_hh, c0_BxH, h0_BxH, h_mask_GxBxH, hs, acts, cs)
 
 
-def _masked_bwd(dtype, res, cotangents):
+def _masked_bwd(dtype, unroll, res, cotangents):
   w_hh, c0, h0, h_mask, hs, acts, cs = res
   d_hs, d_cT, d_hT = cotangents
-  return _backward(dtype, w_hh, c0, h0, hs, acts, cs, d_hs, d_cT, d_hT, h_mask)
+  return _backward(dtype, w_hh, c0, h0, hs, acts, cs, d_hs, d_cT, d_hT, h_mask, unroll)
 
 
 masked_lstm_recurrence.defvjp(_masked_fwd, _masked_bwd)
@@ -183,6 +186,7 @@ class LSTMLayer(nn.Module):
   hidden: int
   init_scale: float
   dtype: Any = None  # matmul input dtype (None: float32; see wt_jax.precision)
+  unroll: int = 1  # time steps per compiled loop iteration (lstm_recurrence)
 
   @nn.compact
   def __call__(self, x_TxBxI: jax.Array, c_BxH: jax.Array, h_BxH: jax.Array):
@@ -192,7 +196,7 @@ class LSTMLayer(nn.Module):
     w_hh = self.param("w_hh", w_init, (H, 4 * H))
     bias = self.param("bias", nn.initializers.zeros, (4 * H,))
     xw_TxBx4H = precision.dot(x_TxBxI, w_ih, self.dtype) + bias
-    y_TxBxH, c, h = lstm_recurrence(xw_TxBx4H, w_hh, c_BxH, h_BxH, self.dtype)
+    y_TxBxH, c, h = lstm_recurrence(xw_TxBx4H, w_hh, c_BxH, h_BxH, self.dtype, self.unroll)
     return y_TxBxH, c, h
 
 
@@ -214,6 +218,7 @@ class LSTMLM(nn.Module):
   output_bias: bool = True  # False: Inan et al.'s reused embeddings (RE) fix the softmax bias at 0
   logit_scale: bool = False
   dtype: Any = None  # matmul input dtype: None (float32) or bfloat16 (config.compute_dtype)
+  unroll: int = 1  # time steps per compiled loop iteration (config.scan_unroll)
 
   def setup(self):
     self.words = tying.WordEmbeddings(
@@ -221,7 +226,7 @@ class LSTMLM(nn.Module):
         init_scale=self.embedding_init_scale or self.init_scale, pr_lambda=self.pr_lambda,
         proj_bias=self.proj_bias, output_bias=self.output_bias,
         logit_scale=self.logit_scale, dtype=self.dtype)
-    self.layers = [LSTMLayer(self.hidden, self.init_scale, self.dtype, name=f"lstm_{l}")
+    self.layers = [LSTMLayer(self.hidden, self.init_scale, self.dtype, self.unroll, name=f"lstm_{l}")
                    for l in range(self.num_layers)]
     self.drop = nn.Dropout(self.dropout)
 
@@ -250,4 +255,4 @@ def from_config(config) -> LSTMLM:
       embedding_init_scale=config.words.init_scale, tying=config.words.mode,
       pr_lambda=config.words.pr_lambda, proj_bias=config.words.proj_bias, output_bias=config.words.output_bias,
       logit_scale=config.words.logit_scale,
-      dtype=precision.compute_dtype(config.compute_dtype))
+      dtype=precision.compute_dtype(config.compute_dtype), unroll=config.scan_unroll)

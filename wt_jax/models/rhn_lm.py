@@ -81,29 +81,30 @@ def _split_once(r_dxKxN, dtype):
   return [r[l] for l in range(r.shape[0])]
 
 
-def _rhn_forward(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH, dtype, keep_activations):
+def _rhn_forward(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH, dtype, keep_activations, unroll=1):
   r_c = _split_once(r_dxHx2H, dtype)  # cast and slice once, not at every step
 
   def step(s, xw_Bx2H):
     s, s_in, acts = _micro_layers(s, xw_Bx2H, r_c, b_dx2H, s_mask_BxH, dtype)
     return s, ((s, s_in, acts) if keep_activations else s)
 
-  s_T, ys = jax.lax.scan(step, s0_BxH, xw_TxBx2H)
+  s_T, ys = jax.lax.scan(step, s0_BxH, xw_TxBx2H, unroll=unroll)
   if keep_activations:
     y_TxBxH, s_in, acts = ys  # s_in, acts: d arrays [T, B, H] / [T, B, 2H]
     return y_TxBxH, s_T, s_in, acts
   return ys, s_T, None, None
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def rhn_recurrence(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH=None, dtype=None):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def rhn_recurrence(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH=None, dtype=None, unroll=1):
   """One RHN layer over time (Zilly et al. 2017, coupled carry gate), given the hoisted input product.
 
   xw[T, B, 2H] = x·W_in (seen by micro-layer 0 only), R[d, H, 2H], b[d, 2H], s0[B, H], s_mask[B, H] or None
   (the variational state mask, the same at every micro-layer and step) → (y[T, B, H], s_T[B, H]); y[t] is the
   state after step t. Per step, for ℓ = 0..d−1:
       z_ℓ = (s·m)·R_ℓ + b_ℓ (+ xw[t] at ℓ = 0);   h = tanh(z_ℓ[:H]), t = σ(z_ℓ[H:]);   s ← (h − s)·t + s.
-  `dtype`: input dtype of the matmuls, forward and backward (None: float32; see wt_jax.precision).
+  `dtype`: input dtype of the matmuls, forward and backward (None: float32; see wt_jax.precision). `unroll`:
+  time steps per iteration of the compiled forward and backward loops (the same arithmetic).
 
   The custom VJP runs only the gate gradients ∂z_ℓ in the backward loop and forms each ∂R_ℓ after it as one
   [H, T·B]×[T·B, 2H] matmul (and ∂b_ℓ as one sum), instead of accumulating d [H, 2H] gradients inside the
@@ -112,16 +113,16 @@ def rhn_recurrence(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH=None, dtype=N
   `rhn_recurrence_remat` is the memory-light alternative. The mask gets its true gradient (a cheap [B, H]
   sum), although the models do not need it.
   """
-  y, s_T, _, _ = _rhn_forward(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH, dtype, False)
+  y, s_T, _, _ = _rhn_forward(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH, dtype, False, unroll)
   return y, s_T
 
 
-def _rhn_fwd(xw, r, b, s0, s_mask, dtype):
-  y, s_T, s_in, acts = _rhn_forward(xw, r, b, s0, s_mask, dtype, True)
+def _rhn_fwd(xw, r, b, s0, s_mask, dtype, unroll):
+  y, s_T, s_in, acts = _rhn_forward(xw, r, b, s0, s_mask, dtype, True, unroll)
   return (y, s_T), (r, s_mask, s_in, acts)
 
 
-def _rhn_bwd(dtype, res, cotangents):
+def _rhn_bwd(dtype, unroll, res, cotangents):
   r, s_mask, s_in, acts = res
   dy_TxBxH, ds_T = cotangents
   d, H = r.shape[0], r.shape[1]
@@ -146,7 +147,7 @@ def _rhn_bwd(dtype, res, cotangents):
     return (ds, dm), dzs
 
   dm0 = None if s_mask is None else jnp.zeros_like(s_mask)
-  (ds0, dm), dzs = jax.lax.scan(step, (ds_T, dm0), (dy_TxBxH, s_in, acts), reverse=True)
+  (ds0, dm), dzs = jax.lax.scan(step, (ds_T, dm0), (dy_TxBxH, s_in, acts), reverse=True, unroll=unroll)
   # After the loop: ∂R_ℓ = Σ_t (s_ℓ·m)ᵀ ∂z_ℓ, one [H, T·B]×[T·B, 2H] matmul per micro-layer.
   dr = jnp.stack([
       precision.matmul((s_in[l] * s_mask if s_mask is not None else s_in[l]).reshape(-1, H).T,
@@ -158,7 +159,7 @@ def _rhn_bwd(dtype, res, cotangents):
 rhn_recurrence.defvjp(_rhn_fwd, _rhn_bwd)
 
 
-def rhn_recurrence_remat(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH=None, dtype=None):
+def rhn_recurrence_remat(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH=None, dtype=None, unroll=1):
   """`rhn_recurrence`'s maths (same arguments and results) differentiated by JAX, with each time step under
   `jax.checkpoint`: the backward pass recomputes the d micro-layers and accumulates ∂R inside the loop, so
   only the states between steps are kept (memory ∝ T·B·H, not T·d·B·H). Slower than `rhn_recurrence`
@@ -176,7 +177,7 @@ def rhn_recurrence_remat(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH=None, d
       s = (h - s) * t + s
     return s, s
 
-  s_T, y_TxBxH = jax.lax.scan(jax.checkpoint(step), s0_BxH, xw_TxBx2H)
+  s_T, y_TxBxH = jax.lax.scan(jax.checkpoint(step), s0_BxH, xw_TxBx2H, unroll=unroll)
   return y_TxBxH, s_T
 
 
@@ -189,6 +190,7 @@ class RHNLayer(nn.Module):
   transform_bias: float = -2.0
   remat: bool = False
   dtype: Any = None  # matmul input dtype (None: float32; see wt_jax.precision)
+  unroll: int = 1  # time steps per compiled loop iteration (rhn_recurrence)
 
   @nn.compact
   def __call__(self, x_TxBxI, s_BxH, x_mask=None, s_mask=None):
@@ -201,7 +203,7 @@ class RHNLayer(nn.Module):
       x_TxBxI = x_TxBxI * x_mask
     xw_TxBx2H = precision.dot(x_TxBxI, w, self.dtype)
     recurrence = rhn_recurrence_remat if self.remat else rhn_recurrence
-    return recurrence(xw_TxBx2H, r, b, s_BxH, s_mask, self.dtype)
+    return recurrence(xw_TxBx2H, r, b, s_BxH, s_mask, self.dtype, self.unroll)
 
 
 class RHNLM(nn.Module):
@@ -223,6 +225,7 @@ class RHNLM(nn.Module):
   proj_bias: bool = True
   output_bias: bool = True  # False: Inan et al.'s reused embeddings (RE) fix the softmax bias at 0
   dtype: Any = None  # matmul input dtype: None (float32) or bfloat16 (config.compute_dtype)
+  unroll: int = 1  # time steps per compiled loop iteration (config.scan_unroll)
 
   def setup(self):
     self.words = tying.WordEmbeddings(vocab_size=self.vocab_size, dim=self.hidden, mode=self.tying,
@@ -230,7 +233,7 @@ class RHNLM(nn.Module):
                                       proj_bias=self.proj_bias, output_bias=self.output_bias,
                                       dtype=self.dtype)
     self.layers = [RHNLayer(self.hidden, self.depth, self.init_scale, self.transform_bias, self.remat,
-                            self.dtype, name=f"rhn_{l}") for l in range(self.num_layers)]
+                            self.dtype, self.unroll, name=f"rhn_{l}") for l in range(self.num_layers)]
 
   def initial_carry(self, batch_size: int) -> jax.Array:
     return jnp.zeros((self.num_layers, batch_size, self.hidden), jnp.float32)
@@ -260,4 +263,4 @@ def from_config(config) -> RHNLM:
       dropout_h=config.dropout_h, dropout_o=config.dropout_o, init_scale=config.init_scale,
       transform_bias=config.transform_bias, tying=config.words.mode, remat=config.remat,
       pr_lambda=config.words.pr_lambda, proj_bias=config.words.proj_bias, output_bias=config.words.output_bias,
-      dtype=precision.compute_dtype(config.compute_dtype))
+      dtype=precision.compute_dtype(config.compute_dtype), unroll=config.scan_unroll)

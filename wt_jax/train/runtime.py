@@ -51,7 +51,11 @@ def deferred_signals(signums=(signal.SIGINT, signal.SIGTERM)):
 
 
 def code_revision() -> str | None:
-  """The git commit of the wt_jax checkout this runs from (suffix "+dirty" with uncommitted changes)."""
+  """The git commit of the wt_jax checkout this runs from (suffix "+dirty" with uncommitted changes), or
+  $WT_JAX_COMMIT when set: a copy of the tree whose `.git` is not its own (e.g. shipped to another machine)
+  says which commit it is."""
+  if os.environ.get("WT_JAX_COMMIT"):
+    return os.environ["WT_JAX_COMMIT"]
   src = Path(__file__).resolve().parents[2]
   try:
     git = lambda *a: subprocess.run(["git", "-C", str(src), *a], capture_output=True, text=True,
