@@ -4,10 +4,11 @@
     python -m experiments.bench --config=configs/w2v_untied.py [--w2v_epochs=2] [--gensim_python=PATH]
 
 With --torch_python=PATH (a Python that has torch), it instead alternates, --rounds times, a run of the
-PyTorch reference `../shared/bench/torch_small_lm.py` (`torch_rhn_lm.py` for an RHN config; or
---torch_script, given only the flags its --help lists) and a run of this benchmark, each
-in its own process, and prints one JSON line with every run and the medians of both (the machine is noisy:
-compare only within one interleaved run).
+PyTorch reference `../shared/bench/torch_small_lm.py` (`torch_rhn_lm.py` for an RHN config,
+`bench_helpers/torch_vd_lstm.py` for the variational LSTM; or --torch_script, given only the flags its --help
+lists) and a run of this benchmark, each in its own process, and prints one JSON line with every run and the
+medians of both (the machine is noisy: compare only within one interleaved run). On a GPU the reference runs
+with --device cuda and its float32 matmuls at the config's matmul_precision (`bench_helpers/torch_precision.py`).
 
 Measures, on the PTB training stream (or a random stream of the same vocabulary with --synthetic), the
 compile time of the train step, steady-state train ms/step and tokens/s (median over --repeats blocks of
@@ -213,21 +214,33 @@ def _accepted_args(python: str, script: str, args: list[str]) -> list[str]:
 def compare_with_torch(config) -> None:
   """Alternate reference and wt_jax runs in separate processes; print all runs and the medians."""
   tied = ["--tied"] if config.words.mode in ("tied", "tied_projection") else []
-  # Equal precisions: with compute_dtype=bfloat16 the reference runs under CPU autocast to bfloat16.
-  autocast = ([str(Path(__file__).parent / "bench_helpers" / "torch_autocast.py")] if config.compute_dtype == "bfloat16"
-              else [])
+  gpu = jax.default_backend() == "gpu"
+  helpers = Path(__file__).parent / "bench_helpers"
+  # Equal precisions: with compute_dtype=bfloat16 the reference runs under CPU autocast to bfloat16; on a GPU
+  # its float32 matmuls follow config.matmul_precision (TF32 for "default" and "tensorfloat32", as XLA's).
+  if gpu:
+    if config.compute_dtype == "bfloat16":
+      raise app.UsageError("The GPU comparison runs float32 models (TF32 or exact); drop compute_dtype=bfloat16.")
+    tf32 = "float32" if config.matmul_precision == "float32" else "tf32"
+    autocast = [str(helpers / "torch_precision.py"), tf32]
+  else:
+    autocast = [str(helpers / "torch_autocast.py")] if config.compute_dtype == "bfloat16" else []
   script = _TORCH_SCRIPT.value
   if config.get("model") == "rhn_lm" and not flags.FLAGS["torch_script"].present:
     script = str(Path(script).with_name("torch_rhn_lm.py"))
+  if config.get("model") == "bd_lstm_lm" and not flags.FLAGS["torch_script"].present:
+    script = str(helpers / "torch_vd_lstm.py")  # (ours: no PyTorch reference exists for Gal's LSTM)
   torch_args = [*tied, "--steps", str(_STEPS.value), "--warmup", str(_WARMUP.value), "--batch",
                 str(config.batch_size), "--bptt", str(config.bptt), "--hidden", str(config.hidden_size),
-                "--eval-batches", str(_EVAL_WINDOWS.value)]
+                "--eval-batches", str(_EVAL_WINDOWS.value), "--dropout", str(config.dropout),
+                *(["--device", "cuda"] if gpu else [])]
   torch_cmd = [_TORCH_PYTHON.value, *autocast, script, *_accepted_args(_TORCH_PYTHON.value, script, torch_args)]
   runs = _interleave("torch", torch_cmd, ("--torch", "--rounds"))
   med = lambda k, key: statistics.median(r[key] for r in runs[k])
   print(json.dumps({
       "bench": "interleaved", "config": config.name, "rounds": _ROUNDS.value,
-      "compute_dtype": config.compute_dtype, "torch_autocast_bf16": bool(autocast),
+      "compute_dtype": config.compute_dtype, "matmul_precision": config.matmul_precision,
+      "torch_wrapper": [Path(a).name for a in autocast], "device_kind": jax.devices()[0].device_kind,
       "torch_train_ms_per_step_median": med("torch", "train_ms_per_step"),
       "wt_jax_train_ms_per_step_median": med("wt_jax", "train_ms_per_step"),
       "torch_eval_tok_per_s_median": med("torch", "eval_tok_per_s"),

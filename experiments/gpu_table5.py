@@ -2,8 +2,8 @@
 each that a caller can collect at any moment (Press & Wolf Table 5 on a lent GPU).
 
     python -m experiments.gpu_table5 --jobs=large_tied,large --parallel=2 --budget_s=700 \\
-        --runs=/tmp/wt/runs --records=/tmp/wt/records
-    python -m experiments.gpu_table5 --dry_run --runs=/tmp/d/runs --records=/tmp/d/records   # CPU, tiny shapes
+        --run_dir=/tmp/wt/runs --record_dir=/tmp/wt/records
+    python -m experiments.gpu_table5 --dry_run --run_dir=/tmp/d/runs --record_dir=/tmp/d/records   # CPU, tiny shapes
 
 A job is a config of `configs/` with optional overrides, `large_tied` or `large:seed=1:bptt=35`; each runs as
 its own `python -m experiments.ptb` process (`--set` overrides apply to all). Jobs start in the order given,
@@ -22,7 +22,7 @@ command buffers over while loops; the fastest variant whose first-step loss matc
 then used by every job (`probe.json`). The deadline can be moved while the driver runs: write a UNIX time to
 `<records>/deadline_at`.
 
-Records (`--records`): `env.json` (device, driver, jax/jaxlib, CUDA and cuDNN versions), `status.json`
+Records (`--record_dir`): `env.json` (device, driver, jax/jaxlib, CUDA and cuDNN versions), `status.json`
 (every job's state, projections and decisions; rewritten after each change) and per job `<job>/`:
 `results.json`, `curve.jsonl` (the epoch records), `metrics.jsonl`, `log.txt` and any `probe_<precision>.jsonl`.
 Every file is written to a temporary name and renamed, so a killed driver never leaves half a file; a job
@@ -53,8 +53,8 @@ _PRECISIONS = flags.DEFINE_list("precisions", ["float32", "tensorfloat32"],
 _CHECK_STEPS = flags.DEFINE_integer("check_steps", 400, "Steps after which a job's rate is judged.")
 _EVAL_SHARE = flags.DEFINE_float("eval_share", 0.1, "Validation time, as a share of training time (projection).")
 _TEST_S = flags.DEFINE_float("test_s", 60.0, "Seconds allowed for the final test evaluation (projection).")
-_RUNS = flags.DEFINE_string("runs", None, "Folder of the jobs' workdirs.")
-_RECORDS = flags.DEFINE_string("records", None, "Folder of the records to collect.")
+_RUNS = flags.DEFINE_string("run_dir", None, "Folder of the jobs' workdirs.")
+_RECORDS = flags.DEFINE_string("record_dir", None, "Folder of the records to collect.")
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Tiny shapes on the CPU: the whole path in seconds.")
 _POLL_S = flags.DEFINE_float("poll_s", 2.0, "Seconds between looks at the jobs.")
 _XLA_FLAGS = flags.DEFINE_string("xla_flags", "", "XLA_FLAGS for every job (a probe's choice replaces it).")
@@ -64,7 +64,7 @@ _PROBE_VARIANTS = flags.DEFINE_list("probe_variants", ["u1", "u5", "u35", "u1+wh
                                     "uK: scan_unroll=K; +while: XLA command buffers also over while loops; "
                                     "-cb: command buffers off.")
 _PROBE_STEPS = flags.DEFINE_integer("probe_steps", 100, "Timed steps per repeat of each probe variant.")
-flags.mark_flags_as_required(["runs", "records"])
+flags.mark_flags_as_required(["run_dir", "record_dir"])
 
 # --dry_run: every job shrunk to seconds on a CPU, with every part of a real run (epochs, validation, test).
 DRY_RUN_SET = ("hidden_size=16", "batch_size=4", "bptt=5", "train_max_tokens=1200", "num_epochs=2",

@@ -17,11 +17,8 @@ cd "$(dirname "$0")/.."
 WAIT_S=$1
 OUT_DIR=$2
 shift 2
-ROOT=/tmp/wt_gpu
-mkdir -p "$ROOT" "$OUT_DIR"
-export PYTHONPATH="$ROOT/site:$PWD" WT_JAX_DATA="$PWD/.gpu/data" PYTHONUNBUFFERED=1
-export XLA_PYTHON_CLIENT_PREALLOCATE=false  # several runs share the card: allocate as needed
-[ -f .gpu/commit ] && export WT_JAX_COMMIT="$(cat .gpu/commit)"  # the copy's .git may not be this tree's
+. experiments/gpu_setup.sh  # ROOT=/tmp/wt_gpu, the carried wheels, the environment
+mkdir -p "$OUT_DIR"
 
 pack() {
   cp "$ROOT/driver.log" "$ROOT/records/driver.log" 2>/dev/null
@@ -33,15 +30,13 @@ pack() {
 
 if [ ! -f "$ROOT/driver.pid" ]; then
   date -u +"%FT%TZ setup" | tee "$ROOT/preflight.log"
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$ROOT/site" .gpu/whl/*.whl \
-    >>"$ROOT/preflight.log" 2>&1 || { echo "wheel install failed"; cat "$ROOT/preflight.log"; exit 1; }
   nvidia-smi >>"$ROOT/preflight.log" 2>&1
   # Preflight: the whole path (train, validate, checkpoint, test) on the GPU at tiny shapes, with the machine's
   # own flax/optax/orbax; if that fails, again with the versions the CPU suite runs with.
   preflight() {
     rm -rf "$ROOT/pre"
     timeout 300 python3 -m experiments.gpu_table5 --dry_run --jobs=small_tied --parallel=1 --budget_s=240 \
-      --min_start_s=1 --runs="$ROOT/pre/runs" --records="$ROOT/pre/records" >>"$ROOT/preflight.log" 2>&1 &&
+      --min_start_s=1 --run_dir="$ROOT/pre/runs" --record_dir="$ROOT/pre/records" >>"$ROOT/preflight.log" 2>&1 &&
       grep -q '"small_tied": "finished"' "$ROOT/preflight.log"
   }
   if ! preflight; then
@@ -55,7 +50,7 @@ if [ ! -f "$ROOT/driver.pid" ]; then
   cat "$ROOT/pre/records/env.json" >>"$ROOT/preflight.log"
   date -u +"%FT%TZ preflight passed" | tee -a "$ROOT/preflight.log"
   mkdir -p "$ROOT/records"
-  setsid nohup python3 -m experiments.gpu_table5 --runs="$ROOT/runs" --records="$ROOT/records" "$@" \
+  setsid nohup python3 -m experiments.gpu_table5 --run_dir="$ROOT/runs" --record_dir="$ROOT/records" "$@" \
     >"$ROOT/driver.log" 2>&1 </dev/null &
   echo $! >"$ROOT/driver.pid"
 fi

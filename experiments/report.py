@@ -7,6 +7,7 @@
     python -m experiments.report inan_ptb_table1 --runs=runs/inan    # Inan et al.'s Table 1, small, on PTB
     python -m experiments.report inan_ptb_table1 --runs=runs/inan_appA   # (its Appendix A rows)
     python -m experiments.report nmt_table8 --runs=runs/nmt          # Table 8 (and Table 1) analogue, Multi30k
+    python -m experiments.report table5                               # Press & Wolf Table 5 (GPU runs)
     python -m experiments.report tpu_memory --runs=DIR               # TPU memory per chip: DIR holds the
                                                                      # stdout files of experiments.compile
 
@@ -190,6 +191,31 @@ REPORTS = {
              "gradient runs through ỹ: BUILD_NOTES §18). Retrained: a second training session from the first "
              "one's final parameters with the schedule restarted (footnote 4; `bash experiments/inan_table1.sh`). "
              "Earlier recipe: `configs/inan.py:small,V,ptb,gal` (Gal's schedule, drop 0.5, bptt 20), for comparison."),
+    # Press & Wolf (EACL 2017), Table 5: the large (1500-unit) LSTM with Zaremba's dropout, the variational
+    # ("Bayesian") dropout LSTM of Gal (2015), and Zilly et al.'s RHN, each untied and tied, on PTB. The table
+    # has one tied BD row and the text says it was run with and without weight decay; both readings are rows
+    # here, each beside the same paper values. Runs need an accelerator (experiments/gpu_table5.py); their
+    # matmul precision (TF32 or true float32) is in each run's command below.
+    "table5": ReportSpec(
+        title="Press & Wolf (2017), Table 5: large LSTM, variational-dropout LSTM and RHN LMs on PTB",
+        source="Press & Wolf, Using the Output Embedding to Improve Language Models, EACL 2017, Table 5",
+        command=("python -m experiments.ptb --config={flag} --config.seed={seed} "
+                 "--config.matmul_precision={matmul_precision} --workdir={workdir}"),
+        rows=(
+            PaperRow("large", "Large (Zaremba et al. 2014)", "66M", 37.8, 82.2, 78.4),
+            PaperRow("large_tied", "Large + WT", "51M", 48.5, 77.7, 74.3),
+            PaperRow("large_bd_wd", "Large + BD + WD", "66M", 24.3, 78.1, 75.2),
+            PaperRow("large_bd_wd_tied", "Large + BD + WT, with WD (the authors' code)", "51M", 28.2, 75.8, 73.2),
+            PaperRow("large_bd_tied", "Large + BD + WT, without WD", "51M", 28.2, 75.8, 73.2),
+            PaperRow("rhn", "RHN + BD (Zilly et al. 2016)", "32M", 67.4, 71.2, 68.5),
+            PaperRow("rhn_tied", "RHN + BD + WT (the main job)", "24M", 74.1, 68.1, 66.0),
+        ),
+        runs="runs/table5",
+        note="Trained on one GPU (`experiments/gpu_table5.py`, one window of about 15 minutes of device time "
+             "per run; the device, versions and the window's decisions are in `results/table5/gpu_windows/`). "
+             "Float32 matmuls at TF32 precision unless the command says `float32`: in true float32 the large "
+             "LSTM took 24–25 ms per step on an H200 with two runs sharing it, too slow for a 55-epoch run in "
+             "one window (BUILD_NOTES §21)."),
     # Not a paper table: the tied Transformer LM (configs/transformer.py) — tied vs untied × where the one
     # matrix's scale is corrected (none: GPT-2; √D on the input: Vaswani et al. 2017, Gemma; 1/√D on the
     # logits: T5), and projection regularisation on the tied model. No paper reports these on PTB or WikiText-2.
@@ -365,8 +391,10 @@ def provenance(name: str, spec: ReportSpec, by_config: dict[str, list[dict]]) ->
                  else "not recorded")
       # A second session's flag names the first session's workdir: its own minus "_s2" (seed suffix kept).
       flag = (row.flag or f"configs/{r['config']}.py").replace("{first_session}", r["_dir"].removesuffix("_s2"))
-      cmd = spec.command.format(flag=flag, seed=r["seed"],
+      cmd = spec.command.format(flag=flag, seed=r["seed"], matmul_precision=r.get("matmul_precision", "default"),
                                 workdir=f"{row.runs or spec.runs or 'runs/' + name}/{r['_dir']}")
+      if host.get("platform") not in (None, "cpu"):  # an accelerator: name it
+        machine = f"{r.get('device_kind', host.get('platform'))} (host {machine})"
       commit = (r.get("versions") or {}).get("wt_jax_commit") or "not recorded"
       lines.append(
           f"- `{r['_dir']}`: `{cmd}` — commit `{commit}`, machine: {machine}; "

@@ -17,9 +17,9 @@ F32_RTOL = 1e-5
 F32_ATOL = 2e-6  # × the largest |value| of the array compared
 
 
-def plain_masked_recurrence(xw, w_hh, c0, h0, h_mask, dtype=None):
+def plain_masked_recurrence(xw, w_hh, c0, h0, h_mask, dtype=None, unroll=1):
   """The cell as bd_lstm_lm wrote it before it had its own VJP (per-gate masks through an einsum, plain
-  σ and tanh), differentiated by JAX."""
+  σ and tanh), differentiated by JAX. (`unroll`: the recurrence's signature; one step per iteration here.)"""
   H = w_hh.shape[0]
 
   def gates(h):
@@ -132,7 +132,7 @@ def test_model_training_steps_match_the_plain_recurrence(monkeypatch, kind):
     return out, p, eval_logits
 
   ours = train(lstm_lm.masked_lstm_recurrence, lstm_lm.lstm_recurrence)
-  ref = train(plain_masked_recurrence, lambda xw, w, c0, h0, dtype: plain_masked_recurrence(xw, w, c0, h0, None))
+  ref = train(plain_masked_recurrence, lambda xw, w, c0, h0, dtype, unroll=1: plain_masked_recurrence(xw, w, c0, h0, None))
   np.testing.assert_allclose(ours[0], ref[0], rtol=1e-6)
   jax.tree_util.tree_map(lambda a, b: _assert_close(a, b, F32_RTOL, F32_ATOL), ours[1], ref[1])
   _assert_close(ours[2], ref[2], F32_RTOL, F32_ATOL)

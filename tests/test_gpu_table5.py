@@ -70,8 +70,8 @@ def test_dry_run_probes_trains_two_jobs_side_by_side_and_leaves_whole_records(tm
   res = subprocess.run(
       [sys.executable, "-m", "experiments.gpu_table5", "--dry_run", "--jobs=small_tied,large:seed=1",
        "--parallel=2", "--budget_s=600", "--min_start_s=5", "--poll_s=0.5", "--probe=large_tied",
-       "--probe_variants=u1,u5", "--probe_steps=3", f"--runs={tmp_path / 'runs'}",
-       f"--records={tmp_path / 'records'}", "--set=checkpoint_every_epochs=0"],
+       "--probe_variants=u1,u5", "--probe_steps=3", f"--run_dir={tmp_path / 'runs'}",
+       f"--record_dir={tmp_path / 'records'}", "--set=checkpoint_every_epochs=0"],
       cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
   assert res.returncode == 0, res.stderr[-3000:]
   assert json.loads(res.stdout.strip().splitlines()[-1]) == {"small_tied": "finished", "large_seed1": "finished"}

@@ -17,8 +17,9 @@ F32_RTOL = 1e-5
 F32_ATOL = 2e-6  # × the largest |value| of the array compared
 
 
-def plain_recurrence(xw, r, b, s0, s_mask, dtype=None):
-  """The RHN recurrence written plainly (jnp.tanh, jax.nn.sigmoid, `precision.dot`), differentiated by JAX."""
+def plain_recurrence(xw, r, b, s0, s_mask, dtype=None, unroll=1):
+  """The RHN recurrence written plainly (jnp.tanh, jax.nn.sigmoid, `precision.dot`), differentiated by JAX.
+  (`unroll`: the recurrence's signature; one step per iteration here.)"""
   d, H = r.shape[0], r.shape[1]
 
   def step(s, xw_Bx2H):

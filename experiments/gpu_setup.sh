@@ -1,0 +1,13 @@
+# Sourced by experiments/gpu_window.sh and experiments/gpu_bench.sh on a lent GPU machine (run from the
+# checkout's root): the packages the machine lacks (carried as wheels in .gpu/whl), the corpus (.gpu/data),
+# the commit the records name (.gpu/commit, written here before the call), and two runs sharing the card.
+ROOT=/tmp/wt_gpu
+mkdir -p "$ROOT"
+export PYTHONPATH="$ROOT/site:$PWD" WT_JAX_DATA="$PWD/.gpu/data" PYTHONUNBUFFERED=1
+export XLA_PYTHON_CLIENT_PREALLOCATE=false  # several processes share the card: allocate as needed
+[ -f .gpu/commit ] && export WT_JAX_COMMIT="$(cat .gpu/commit)"  # the copy's .git may not be this tree's
+if [ ! -f "$ROOT/site/.installed" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$ROOT/site" .gpu/whl/*.whl \
+    >>"$ROOT/setup.log" 2>&1 || { echo "wheel install failed"; cat "$ROOT/setup.log"; exit 1; }
+  touch "$ROOT/site/.installed"
+fi
