@@ -342,6 +342,29 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(tiny_corpus,
     assert res[key] == pytest.approx(full[key], rel=1e-5), key
 
 
+def test_a_run_resumed_past_a_damaged_checkpoint_trains_through_that_step_again(tiny_corpus, tmp_path, caplog):
+  """Two epochs, the newest `last` step damaged, then the same command with a third epoch: the run falls back
+  to the end of epoch 1 and replays epoch 2, whose `last` and `best` it saves again (the old `best` of that
+  step, from the lost stretch, is moved aside rather than clashing with the new save), and it ends with the
+  numbers of an undisturbed 3-epoch run. (Every task saves through the same `Checkpoints`.)"""
+  corpus, _ = tiny_corpus
+  undisturbed = lm.fit(tiny_config(num_epochs=3), corpus, tmp_path / "whole")
+  lm.fit(tiny_config(num_epochs=2), corpus, tmp_path / "run")
+  ckpts = tmp_path / "run" / "checkpoints"
+  epoch1, epoch2 = sorted(int(p.name) for p in (ckpts / "last").iterdir())
+  assert sorted(int(p.name) for p in (ckpts / "best").iterdir()) == [epoch2]
+  largest = max((p for p in (ckpts / "last" / str(epoch2)).rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+  largest.write_bytes(largest.read_bytes()[:100])
+  with caplog.at_level("WARNING"):
+    res = lm.fit(tiny_config(num_epochs=3), corpus, tmp_path / "run")
+  assert res["resumed_from_step"] == epoch1 and res["steps"] == undisturbed["steps"]
+  assert (ckpts / "last" / f"{epoch2}.unreadable").is_dir() and (ckpts / "best" / f"{epoch2}.superseded").is_dir()
+  assert any("superseded" in r.getMessage() for r in caplog.records)
+  assert [h["epoch"] for h in res["history"]] == [1, 2, 3]
+  for key in ("train_ppl", "valid_ppl", "test_ppl", "best_valid_ppl"):
+    assert res[key] == pytest.approx(undisturbed[key], rel=1e-5), key
+
+
 @pytest.mark.parametrize("lr", [1e3, 1e20])  # the perplexity overflows; the loss itself becomes inf/NaN
 def test_a_diverged_run_stops_with_an_error_and_keeps_the_last_finite_checkpoint(tiny_corpus, tmp_path, lr):
   """A loss or perplexity that is no longer finite stops the run before the next save: every checkpoint left

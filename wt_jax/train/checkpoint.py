@@ -6,7 +6,8 @@ A checkpoint holds the task's state pytree (e.g. `{'params', 'opt_state', 'step'
 checkpoint into an untied model, or the reverse) raises `CheckpointMismatchError` naming the differing
 parameters. The two newest `last` steps are kept: when the newest cannot be read (a machine lost mid-write, a
 damaged disk), `restore_intact` says so in one line, moves it aside (`<step>.unreadable`, never deleted) and
-falls back to the previous step, then to `best`.
+falls back to the previous step, then to `best`; a `best` step newer than the one resumed from is moved aside
+too (`<step>.superseded`), since the run replays that step and saves it again.
 """
 from __future__ import annotations
 
@@ -100,22 +101,36 @@ class Checkpoints:
     or None when there is none. A step that cannot be read is reported in one line and moved aside to
     `<step>.unreadable` (so that training can write that step again); a checkpoint of another model
     (`CheckpointMismatchError`) is an error, not damage."""
+    fell_back = False
     for kind in ("last", "best"):
       for step in reversed(self.steps(kind)):
         try:
           state, meta = self.restore(kind, target, step)
-          return state, meta, kind, step
         except CheckpointMismatchError:
           raise
         except Exception as e:  # noqa: BLE001 (whatever orbax or TensorStore raise for damaged files)
           first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-          bad = self.directory / kind / str(step)
           logging.warning("Checkpoint %s (step %d) cannot be read: %s — moved to %s.unreadable; falling back "
-                          "to an older checkpoint.", bad, step, first, bad.name)
-          self._managers[kind].close()
-          bad.rename(bad.with_name(f"{step}.unreadable"))
-          self._managers[kind] = self._manager(kind)
+                          "to an older checkpoint.", self.directory / kind / str(step), step, first, step)
+          self._set_aside(kind, step, "unreadable")
+          fell_back = True
+          continue
+        if fell_back:  # the run replays the steps after `step`: a `best` saved among them is saved again
+          for newer in [s for s in self.steps("best") if s > step]:
+            logging.warning("Checkpoint %s (step %d) is newer than the step the run resumes from — moved to "
+                            "%d.superseded; the run saves that step again.", self.directory / "best" / str(newer),
+                            newer, newer)
+            self._set_aside("best", newer, "superseded")
+        return state, meta, kind, step
     return None
+
+  def _set_aside(self, kind: str, step: int, suffix: str) -> None:
+    """Rename `<kind>/<step>` to `<step>.<suffix>` (kept, never deleted; orbax no longer lists it) and reopen
+    that kind's manager, which would otherwise still count the step as saved."""
+    path = self.directory / kind / str(step)
+    self._managers[kind].close()
+    path.rename(path.with_name(f"{step}.{suffix}"))
+    self._managers[kind] = self._manager(kind)
 
   def restore_saved(self, kind: str = "last", step: int | None = None) -> tuple[Any, dict]:
     """(state, meta) exactly as saved, as host arrays, without a target tree: for analyses that only read
