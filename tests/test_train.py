@@ -370,13 +370,20 @@ def test_a_diverged_run_stops_with_an_error_and_keeps_the_last_finite_checkpoint
   """A loss or perplexity that is no longer finite stops the run before the next save: every checkpoint left
   holds finite parameters, results.json is the previous run's, and the JSON lines hold no NaN/Infinity."""
   from wt_jax.train.checkpoint import Checkpoints
+  import re
   corpus, _ = tiny_corpus
+  diverging = lambda **kw: tiny_config(num_epochs=3, learning_rate=lr, clip_norm=1e9, **kw)
+  # The first step whose training loss or perplexity is not finite: the same runs, checked after every step.
+  lm.fit(tiny_config(max_steps=3), corpus, tmp_path / "probe")
+  with pytest.raises(trainer.NonFiniteLossError) as first:
+    lm.fit(diverging(log_every=1, checkpoint_every_steps=0), corpus, tmp_path / "probe")
+  first_bad = int(re.search(r"(?:before|at) step (\d+)", str(first.value)).group(1))
   lm.fit(tiny_config(max_steps=3), corpus, tmp_path)
   results = (tmp_path / "results.json").read_text()
   with pytest.raises(trainer.NonFiniteLossError, match="diverged|non-finite"):
-    lm.fit(tiny_config(num_epochs=3, learning_rate=lr, clip_norm=1e9, checkpoint_every_steps=1, log_every=5),
-           corpus, tmp_path)
+    lm.fit(diverging(checkpoint_every_steps=1, log_every=5), corpus, tmp_path)
   ck = Checkpoints(tmp_path / "checkpoints", read_only=True)
+  assert max(ck.steps("last")) == first_bad - 1  # saved every step up to, and not including, the first bad one
   for kind in ("last", "best"):
     for step in ck.steps(kind):
       state, meta = ck.restore_saved(kind, step)
