@@ -105,6 +105,8 @@ def get_config():
   # Bookkeeping.
   c.log_every = 200           # steps between progress lines (and at least every 30 s)
   c.checkpoint_every_steps = 500  # mid-epoch checkpoints (0: only at epoch ends)
+  c.allow_resume_changes = False  # ours: resume with a config that differs from the folder's run.json (the
+  #                                   changes are recorded there); otherwise such a resume stops with one line
   c.checkpoint_every_epochs = 1  # `last` at every N-th epoch end and the final one; 0: the final one only, and
   #                               `best` kept in device memory, not on disk (runs that must finish in one window)
   c.profile_steps = 0         # >0: trace this many steps (after the first) into <workdir>/profile

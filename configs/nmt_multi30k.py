@@ -48,6 +48,8 @@ def get_config(tying: str = "none"):
   c.length_alpha = 1.0        # normalise finished hypotheses by length^α (Nematus -n: α = 1)
   c.decode_max_len = 128      # cap on 2·source length + 10
   c.log_every = 100           # steps between progress lines (and at least every 30 s)
+  c.allow_resume_changes = False  # ours: resume with a config that differs from the folder's run.json (the
+  #                                   changes are recorded there); otherwise such a resume stops with one line
   c.checkpoint_every_steps = 0  # mid-epoch checkpoints (0: only at epoch ends)
   c.profile_steps = 0         # >0: trace this many steps (after the first) into <workdir>/profile
   c.plot = True

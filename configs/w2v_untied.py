@@ -31,6 +31,8 @@ def get_config():
   c.data_dir = ""             # "" -> $WT_JAX_DATA -> ~/.cache/wt_jax
   c.download = True
   c.log_every = 500           # steps between progress lines (and at least every 30 s)
+  c.allow_resume_changes = False  # ours: resume with a config that differs from the folder's run.json (the
+  #                                   changes are recorded there); otherwise such a resume stops with one line
   c.checkpoint_every_steps = 0  # mid-epoch checkpoints (0: only at epoch ends)
   c.profile_steps = 0         # >0: trace this many compiled calls (after the first) into <workdir>/profile
   c.plot = False              # (no validation curve to draw)

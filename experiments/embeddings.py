@@ -10,8 +10,8 @@ untied model's input U and output V and the tied model's S. For each:
                 (pairs with both words in the model's vocabulary) beside every ρ;
   Table 4:      ρ(In, Out), ρ(In, Tied), ρ(Out, Tied) — the correlation of all pairwise cosine distances
                 (`wt_jax.analysis.embeddings.pairwise_distance_rho`, over the whole vocabulary).
-Parameters come from each run's `checkpoints/last`; word2vec's vocabulary from its `vocab.txt`, an LM's
-from its corpus (rebuilt by the same reader, so ids match). Writes <out>/tables.json and <out>/tables.md
+Parameters come from each run's `checkpoints/last`, the vocabulary from its `vocab.txt` (an LM run from
+before runs wrote one: from its corpus, rebuilt by the same reader, so ids match). Writes <out>/tables.json and <out>/tables.md
 and prints the markdown. Either pair may be omitted.
 
 Every table prints the paper's value beside ours (PAPER_TABLE2/3/4 below, as Press & Wolf print them), with
@@ -113,7 +113,8 @@ def three_embeddings(untied_dir, tied_dir) -> dict[str, np.ndarray]:
   return {"input": untied["embedding"], "output": untied["out_embedding"], "tied": tied["embedding"]}
 
 
-def w2v_vocab(workdir) -> dict[str, int]:
+def run_vocab(workdir) -> dict[str, int]:
+  """word → id from a run's vocab.txt (one word per line in id order, "<TAB>count" after it for word2vec)."""
   words = [line.split("\t")[0] for line in (Path(workdir) / "vocab.txt").read_text().splitlines() if line]
   return {w: i for i, w in enumerate(words)}
 
@@ -256,17 +257,24 @@ def build_tables(w2v: tuple | None, lm: tuple | None, lm_corpus: str = "ptb", da
   if w2v:
     mats = three_embeddings(*w2v)
     tables["table2"] = {"source": f"word2vec {w2v[0]} / {w2v[1]}",
-                        "rho": similarity_table(mats, w2v_vocab(w2v[1]), data_dir),
+                        "rho": similarity_table(mats, run_vocab(w2v[1]), data_dir),
                         "training": {"untied": training_summary(w2v[0]), "tied": training_summary(w2v[1])}}
     tables["table4"]["word2vec"] = {**correlation_row(mats), "vocab": len(mats["tied"])}
   if lm:
     mats = three_embeddings(*lm)
-    corpus = LM_CORPORA[lm_corpus](data_dir, download=False)
-    if corpus.vocab_size != len(mats["tied"]):
+    own = [Path(d) / "vocab.txt" for d in lm]
+    if all(p.is_file() for p in own):  # the runs' own vocabularies (written at their first start)
+      vocabs = [run_vocab(d) for d in lm]
+      if vocabs[0] != vocabs[1]:
+        raise ValueError(f"The LM runs {lm[0]} and {lm[1]} were trained with different vocabularies.")
+      index = vocabs[1]
+    else:  # runs from before vocab.txt: the corpus, rebuilt by the same reader
+      index = LM_CORPORA[lm_corpus](data_dir, download=False).vocab.index
+    if len(index) != len(mats["tied"]):
       raise ValueError(f"The LM runs have {len(mats['tied'])} words, the {lm_corpus} vocabulary "
-                       f"{corpus.vocab_size}: not runs on {lm_corpus}?")
+                       f"{len(index)}: not runs on {lm_corpus}?")
     tables["table3"] = {"source": f"{lm_corpus} LM {lm[0]} / {lm[1]}", "corpus": lm_corpus,
-                        "rho": similarity_table(mats, corpus.vocab.index, data_dir)}
+                        "rho": similarity_table(mats, index, data_dir)}
     tables["table4"][f"LM ({lm_corpus})"] = {**correlation_row(mats), "vocab": len(mats["tied"])}
   if not tables["table4"]:
     del tables["table4"]

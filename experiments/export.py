@@ -8,9 +8,10 @@
 
 Export writes `<out>/{input,output}.w2v.txt` (untied) or `<out>/tied.w2v.txt` (tied), which
 `gensim.models.KeyedVectors.load_word2vec_format(path, binary=False)` reads, `<out>/embeddings.npz` (each
-matrix and `words`) and `<out>/manifest.json`; `--out` defaults to `<workdir>/export`. A language-model run's
-vocabulary is rebuilt from its stored config (its corpus under --data_dir, else the config's data_dir, else
-$WT_JAX_DATA); a word2vec run's is its vocab.txt. See `wt_jax.export`.
+matrix and `words`) and `<out>/manifest.json`; `--out` defaults to `<workdir>/export`. The vocabulary is the
+run folder's vocab.txt (no corpus needed); for a language-model run from before runs wrote one, it is rebuilt
+from the stored config (its corpus under --data_dir, else the config's data_dir, else $WT_JAX_DATA). See
+`wt_jax.export`.
 
 `--convert` writes `<out>/params.npz` and `<out>/manifest.json`: the parameters of the same model with the
 other tying (`wt_jax.convert`), for a new run to start from.

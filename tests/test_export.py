@@ -101,7 +101,7 @@ def test_manifest_describes_the_files(runs, tmp_path):
   assert m["tying"] == "untied" and m["tied"] is False and m["projection"] is False and m["output_bias"]
   assert m["config"] == "tiny_untied" and m["dataset"] == "ptb" and m["model"] == "lstm_lm"
   assert m["checkpoint"] == "last" and m["step"] == STEPS
-  assert m["vocab_size"] == V and str(runs["root"]) in m["vocab_source"]
+  assert m["vocab_size"] == V and m["vocab_source"] == f"the run's {runs['untied'] / 'vocab.txt'}"
   assert m["matrices"]["input"]["leaf"] == "words/embedding"
   assert m["matrices"]["output"]["leaf"] == "words/out_embedding"
   for name, entry in m["matrices"].items():
@@ -112,18 +112,44 @@ def test_manifest_describes_the_files(runs, tmp_path):
   assert t["config"] == "tiny_tied"
 
 
-def test_the_run_vocabulary_is_rebuilt_from_the_stored_config(runs):
+def test_the_run_vocabulary_is_the_folder_s_own(runs):
+  """A language-model run writes its vocabulary (vocab.txt, id order) at its first start; export reads it."""
+  run = export.load_run(runs["tied"])
+  words, source = export.run_vocabulary(run)
+  assert words == runs["corpus"].vocab.words and source == f"the run's {runs['tied'] / 'vocab.txt'}"
+
+
+@pytest.fixture
+def without_vocab_file(runs):
+  """The tied run as a folder from before runs wrote vocab.txt."""
+  own = runs["tied"] / "vocab.txt"
+  own.rename(own.with_name("vocab.txt.hidden"))
+  yield runs
+  own.with_name("vocab.txt.hidden").rename(own)
+
+
+def test_an_older_run_s_vocabulary_is_rebuilt_from_the_stored_config(without_vocab_file):
+  runs = without_vocab_file
   run = export.load_run(runs["tied"])
   assert run.config["data_dir"] == str(runs["root"])
   words, source = export.run_vocabulary(run)
   assert words == runs["corpus"].vocab.words and "rebuilt from the ptb corpus" in source
-  # a run's own vocab.txt (word2vec runs write one) wins over the rebuilt corpus
-  fake = [f"x{i}" for i in range(len(words))]
-  (runs["tied"] / "vocab.txt").write_text("".join(f"{w}\t1\n" for w in fake))
-  try:
-    assert export.run_vocabulary(run) == (fake, f"the run's {runs['tied'] / 'vocab.txt'}")
-  finally:
-    (runs["tied"] / "vocab.txt").unlink()
+
+
+def test_a_run_folder_copied_elsewhere_exports_without_its_corpus(runs, tmp_path):
+  """The folder alone is enough: copied away from its corpus (no data anywhere), the run exports word2vec
+  text that gensim reads, its rows the checkpoint's."""
+  import shutil
+  from gensim.models import KeyedVectors
+  moved = tmp_path / "elsewhere" / "run"
+  shutil.copytree(runs["tied"], moved)
+  with mock.patch.dict(os.environ, {"WT_JAX_DATA": str(tmp_path / "no_data_here")}):
+    out, manifest = export.export_run(moved, tmp_path / "out", data_dir=str(tmp_path / "no_data_here"))
+  kv = KeyedVectors.load_word2vec_format(str(out / "tied.w2v.txt"), binary=False)
+  words = runs["corpus"].vocab.words
+  assert list(kv.index_to_key) == words and manifest["vocab_source"].endswith("vocab.txt")
+  np.testing.assert_allclose(kv[words[3]], np.asarray(_checkpoint_params(moved)["words"]["embedding"])[3],
+                             rtol=1e-6)
 
 
 def test_a_vocabulary_of_the_wrong_size_is_refused(runs, tmp_path):
@@ -134,7 +160,8 @@ def test_a_vocabulary_of_the_wrong_size_is_refused(runs, tmp_path):
   assert "\n" not in str(e.value)
 
 
-def test_missing_corpus_is_one_line(runs, tmp_path):
+def test_missing_corpus_is_one_line(without_vocab_file, tmp_path):
+  runs = without_vocab_file
   with pytest.raises(export.ExportError, match="Cannot rebuild the vocabulary") as e:
     export.export_run(runs["tied"], tmp_path / "out", data_dir=str(tmp_path / "nowhere"))
   assert "\n" not in str(e.value)

@@ -188,7 +188,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_corpus, tmp_path):
   lm.fit(tiny_config(max_steps=5), corpus, tmp_path)
   before = sorted(p.name for p in (tmp_path / "checkpoints" / "last").iterdir())
   with pytest.raises(trainer.NonFiniteLossError, match="last good checkpoint"):
-    lm.fit(tiny_config(max_steps=20, learning_rate=float("nan")), corpus, tmp_path)
+    lm.fit(tiny_config(max_steps=20, learning_rate=float("nan"), allow_resume_changes=True), corpus, tmp_path)
   after = sorted(p.name for p in (tmp_path / "checkpoints" / "last").iterdir())
   assert before == after == ["5"]
   # and the run can go on from it with a sane config
@@ -372,7 +372,7 @@ def test_a_diverged_run_stops_with_an_error_and_keeps_the_last_finite_checkpoint
   from wt_jax.train.checkpoint import Checkpoints
   import re
   corpus, _ = tiny_corpus
-  diverging = lambda **kw: tiny_config(num_epochs=3, learning_rate=lr, clip_norm=1e9, **kw)
+  diverging = lambda **kw: tiny_config(num_epochs=3, learning_rate=lr, clip_norm=1e9, allow_resume_changes=True, **kw)
   # The first step whose training loss or perplexity is not finite: the same runs, checked after every step.
   lm.fit(tiny_config(max_steps=3), corpus, tmp_path / "probe")
   with pytest.raises(trainer.NonFiniteLossError) as first:
@@ -426,3 +426,28 @@ def test_tensorboard_events_and_a_profile_are_written(tiny_corpus, tmp_path):
   logged = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
   assert [e.step for e in acc.Scalars("train/train_ppl")] == [r["step"] for r in logged if r["kind"] == "train"]
   assert any(p.name.endswith(".xplane.pb") for p in (tmp_path / "profile").rglob("*"))
+
+
+# --- a run folder that describes itself ------------------------------------------------------------
+
+def test_a_run_folder_describes_itself_and_a_changed_config_does_not_resume(tiny_corpus, tmp_path, caplog):
+  """The first start writes run.json (the whole config, command, code, versions, host) and vocab.txt; a
+  resume that changes what the run computes stops with one line naming the keys, one that only extends it
+  goes on, and each resume is recorded."""
+  corpus, _ = tiny_corpus
+  lm.fit(tiny_config(max_steps=3, checkpoint_every_steps=3), corpus, tmp_path)
+  record = json.loads((tmp_path / "run.json").read_text())
+  assert record["config"]["learning_rate"] == 1.0 and record["config"]["words"]["mode"] == "untied"
+  assert record["versions"]["jax"] == jax.__version__ and record["host"]["cpu_count"] and record["command"]
+  assert (tmp_path / "vocab.txt").read_text().splitlines() == corpus.vocab.words
+  with pytest.raises(trainer.ConfigChangedError, match=r"dropout 0\.0 → 0\.3, learning_rate 1\.0 → 0\.5\)") as e:
+    lm.fit(tiny_config(max_steps=6, learning_rate=0.5, dropout=0.3), corpus, tmp_path)
+  assert "\n" not in str(e.value)
+  res = lm.fit(tiny_config(max_steps=6, checkpoint_every_steps=3), corpus, tmp_path)  # longer: fine
+  assert res["resumed_from_step"] == 3 and res["steps"] == 6
+  with caplog.at_level("WARNING"):
+    lm.fit(tiny_config(max_steps=8, learning_rate=0.5, allow_resume_changes=True), corpus, tmp_path)
+  resumes = json.loads((tmp_path / "run.json").read_text())["resumes"]
+  assert [r["step"] for r in resumes] == [3, 6]
+  assert resumes[1]["changed"]["learning_rate"] == [1.0, 0.5]
+  assert json.loads((tmp_path / "run.json").read_text())["config"]["learning_rate"] == 1.0  # the first start's

@@ -14,12 +14,13 @@ weights); a tied one has one, S, used in both roles (`wt_jax.tying`). Press & Wo
 of the untied pair and S is about as good as V. In the projection modes the output matrix is exported as
 stored, i.e. without the projection P in front of it.
 
-The vocabulary: row i of every matrix is the word with id i. A word2vec run stores its vocabulary
-(`<workdir>/vocab.txt`, "word<TAB>count" per line); a language-model run does not, so it is rebuilt from the
-run's stored config (`meta['config']`: dataset, data_dir) by the same corpus reader that trained it
-(`wt_jax.data.lm_corpora`), which assigns ids by decreasing training-set frequency, ties alphabetically. The
-data root is resolved as everywhere (an explicit `data_dir`, else the run's `config.data_dir`, else
-$WT_JAX_DATA, else the cache). The vocabulary's size must equal the matrices' row count.
+The vocabulary: row i of every matrix is the word with id i. Language-model and word2vec runs store their
+vocabulary (`<workdir>/vocab.txt`, one word per line in id order; word2vec's add "<TAB>count"), written at
+the first start, so a run folder exports without its corpus. For a language-model run from before runs
+wrote it, the vocabulary is rebuilt from the run's stored config (`meta['config']`: dataset, data_dir) by the
+same corpus reader that trained it (`wt_jax.data.lm_corpora`), which assigns ids by decreasing training-set
+frequency, ties alphabetically. The data root is resolved as everywhere (an explicit `data_dir`, else the
+run's `config.data_dir`, else $WT_JAX_DATA, else the cache). The vocabulary's size must equal the matrices' row count.
 """
 from __future__ import annotations
 
@@ -156,7 +157,7 @@ def read_vocab_file(path: str | Path) -> list[str]:
 def run_vocabulary(run: Run, data_dir: str | None = None, vocab_file: str | Path | None = None,
                    download: bool = False) -> tuple[list[str], str]:
   """(words in id order, where they came from) for `run`: `vocab_file` if given, else the run's own
-  `vocab.txt` (word2vec runs), else the run's LM corpus rebuilt from its stored config. `data_dir` overrides
+  `vocab.txt`, else (older LM runs) the run's corpus rebuilt from its stored config. `data_dir` overrides
   the config's data folder; `download` lets the reader fetch a missing corpus."""
   if vocab_file:
     return read_vocab_file(vocab_file), f"vocabulary file {vocab_file}"

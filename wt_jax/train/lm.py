@@ -116,6 +116,11 @@ class LMTask:
     self.step_fn = train_step_for(config, self.model, self.tx, self.step_key, self.dp)
     self.eval_window = eval_lib.make_eval_window(self.model)
 
+  def write_run_files(self, workdir) -> None:
+    """<workdir>/vocab.txt: the vocabulary, one word per line in id order (row i of the embeddings is word
+    i), so the folder alone is enough to export or analyse the run (`wt_jax.export`)."""
+    (workdir / "vocab.txt").write_text("".join(f"{w}\n" for w in self.corpus.vocab.words))
+
   def init_state(self):
     # Built on the devices, replicated (every process computes the same parameters from the seed).
     init = jax.jit(lambda k: initial_state(self.config, self.model, self.tx, k), out_shardings=self.dp.replicated)

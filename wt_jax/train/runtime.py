@@ -86,6 +86,67 @@ def versions() -> dict:
 
 
 
+# Keys a resumed run may change without saying so: how long it runs and how it reports, not what it computes.
+RESUMABLE_KEYS = frozenset({"num_epochs", "max_steps", "log_every", "checkpoint_every_steps",
+                            "checkpoint_every_epochs", "profile_steps", "plot", "data_dir", "download",
+                            "num_devices", "eval_mc_samples", "allow_resume_changes"})
+
+
+class ConfigChangedError(ValueError):
+  """A run is resumed with a config that differs from the one its folder was started with."""
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(_flat(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = json.loads(json.dumps(metrics_lib.finite(v)))  # tuples → lists, NaN → None
+  return out
+
+
+def config_changes(before: dict, after: dict) -> dict[str, list]:
+  """{key: [value before, value after]} for every key of two (nested) configs that differs."""
+  a, b = _flat(before), _flat(after)
+  return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+
+
+def describe_run(config, run_versions: dict) -> dict:
+  """What `<workdir>/run.json` holds: enough to know, from the folder alone, what ran and how."""
+  import shlex
+  import sys
+  from wt_jax import __version__
+  return {"what": "a wt_jax run: its config, command, code and machine (written at its first start)",
+          "config": config.to_dict(), "command": " ".join(shlex.quote(a) for a in sys.argv),
+          "cwd": os.getcwd(), "wt_jax_version": __version__, "versions": run_versions, "host": host(),
+          "device_kind": jax.devices()[0].device_kind,
+          "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "resumes": []}
+
+
+def check_resume(run_file: epath.Path, config, step: int) -> None:
+  """Compare the config a run is resumed with against its folder's `run.json`: a change outside
+  RESUMABLE_KEYS stops it with one line naming the keys (unless `config.allow_resume_changes`); every resume
+  and its changes are appended to run.json. A folder without run.json (older runs) is not checked."""
+  if not run_file.exists():
+    return
+  record = json.loads(run_file.read_text())
+  changes = config_changes(record.get("config", {}), config.to_dict())
+  blocking = {k: v for k, v in changes.items() if k.split(".")[-1] not in RESUMABLE_KEYS}
+  if blocking and not config.get("allow_resume_changes", False):
+    shown = ", ".join(f"{k} {a!r} → {b!r}" for k, (a, b) in list(blocking.items())[:6])
+    raise ConfigChangedError(
+        f"{run_file.parent} was started with another config ({shown}{', …' if len(blocking) > 6 else ''}); "
+        f"resume with the config in {run_file.name}, use a new --workdir, or allow it with "
+        f"--config.allow_resume_changes=true.")
+  if changes:
+    logging.warning("Resuming %s at step %d with config changes: %s", run_file.parent, step,
+                    ", ".join(f"{k} {a!r} → {b!r}" for k, (a, b) in changes.items()))
+  record.setdefault("resumes", []).append(
+      {"step": step, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "changed": changes})
+  write_json(run_file, record)
+
+
 def is_local(path) -> bool:
   """Whether `path` is on this machine's filesystem (not gs://, s3://, ...)."""
   return "://" not in str(path)

@@ -19,7 +19,11 @@ validation and its final evaluation. The skeleton does the rest, once for every 
 - results.json with the keys every task shares (`common_results`) and the task's own; no NaN or inf in any
   JSON file (null instead);
 - a lock on the workdir (`runtime.workdir_lock`), and a fall-back to the previous checkpoint when the newest
-  cannot be read (`Checkpoints.restore_intact`). The workdir may be a bucket (`etils.epath`).
+  cannot be read (`Checkpoints.restore_intact`). The workdir may be a bucket (`etils.epath`);
+- a folder that describes itself: at the first start `run.json` (the whole config, command line, code commit,
+  library versions, host) and the task's own files (`write_run_files`, e.g. an LM's vocab.txt); a resume
+  with a config that differs outside the run-length and reporting keys stops with one line naming them
+  (`runtime.check_resume`), and every resume is appended to run.json.
 """
 from __future__ import annotations
 
@@ -38,9 +42,12 @@ from wt_jax import parallel
 from wt_jax.train import metrics as metrics_lib
 from wt_jax.train.checkpoint import Checkpoints
 from wt_jax.train.runtime import WorkdirBusyError  # noqa: F401  (raised by `run`: part of its interface)
-from wt_jax.train.runtime import deferred_signals, host, is_local, versions, workdir_lock, write_json
+from wt_jax.train.runtime import ConfigChangedError  # noqa: F401  (raised by `run`: part of its interface)
+from wt_jax.train.runtime import (check_resume, deferred_signals, describe_run, host, is_local, versions,
+                                  workdir_lock, write_json)
 
 LOG_EVERY_S = 30.0  # a progress line at least this often, whatever log_every is
+RUN_FILE = "run.json"  # the run's config, command, code and machine (runtime.describe_run), and its resumes
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -151,6 +158,12 @@ def _run(task: Task, config, workdir: epath.Path) -> dict:
   if restored is not None:
     state, meta, kind, resumed_from = restored
     logging.info("Resumed from %s at step %d (epoch %d).", ckpts.directory / kind, resumed_from, meta["epoch"])
+    if parallel.is_writer():
+      check_resume(workdir / RUN_FILE, config, resumed_from)
+  elif parallel.is_writer():  # a first start: the folder describes itself
+    write_json(workdir / RUN_FILE, describe_run(config, run_versions))
+    if hasattr(task, "write_run_files"):
+      task.write_run_files(workdir)
   step, max_steps = int(state["step"]), task.max_steps
   wall_before = meta["wall_s"]
   # The epoch's running sums: `sums` on device since this process started the epoch (or resumed), `base`
