@@ -55,6 +55,19 @@ def test_embedding_tables_2_3_4(name):
     assert row == (t4["word2vec"][key], t4["NNLM(S)"][key], t4["NNLM(L)"][key]), (pair, row)
 
 
+def test_table5():
+  """Table 5 as rendering b prints it (rendering a merges its rows): size, train, valid, test per row; both
+  readings of the one tied BD row carry its values. (A citation there follows a no-break space.)"""
+  text = _text("press_wolf_2017_b.txt").replace("\u00a0", " ")
+  labels = {"large": "Large [Zaremba et al., 2014]", "large_tied": "Large + Weight Tying",
+            "large_bd_wd": "Large + BD [Gal, 2015] + WD", "large_bd_wd_tied": "Large + BD + WT",
+            "large_bd_tied": "Large + BD + WT", "rhn": "RHN [Zilly et al., 2016] + BD", "rhn_tied": "RHN + BD + WT"}
+  for row in report.REPORTS["table5"].rows:
+    (found,) = re.findall(r"^ ?" + re.escape(labels[row.config]) + r" (\d+M) " + " ".join([NUM] * 3) + r" ?$",
+                          text, flags=re.M)
+    assert (found[0], *map(float, found[1:])) == (row.size, row.train, row.valid, row.test), (row.config, found)
+
+
 @pytest.mark.parametrize("name", PRESS_WOLF)
 def test_table6_and_table7(name):
   text = _text(name)
