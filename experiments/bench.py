@@ -57,7 +57,7 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_c
 _STEPS = flags.DEFINE_integer("steps", 200, "Timed train steps per repeat.")
 _WARMUP = flags.DEFINE_integer("warmup", 20, "Untimed train steps after compilation.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed blocks; the median is reported.")
-_EVAL_WINDOWS = flags.DEFINE_integer("eval_windows", 100, "Validation windows timed for eval tokens/s.")
+_EVAL_WINDOWS = flags.DEFINE_integer("eval_windows", 100, "Validation windows timed for eval tokens/s (0: none).")
 _SYNTHETIC = flags.DEFINE_bool("synthetic", False, "Use a random token stream instead of PTB.")
 _TORCH_PYTHON = flags.DEFINE_string("torch_python", None, "Python with torch: run the interleaved comparison.")
 _TORCH_SCRIPT = flags.DEFINE_string(
@@ -379,13 +379,15 @@ def _main(config):
     times.append((time.perf_counter() - t0) / _STEPS.value)
   ms = 1000 * statistics.median(times)
 
-  eval_window = evaluate.make_eval_window(model)
-  n_eval = min(_EVAL_WINDOWS.value, (len(valid_stream) // config.eval_batch_size - 1) // T)
-  stream = valid_stream[: (n_eval * T + 1) * config.eval_batch_size]
-  evaluate.evaluate(model, eval_window, state["params"], stream, config.eval_batch_size, T, True)  # compile
-  t0 = time.perf_counter()
-  ev = evaluate.evaluate(model, eval_window, state["params"], stream, config.eval_batch_size, T, True)
-  eval_s = time.perf_counter() - t0
+  ev, eval_s = {"tokens": 0}, None
+  if _EVAL_WINDOWS.value > 0:  # (0: train steps only)
+    eval_window = evaluate.make_eval_window(model)
+    n_eval = min(_EVAL_WINDOWS.value, (len(valid_stream) // config.eval_batch_size - 1) // T)
+    stream = valid_stream[: (n_eval * T + 1) * config.eval_batch_size]
+    evaluate.evaluate(model, eval_window, state["params"], stream, config.eval_batch_size, T, True)  # compile
+    t0 = time.perf_counter()
+    ev = evaluate.evaluate(model, eval_window, state["params"], stream, config.eval_batch_size, T, True)
+    eval_s = time.perf_counter() - t0
 
   parts = (breakdown(config, state["params"], optim.make_optimizer(config, len(windows)))
            if _BREAKDOWN.value else {})
@@ -399,7 +401,7 @@ def _main(config):
       "repeats": _REPEATS.value, "train_ms_per_step": round(ms, 2),
       "train_ms_per_step_all": [round(1000 * t, 2) for t in times],
       "train_tok_per_s": round(B * T / (ms / 1000), 1), "compile_s": round(compile_s, 2),
-      "eval_tokens": ev["tokens"], "eval_tok_per_s": round(ev["tokens"] / eval_s, 1),
+      "eval_tokens": ev["tokens"], "eval_tok_per_s": round(ev["tokens"] / eval_s, 1) if eval_s else None,
       "matmul_flops_per_step": flops, "xla_flops_per_step": xla_flops,
       "achieved_gflops": round(flops / ms / 1e6, 1) if flops else None, **floor, **parts,
       "compute_dtype": config.compute_dtype, "matmul_precision": config.matmul_precision,

@@ -64,6 +64,8 @@ _PROBE_VARIANTS = flags.DEFINE_list("probe_variants", ["u1", "u5", "u35", "u1+wh
                                     "uK: scan_unroll=K; +while: XLA command buffers also over while loops; "
                                     "-cb: command buffers off.")
 _PROBE_STEPS = flags.DEFINE_integer("probe_steps", 100, "Timed steps per repeat of each probe variant.")
+_PROBE_TIMEOUT = flags.DEFINE_float("probe_timeout_s", 150.0, "Seconds one probe variant may take (compilation "
+                                    "included) before it is abandoned.")
 flags.mark_flags_as_required(["run_dir", "record_dir"])
 
 # --dry_run: every job shrunk to seconds on a CPU, with every part of a real run (epochs, validation, test).
@@ -189,13 +191,13 @@ def probe(config: str, variants: list[str], common: list[str], precision: str, r
     unroll, xla = parse_variant(name)
     cmd = [sys.executable, "-m", "experiments.bench", f"--config=configs/{config}.py",
            f"--config.matmul_precision={precision}", f"--config.scan_unroll={unroll}", "--peak=false",
-           f"--steps={_PROBE_STEPS.value}", "--warmup=10", "--repeats=3", "--eval_windows=20"]
+           f"--steps={_PROBE_STEPS.value}", "--warmup=10", "--repeats=3", "--eval_windows=0"]
     cmd += [f"--config.{o}" for o in overrides]
     env = {**os.environ, "XLA_FLAGS": xla}
     t0 = time.time()
     try:
       res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
-                           timeout=max(10.0, deadline - time.time()))
+                           timeout=max(10.0, min(_PROBE_TIMEOUT.value, deadline - time.time())))
       out = json.loads(res.stdout.strip().splitlines()[-1]) if res.returncode == 0 else {
           "error": (res.stderr.strip().splitlines() or ["?"])[-1][-300:], "returncode": res.returncode}
     except (subprocess.TimeoutExpired, ValueError, IndexError) as e:
