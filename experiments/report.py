@@ -1,4 +1,4 @@
-"""Build a paper-vs-ours report from finished runs: a Markdown table, one figure, and the README section.
+"""Build a paper-vs-ours report from finished runs: a Markdown table, one figure, and the study page.
 
     python -m experiments.report ptb_table6 --runs=runs/ptb_table6   # copy finished runs, then report
     python -m experiments.report ptb_table6                          # report from results/ptb_table6 only
@@ -13,10 +13,20 @@
 
 With --runs, every run directory there that holds a results.json (a finished run) is imported into
 results/<report>/<run>/ as results.json and curve.jsonl (its per-epoch records; the per-step log, plots,
-translations and checkpoints stay in the run's workdir). The report
-is then built from results/<report>/ alone, so anyone can rebuild it from the committed files:
-results/<report>/README.md (table, commands, machine, commits), results/<report>/valid_curves.png, and
-the README.md section between the markers `<!-- report:<name>:begin -->` and `<!-- report:<name>:end -->`.
+translations and checkpoints stay in the run's workdir). The report is then built from results/<report>/
+alone, so anyone can rebuild it from the committed files: results/<report>/valid_curves.png and the study
+page results/<report>/README.md.
+
+The study page is the report's own page: the prose around the generated parts is written by hand and kept.
+The generated parts sit between markers: the table (with the paper's source, the note, the figure and the
+rebuild command) between `<!-- report:<name>:begin -->` and `<!-- report:<name>:end -->`, the run records
+(command, code commit, machine of each run) between `<!-- report:<name>:runs:begin -->` and
+`<!-- report:<name>:runs:end -->` (on a page without the runs markers, the run records go inside the first
+pair). A page that does not exist, or has no markers, is written whole: its title, then both parts in their
+markers, so prose added around them later survives the next rebuild.
+
+--readme=FILE also writes the table, figure and a link to the page between the same first pair of markers in
+FILE (the top-level README.md carries no report sections: its results table links to the study pages).
 """
 from __future__ import annotations
 
@@ -33,8 +43,8 @@ from wt_jax.train import metrics
 
 _RUNS = flags.DEFINE_string("runs", None, "Directory of run workdirs to import finished runs from.")
 _OUT = flags.DEFINE_string("out", "results", "Root of the committed results; the report goes in OUT/<name>.")
-_README = flags.DEFINE_string("readme", "README.md", "README to update between the report's markers "
-                              "('' to leave it alone).")
+_README = flags.DEFINE_string("readme", "", "A file to update between the report's markers as well as the "
+                              "study page (default '': none; the top-level README.md links to the pages).")
 
 CURVE = "curve.jsonl"  # a run's per-epoch records (the 'epoch' lines of its metrics.jsonl)
 
@@ -405,15 +415,36 @@ def provenance(name: str, spec: ReportSpec, by_config: dict[str, list[dict]]) ->
 
 
 def splice_readme(readme: Path, name: str, body: str) -> bool:
-  """Replace the text between the report's markers in `readme`; False if the markers are absent."""
+  """Replace the text between the markers `<!-- report:NAME:begin -->` and `<!-- report:NAME:end -->` in
+  `readme` (a study page or a README) with `body`, keeping the rest; False if the markers are absent."""
   begin, end = f"<!-- report:{name}:begin -->", f"<!-- report:{name}:end -->"
-  text = readme.read_text()
+  text = readme.read_text() if readme.exists() else ""
   if begin not in text or end not in text:
     return False
   head, rest = text.split(begin, 1)
   _, tail = rest.split(end, 1)
   readme.write_text(f"{head}{begin}\n{body}\n{end}{tail}")
   return True
+
+
+def write_page(page: Path, name: str, title: str, body: str, runs: str = "") -> None:
+  """The study page results/<name>/README.md: `body` (the table part) between the report's markers and
+  `runs` (the run records) between its runs markers, the hand-written prose around them kept. On a page
+  without the runs markers `runs` follows `body` inside the report's markers; a page without the report's
+  markers (or no page yet) is written whole: `title`, then each part in its markers."""
+  text = page.read_text() if page.exists() else ""
+  has = lambda key: f"<!-- report:{key}:begin -->" in text and f"<!-- report:{key}:end -->" in text
+  if has(name):
+    if runs and has(f"{name}:runs"):
+      splice_readme(page, f"{name}:runs", runs)
+    elif runs:
+      body = f"{body}\n\n{runs}"
+    splice_readme(page, name, body)
+    return
+  if text:
+    logging.info("%s has no <!-- report:%s:begin/end --> markers; writing the whole page", page, name)
+  block = lambda key, part: f"<!-- report:{key}:begin -->\n{part}\n<!-- report:{key}:end -->\n"
+  page.write_text(f"# {title}\n\n{block(name, body)}" + (f"\n{block(name + ':runs', runs)}" if runs else ""))
 
 
 def _report_dir(name: str, out_root: Path, runs_dir: Path | None) -> Path:
@@ -427,12 +458,13 @@ def _report_dir(name: str, out_root: Path, runs_dir: Path | None) -> Path:
   return report_dir
 
 
-def _write(name: str, report_dir: Path, readme: Path | None, intro: str, tab: str, png: Path | None,
+def _write(name: str, report_dir: Path, readme: Path | None, title: str, lead: str, tab: str, png: Path | None,
            figure_label: str, prov: str, readme_runs: str) -> None:
-  """results/<name>/README.md (title, intro, table, figure, runs) and the README's section."""
+  """The study page results/<name>/README.md (its generated parts: `lead`, the table, the figure, the
+  rebuild command; the run records) and, if `readme` is given, its section there."""
   local_fig = f"\n\n![{figure_label}]({png.name})" if png else ""
-  (report_dir / "README.md").write_text(
-      f"{intro}\n\n{tab}{local_fig}\n\nRebuild: `python -m experiments.report {name}`\n\n## Runs\n\n{prov}\n")
+  write_page(report_dir / "README.md", name, title,
+             f"{lead}\n\n{tab}{local_fig}\n\nRebuild: `python -m experiments.report {name}`", f"## Runs\n\n{prov}")
   if readme is not None:
     rel = lambda p: Path(os.path.relpath(p.resolve(), readme.resolve().parent)).as_posix()
     fig = f"\n\n![{figure_label}]({rel(png)})" if png else ""
@@ -451,10 +483,10 @@ def build(name: str, out_root: Path, runs_dir: Path | None = None, readme: Path 
     raise ValueError(f"{report_dir} holds runs of configs not in report {name!r}: {unknown}")
   tab = table(spec, by_config) + (f"\n\n{spec.note}" if spec.note else "")
   png = figure(spec, by_config, report_dir / "valid_curves.png")
-  intro = (f"# {spec.title}\n\nPaper: {spec.source}. Ours: test perplexity is the batch-1 protocol "
-           f"(`test_ppl`); several seeds are shown as mean (each seed).")
-  _write(name, report_dir, readme, intro, tab, png, "validation curves", provenance(name, spec, by_config),
-         "Runs, commands, code commits and machine")
+  lead = (f"Paper: {spec.source}. Ours: test perplexity is the batch-1 protocol (`test_ppl`); several seeds "
+          f"are shown as mean (each seed).")
+  _write(name, report_dir, readme, spec.title, lead, tab, png, "validation curves",
+         provenance(name, spec, by_config), "Runs, commands, code commits and machine")
   return tab
 
 
@@ -572,12 +604,12 @@ def build_nmt(name: str, out_root: Path, runs_dir: Path | None = None, readme: P
   runs = load_nmt_runs(report_dir)
   tab = f"{nmt_table(spec, runs)}\n\nTable 1 analogue (subwords of the joint BPE):\n\n{subword_table(spec, runs)}"
   png = nmt_figure(spec, runs, report_dir / "valid_bleu.png")
-  intro = (f"# {spec.title}\n\nPaper: {spec.source}. Ours: Multi30k task 1 (train 29,000 pairs; valid = val, "
-           f"test = test_2016_flickr), BLEU by sacrebleu on detokenised beam-search output of the parameters "
-           f"with the best greedy validation BLEU. The paper's BLEU is on WMT and not comparable; its relative "
-           f"sizes are.")
-  _write(name, report_dir, readme, intro, tab, png, "validation BLEU", nmt_provenance(spec, name, runs),
-         "Runs, commands, code commits, machine and test translations")
+  lead = (f"Paper: {spec.source}. Ours: Multi30k task 1 (train 29,000 pairs; valid = val, "
+          f"test = test_2016_flickr), BLEU by sacrebleu on detokenised beam-search output of the parameters "
+          f"with the best greedy validation BLEU. The paper's BLEU is on WMT and not comparable; its relative "
+          f"sizes are.")
+  _write(name, report_dir, readme, spec.title, lead, tab, png, "validation BLEU",
+         nmt_provenance(spec, name, runs), "Runs, commands, code commits, machine and test translations")
   return tab
 
 
@@ -640,7 +672,9 @@ def build_tpu_memory(name: str, out_root: Path, runs_dir: Path | None = None, re
            "of the smallest that does not), divided by the chip count. Compile times are this 2-core machine's, "
            "with other jobs running; the NMT rows use the longest training bucket and the BPE vocabulary size "
            "as an upper bound for both sides; `nmt_multi30k_none` is `configs/nmt_multi30k_baseline.py`.")
-  (report_dir / "README.md").write_text(f"{intro}\n\n{tab}\n\nRebuild: `python -m experiments.report {name}`\n")
+  title = "Compile for a TPU before you rent one: memory per chip of every paper config"
+  write_page(report_dir / "README.md", name, title,
+             f"{intro}\n\n{tab}\n\nRebuild: `python -m experiments.report {name}`")
   if readme is not None and not splice_readme(readme, name, f"{intro}\n\n{tab}"):
     logging.warning("%s has no <!-- report:%s:begin/end --> markers; README not updated", readme, name)
   return tab

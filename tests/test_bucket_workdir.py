@@ -62,3 +62,12 @@ def test_a_bucket_workdir_trains_stops_resumes_and_writes_results(bucket, tmp_pa
   assert (local / "curves.png").stat().st_size > 1000
   assert not (local / "run.lock").exists()
   assert os.listdir(cwd) == []  # nothing written through a local interpretation of the URL
+  # The folder describes itself in the bucket, and exports from there with no corpus anywhere.
+  from gensim.models import KeyedVectors
+  from wt_jax import export
+  assert json.loads((local / "run.json").read_text())["resumes"][0]["step"] == 5
+  assert (local / "vocab.txt").read_text().splitlines() == corpus.vocab.words
+  out, manifest = export.export_run(url, tmp_path / "export", data_dir=str(tmp_path / "no_data_here"))
+  kv = KeyedVectors.load_word2vec_format(str(out / "input.w2v.txt"), binary=False)
+  assert list(kv.index_to_key) == corpus.vocab.words and manifest["workdir"] == url
+  assert os.listdir(cwd) == []

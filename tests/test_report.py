@@ -1,10 +1,13 @@
-"""experiments.report: import finished runs, build the paper-vs-ours table, figure and README section."""
+"""experiments.report: import finished runs, build the paper-vs-ours table, figure and study page (and a README
+section on request); the top-level README and the study pages: short, every link and number traceable."""
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from experiments import report
+from tests.conftest import REPO
 
 
 def _fake_run(folder: Path, config: str, seed: int, test: float, finished: bool = True) -> None:
@@ -48,9 +51,56 @@ def test_report_imports_finished_runs_and_builds_table(tmp_path):
   runs_md = (out / "README.md").read_text()
   assert "commit `abc123`" in runs_md and "Test CPU, 2 cores" in runs_md
   assert "--config=configs/small_tied.py --config.seed=1 --workdir=runs/ptb_table6/small_tied_seed1`" in runs_md
+  # No page yet: written whole, the title, then the table part and the run records each in its markers.
+  assert runs_md.startswith(f"# {report.REPORTS['ptb_table6'].title}\n\n<!-- report:ptb_table6:begin -->\nPaper: ")
+  assert ("![validation curves](valid_curves.png)\n\nRebuild: `python -m experiments.report ptb_table6`\n"
+          "<!-- report:ptb_table6:end -->\n\n<!-- report:ptb_table6:runs:begin -->\n## Runs\n\n- `small_tied_seed0`"
+          in runs_md)
+  assert runs_md.endswith("<!-- report:ptb_table6:runs:end -->\n")
 
   # Rebuilding from the committed files alone gives the same table.
   assert report.build("ptb_table6", tmp_path / "results", None, None) == tab
+
+
+def test_rebuild_keeps_the_prose_around_the_markers_of_the_study_page(tmp_path):
+  """A study page's hand-written text stays; only what lies between the report's markers is regenerated."""
+  _fake_run(tmp_path / "runs" / "small_tied_seed0", "small_tied", 0, 112.0)
+  page = tmp_path / "results" / "ptb_table6" / "README.md"
+  page.parent.mkdir(parents=True)
+  page.write_text("# My title\n\nIntro prose.\n\n<!-- report:ptb_table6:begin -->\nstale table\n"
+                  "<!-- report:ptb_table6:end -->\n\nThe reading, after the table.\n\n"
+                  "<!-- report:ptb_table6:runs:begin -->\nstale runs\n<!-- report:ptb_table6:runs:end -->\n\nFooter.\n")
+  tab = report.build("ptb_table6", tmp_path / "results", tmp_path / "runs", None)
+  text = page.read_text()
+  assert "stale" not in text
+  head, rest = text.split("<!-- report:ptb_table6:begin -->\n", 1)
+  body, rest = rest.split("\n<!-- report:ptb_table6:end -->", 1)
+  assert head == "# My title\n\nIntro prose.\n\n"
+  assert body.startswith("Paper: Press & Wolf") and tab in body and "## Runs" not in body
+  assert body.endswith("![validation curves](valid_curves.png)\n\nRebuild: `python -m experiments.report ptb_table6`")
+  middle, rest = rest.split("<!-- report:ptb_table6:runs:begin -->\n", 1)
+  runs, tail = rest.split("\n<!-- report:ptb_table6:runs:end -->", 1)
+  assert middle == "\n\nThe reading, after the table.\n\n" and tail == "\n\nFooter.\n"
+  assert runs.startswith("## Runs\n\n- `small_tied_seed0`: `python -m experiments.ptb") and "commit `abc123`" in runs
+  # A second rebuild changes nothing.
+  report.build("ptb_table6", tmp_path / "results", None, None)
+  assert page.read_text() == text
+
+  # A page with the report's markers but no runs markers gets the run records inside the report's markers.
+  page.write_text("Prose.\n<!-- report:ptb_table6:begin -->\n<!-- report:ptb_table6:end -->\nMore prose.\n")
+  report.build("ptb_table6", tmp_path / "results", None, None)
+  text = page.read_text()
+  assert text.startswith("Prose.\n<!-- report:ptb_table6:begin -->\nPaper: ")
+  assert text.endswith("commit `abc123`, machine: Test CPU, 2 cores; 3 epochs, 10 min wall, 4,000 train tokens/s\n"
+                       "<!-- report:ptb_table6:end -->\nMore prose.\n")
+  assert "Rebuild: `python -m experiments.report ptb_table6`\n\n## Runs\n\n- `small_tied_seed0`" in text
+
+  # A page without the markers is replaced by a whole one (title, both parts in their markers).
+  page.write_text("an old page without markers\n")
+  report.build("ptb_table6", tmp_path / "results", None, None)
+  text = page.read_text()
+  assert "an old page" not in text and text.startswith("# Press & Wolf (2017), Table 6")
+  assert text.count("<!-- report:ptb_table6:begin -->") == text.count("<!-- report:ptb_table6:runs:end -->") == 1
 
 
 def test_inan_table1_names_the_config_argument(tmp_path):
@@ -175,7 +225,13 @@ def test_tpu_memory_report_from_compile_outputs(tmp_path):
       "rhn_tied_v5e_2x2.json", "small_v5e_1x1.json"]
   text = readme.read_text()
   assert "old" not in text and "jax 0.10.2 / libtpu 0.0.42.1" in text and rows[1] in text
+  page = tmp_path / "results" / "tpu_memory" / "README.md"
+  text = page.read_text()
+  assert text.startswith("# ") and "<!-- report:tpu_memory:begin -->\nTPU v5e memory per chip" in text
+  assert text.endswith("Rebuild: `python -m experiments.report tpu_memory`\n<!-- report:tpu_memory:end -->\n")
+  page.write_text(f"Prose before.\n\n{text}\nProse after.\n")
   assert report.build_tpu_memory("tpu_memory", tmp_path / "results") == tab  # rebuilt from the records alone
+  assert page.read_text() == f"Prose before.\n\n{text}\nProse after.\n"
 
 
 @pytest.mark.parametrize("name", ["transformer_ptb", "transformer_wikitext2"])
@@ -187,3 +243,63 @@ def test_transformer_report_rows_name_the_configs_their_commands_build(name):
   for row in spec.rows:
     config = transformer.get_config(row.flag.removeprefix("configs/transformer.py:"))
     assert (config.name, config.dataset) == (row.config, spec.dataset), row
+
+
+# --- The committed pages ---------------------------------------------------------------------------------
+
+ALL_REPORTS = [*report.REPORTS, *report.NMT_REPORTS, *report.OTHER_REPORTS]
+
+
+@pytest.mark.parametrize("name", ALL_REPORTS)
+def test_committed_study_pages_keep_their_prose_through_a_rebuild(name):
+  """Each report's committed page holds its markers, so a rebuild regenerates only the parts between them."""
+  text = (REPO / "results" / name / "README.md").read_text()
+  keys = [name] if name in report.OTHER_REPORTS else [name, f"{name}:runs"]
+  for key in keys:
+    assert text.count(f"<!-- report:{key}:begin -->") == text.count(f"<!-- report:{key}:end -->") == 1, key
+
+
+def _links(md: Path) -> list[str]:
+  """Relative link targets of a Markdown file, outside code blocks."""
+  text = re.sub(r"^```.*?^```", "", md.read_text(), flags=re.S | re.M)
+  return [t for t in re.findall(r"\]\(([^)\s]+)\)", text) if not re.match(r"[a-z]+:", t)]
+
+
+def _anchors(md: Path) -> set[str]:
+  """GitHub's anchors of a Markdown file's headings."""
+  heads = re.findall(r"^#+ (.*)$", re.sub(r"^```.*?^```", "", md.read_text(), flags=re.S | re.M), re.M)
+  return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in heads}
+
+
+def _pages() -> list[Path]:
+  return [REPO / "README.md", *sorted((REPO / "results").glob("*/README.md"))]
+
+
+@pytest.mark.parametrize("md", _pages(), ids=lambda p: str(p.relative_to(REPO)))
+def test_every_relative_link_resolves(md):
+  for target in _links(md):
+    path, _, anchor = target.partition("#")
+    dest = (md.parent / path).resolve() if path else md
+    assert dest.exists(), f"{md.relative_to(REPO)}: {target}"
+    if anchor and dest.suffix == ".md":
+      assert anchor in _anchors(dest), f"{md.relative_to(REPO)}: {target} (no such heading)"
+
+
+def test_readme_is_short_and_its_numbers_are_on_the_pages_it_links():
+  """The README is the product page (at most 300 lines); each number of ours in its results table is on the
+  study page that row links to, where the report tool keeps the run records."""
+  readme = (REPO / "README.md").read_text()
+  assert len(readme.splitlines()) <= 300
+  # No report sections in it (the report tool writes the study pages; --readme is off by default).
+  assert "<!-- report:" not in readme and report._README.default == "" and "<!-- api-example -->" in readme
+  glance = readme.split("## Results at a glance", 1)[1].split("\n## ", 1)[0]
+  rows = [l for l in glance.splitlines() if l.startswith("| ") and not l.startswith("| paper result")]
+  assert len(rows) >= 10
+  for row in rows:
+    cells = [c.strip() for c in row.strip("|").split(" | ")]
+    ours, study = cells[2], cells[-1]
+    targets = re.findall(r"\[[^]]+\]\(([^)#]+)(?:#[^)]*)?\)", study)
+    assert targets, row
+    pages = "".join((REPO / t).read_text() for t in targets)
+    for number in re.findall(r"\d+\.\d+", ours):
+      assert number in pages, f"{number} ({row[:60]}…) is not on {targets}"

@@ -31,6 +31,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import ml_collections
 import numpy as np
+from etils import epath
 
 from wt_jax.convert import tying_mode, words_params
 from wt_jax.data import lm_corpora, paths
@@ -48,7 +49,7 @@ class ExportError(ValueError):
 class Run:
   """One checkpoint of a training run, read without building its model."""
 
-  workdir: Path
+  workdir: epath.Path  # a local folder or a bucket (gs://...)
   kind: str            # 'last' or 'best'
   step: int
   params: Any          # the parameter pytree as host arrays
@@ -65,12 +66,13 @@ class Run:
 
 
 def load_run(workdir: str | Path, kind: str = "last") -> Run:
-  """The `kind` checkpoint of the run in `workdir` (read-only: a run still training is not disturbed)."""
+  """The `kind` checkpoint of the run in `workdir`, a local folder or a bucket (read-only: a run still
+  training is not disturbed)."""
   from wt_jax.train.checkpoint import Checkpoints  # (orbax is imported only by readers of checkpoints)
 
   if kind not in KINDS:
     raise ExportError(f"Unknown checkpoint {kind!r}; expected one of {', '.join(KINDS)}.")
-  workdir = Path(workdir)
+  workdir = epath.Path(workdir)
   if not workdir.is_dir():
     raise ExportError(f"No run folder at {workdir}.")
   folder = workdir / "checkpoints" / kind
@@ -109,7 +111,7 @@ def check_words(words: Sequence[str]) -> None:
                         f"hold it.")
 
 
-def write_word2vec(path: str | Path, words: Sequence[str], matrix: np.ndarray) -> Path:
+def write_word2vec(path: str | Path, words: Sequence[str], matrix: np.ndarray) -> epath.Path:
   """Write `matrix` (row i = `words[i]`) in word2vec's text format: a header "V D", then one line per word,
   "word v1 ... vD", UTF-8. Values are float32 written with 9 significant digits, which reads back to the
   same float32 (gensim's default dtype), so the loaded vectors equal the rows exactly."""
@@ -117,9 +119,9 @@ def write_word2vec(path: str | Path, words: Sequence[str], matrix: np.ndarray) -
   if matrix.ndim != 2 or matrix.shape[0] != len(words):
     raise ExportError(f"{len(words)} words for a matrix of shape {matrix.shape}: need one row per word.")
   check_words(words)
-  path = Path(path)
+  path = epath.Path(path)
   tmp = path.with_name(path.name + ".part")
-  with open(tmp, "w", encoding="utf-8") as f:
+  with tmp.open("w", encoding="utf-8") as f:
     f.write(f"{matrix.shape[0]} {matrix.shape[1]}\n")
     for word, row in zip(words, matrix):
       f.write(word + " " + " ".join(f"{x:.9g}" for x in row.tolist()) + "\n")
@@ -127,7 +129,7 @@ def write_word2vec(path: str | Path, words: Sequence[str], matrix: np.ndarray) -
   return path
 
 
-def write_npz(path: str | Path, words: Sequence[str], matrices: Mapping[str, np.ndarray]) -> Path:
+def write_npz(path: str | Path, words: Sequence[str], matrices: Mapping[str, np.ndarray]) -> epath.Path:
   """`np.savez` of every matrix under its name plus `words` (a unicode array, so `np.load` needs no
   pickle), the rows kept in their stored dtype."""
   for name, m in matrices.items():
@@ -135,9 +137,10 @@ def write_npz(path: str | Path, words: Sequence[str], matrices: Mapping[str, np.
       raise ExportError("A matrix cannot be called 'words' (that key holds the vocabulary).")
     if np.shape(m)[0] != len(words):
       raise ExportError(f"{len(words)} words for matrix {name!r} of shape {np.shape(m)}.")
-  path = Path(path)
+  path = epath.Path(path)
   tmp = path.with_name(path.name + ".part.npz")
-  np.savez(tmp, words=np.asarray(list(words), dtype=str), **{k: np.asarray(v) for k, v in matrices.items()})
+  with tmp.open("wb") as f:
+    np.savez(f, words=np.asarray(list(words), dtype=str), **{k: np.asarray(v) for k, v in matrices.items()})
   tmp.replace(path)
   return path
 
@@ -150,7 +153,7 @@ def read_npz(path: str | Path) -> tuple[list[str], dict[str, np.ndarray]]:
 
 def read_vocab_file(path: str | Path) -> list[str]:
   """Words of a vocabulary file, one per line, in id order; anything after a tab (a count) is ignored."""
-  lines = Path(path).read_text(encoding="utf-8").splitlines()
+  lines = epath.Path(path).read_text(encoding="utf-8").splitlines()
   return [line.split("\t")[0] for line in lines if line]
 
 
@@ -184,7 +187,7 @@ def run_vocabulary(run: Run, data_dir: str | None = None, vocab_file: str | Path
 
 def export_run(workdir: str | Path, out: str | Path | None = None, formats: Iterable[str] = FORMATS,
                kind: str = "last", data_dir: str | None = None, vocab_file: str | Path | None = None,
-               download: bool = False) -> tuple[Path, dict]:
+               download: bool = False) -> tuple[epath.Path, dict]:
   """Write every embedding of the run in `workdir` to `out` (default <workdir>/export) in `formats`:
   `<name>.w2v.txt` (word2vec text) per matrix and `embeddings.npz`, with `manifest.json` describing them.
   Returns (the folder written, the manifest)."""
@@ -199,7 +202,7 @@ def export_run(workdir: str | Path, out: str | Path | None = None, formats: Iter
   if rows != {len(words)}:
     raise ExportError(f"The vocabulary ({vocab_source}) has {len(words)} words but the embeddings have "
                       f"{sorted(rows)[0]} rows: not this run's vocabulary.")
-  out = Path(out) if out else run.workdir / "export"
+  out = epath.Path(out) if out else run.workdir / "export"
   out.mkdir(parents=True, exist_ok=True)
   mode = tying_mode(run.params)
   entries = {}
@@ -215,7 +218,7 @@ def export_run(workdir: str | Path, out: str | Path | None = None, formats: Iter
   config = run.config
   manifest = {
       "what": "word embeddings of a wt_jax run (row i = word i of the vocabulary)",
-      "workdir": str(run.workdir.absolute()),
+      "workdir": str(run.workdir if "://" in str(run.workdir) else run.workdir.absolute()),
       "checkpoint": run.kind,
       "step": run.step,
       "config": run.config_name,
