@@ -32,8 +32,10 @@ SIGTERM (the trainer saves and exits) and the driver exits.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -160,7 +162,6 @@ def _records_of(metrics_path: Path, kind: str) -> list[dict]:
 
 def parse_variant(name: str) -> tuple[int, str]:
   """'u5+while' → (scan_unroll 5, its XLA_FLAGS)."""
-  import re
   m = re.fullmatch(r"u(\d+)(\+while|-cb)?", name)
   if not m:
     raise app.UsageError(f"Unknown probe variant {name!r}: expected uK, uK+while or uK-cb.")
@@ -417,9 +418,7 @@ class Driver:
 def steps_of_job(job: Job, common: list[str]) -> int:
   """The job's total train steps (epochs × steps per epoch), from its config and the corpus, in this
   process (cheap: no device work)."""
-  from ml_collections import config_flags  # noqa: F401  (config files import it)
-  import importlib
-  from wt_jax.data import batching, lm_corpora
+  from wt_jax.data import batching, lm_corpora  # (after flag parsing: the corpus readers are not needed before)
   config = importlib.import_module(f"configs.{job.config}").get_config()
   for o in common + job.overrides:
     key, value = o.split("=", 1)
