@@ -7,6 +7,7 @@ The defaults are Zaremba et al. (2014)'s small LSTM on PTB, untied, as Press & W
 here with neutral values and set by their configs. Groups:
   config.words  the embedding and output layer (`wt_jax.tying.WordEmbeddings`)
   config.al     Inan et al. (2017)'s augmented loss (`wt_jax.losses.make_lm_cost`)
+  config.softmax  the training cost's softmax: full, or an approximation over the word matrix (`wt_jax.softmax`)
 """
 import ml_collections
 
@@ -38,6 +39,23 @@ def al_config() -> ml_collections.ConfigDict:
   return a
 
 
+def softmax_config() -> ml_collections.ConfigDict:
+  """The training cost's softmax (`wt_jax.softmax`); evaluation is always exact. Not in the papers, which
+  train with the full softmax: the approximations of the lecture notes' "Softmax approximations"."""
+  s = ml_collections.ConfigDict()
+  s.kind = "full"             # full | sampled (Jean et al. 2015) | nce (Mnih & Teh 2012) | class (Goodman 2001)
+  s.num_samples = 1000        # K candidates per step, shared by the batch (sampled, nce); ours: ~V/10 on PTB,
+  #                             a tenth of the full output layer's multiply-adds
+  s.proposal = "log_uniform"  # Q: log_uniform over frequency rank (TensorFlow's default sampler) | unigram
+  s.unigram_power = 0.75      # Q ∝ count^power with proposal=unigram (Mikolov et al. 2013's 3/4)
+  s.remove_accidental_hits = True  # sampled: drop candidates equal to the target (TensorFlow's default)
+  s.num_classes = 100         # class: frequency bins, ≈ √V (Mikolov et al. 2011)
+  s.class_power = 0.5         # class: bins of equal Σ count^power; 0.5 is the RNNLM toolkit's default, 1 plain
+  #                             frequency binning
+  s.class_bounds = ()         # class: filled from the training counts at the start (wt_jax.softmax.resolve)
+  return s
+
+
 def get_config():
   c = ml_collections.ConfigDict()
   c.name = "lm"
@@ -54,6 +72,7 @@ def get_config():
   #                                 pre-TF32 GPUs) | "tensorfloat32" (wt_jax/precision.py)
   c.words = words_config()
   c.al = al_config()
+  c.softmax = softmax_config()
   # Variational dropout (bd_lstm_lm, rhn_lm): drop probabilities, one mask per window (Gal 2015).
   c.dropout_x = 0.0           # word types of the embedding
   c.dropout_i = 0.0           # each layer's input

@@ -49,7 +49,7 @@ import optax
 from absl import app, flags
 from ml_collections import config_flags
 
-from wt_jax import losses, models, precision, tying
+from wt_jax import losses, models, precision, softmax, tying
 from wt_jax.data import batching, lm_corpora, ptb, translation
 from wt_jax.train import evaluate, lm, nmt, optim, skipgram, trainer
 
@@ -309,14 +309,27 @@ def _config_path() -> str:
   raise app.UsageError("--gensim_python needs --config=FILE.")
 
 
-def compiled_train_step(config, model, windows: batching.Windows):
-  """The train step `lm.fit` runs for `config` (`lm.train_step_for`: the cost and optimiser of the config),
-  compiled for the shape of `windows`, from the run's initial state. Returns (step, state, tx, compile_s)."""
+def _softmax_fields(config) -> dict:
+  """The settings of a softmax approximation that change its cost (none for the full softmax)."""
+  s, kind = config.get("softmax"), softmax.kind_of(config)
+  if kind in ("sampled", "nce"):
+    return {"num_samples": s.num_samples, "proposal": s.proposal}
+  if kind == "class":
+    return {"num_classes": len(s.class_bounds) - 1, "class_power": s.class_power,
+            "largest_class": int(max(b - a for a, b in zip(s.class_bounds, s.class_bounds[1:])))}
+  return {}
+
+
+def compiled_train_step(config, model, windows: batching.Windows, counts=None):
+  """The train step `lm.fit` runs for `config` (`lm.train_step_for`: the cost and optimiser of the config;
+  `counts` the training counts a unigram proposal needs), compiled for the shape of `windows`, from the run's
+  initial state. Returns (step, state, tx, compile_s)."""
   tx = optim.make_optimizer(config, len(windows))
   init_key, step_key = trainer.run_keys(config.seed)
   state = lm.initial_state(config, model, tx, init_key)
   t0 = time.perf_counter()
-  step_fn = lm.train_step_for(config, model, tx, step_key).lower(state, windows.x[0], windows.y[0]).compile()
+  step_fn = lm.train_step_for(config, model, tx, step_key, counts=counts).lower(
+      state, windows.x[0], windows.y[0]).compile()
   return step_fn, state, tx, time.perf_counter() - t0
 
 
@@ -352,9 +365,11 @@ def _main(config):
     corpus = lm_corpora.load_corpus(config)
     train_stream, valid_stream = corpus.train, corpus.valid
   B, T = config.batch_size, config.bptt
+  config = softmax.resolve(config, train_stream)  # a class-factored softmax's bins, as `lm.fit` makes them
   model = models.build(config)
   windows = batching.lm_windows(train_stream, B, T)
-  step_fn, state, tx, compile_s = compiled_train_step(config, model, windows)
+  step_fn, state, tx, compile_s = compiled_train_step(config, model, windows,
+                                                      softmax.counts(train_stream, config.vocab_size))
   params = state["params"]
   memory = _memory(step_fn)
   xla_flops = _xla_flops(step_fn)
@@ -405,6 +420,7 @@ def _main(config):
       "matmul_flops_per_step": flops, "xla_flops_per_step": xla_flops,
       "achieved_gflops": round(flops / ms / 1e6, 1) if flops else None, **floor, **parts,
       "compute_dtype": config.compute_dtype, "matmul_precision": config.matmul_precision,
+      "softmax": softmax.kind_of(config), **_softmax_fields(config),
       "scan_unroll": config.get("scan_unroll", 1), "xla_flags": os.environ.get("XLA_FLAGS", ""),
       # the mean NLL of each warm-up step, from the run's initial state: variants of the same arithmetic
       # (unroll, command buffers) must agree here to rounding

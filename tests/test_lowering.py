@@ -43,8 +43,12 @@ def _lm_config(module, **kw):
     (small_tied_pr, {}), (large_bd_wd_tied, {}), (rhn_tied, {"depth": 2, "num_layers": 1}), (nnlm, {}),
     (lbl, {}), (small_tied_pr, {"compute_dtype": "bfloat16"}),
     (transformer, {"num_layers": 1, "num_heads": 2, "mlp_size": 32, "memory": 4, "optimizer": "adam", "test_window": 5,
-                   "warmup_steps": 10})],
-    ids=["lstm_pr", "bd_lstm", "rhn", "nnlm", "lbl", "lstm_bf16", "transformer"])
+                   "warmup_steps": 10}),
+    (small_tied_pr, {"softmax": {"kind": "sampled", "num_samples": 8}}),
+    (large_bd_wd_tied, {"softmax": {"kind": "nce", "num_samples": 8}}),
+    (small_tied_pr, {"softmax": {"kind": "class", "class_bounds": (0, 3, 10, 31)}})],
+    ids=["lstm_pr", "bd_lstm", "rhn", "nnlm", "lbl", "lstm_bf16", "transformer", "lstm_sampled", "bd_lstm_nce",
+         "lstm_class"])
 def test_lm_train_and_eval_steps_lower_for_tpu_and_gpu(module, extra):
   config = _lm_config(module, **extra)
   model = models.build(config)
@@ -100,8 +104,8 @@ def test_a_host_callback_is_caught():
   tx = optim.make_optimizer(config, steps_per_epoch=100)
   cost = losses.make_lm_cost(config)
 
-  def cost_with_print(params, logits, targets, penalties):
-    total, nll = cost(params, logits, targets, penalties)
+  def cost_with_print(params, logits, targets, penalties, key):
+    total, nll = cost(params, logits, targets, penalties, key)
     jax.debug.print("cost {c}", c=total)
     return total, nll
 

@@ -17,7 +17,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from wt_jax import tying
+import numpy as np
+
+from wt_jax import precision, softmax, tying
 
 
 def token_nll(logits: jax.Array, targets: jax.Array) -> jax.Array:
@@ -61,10 +63,10 @@ def weight_l2(params: Any) -> jax.Array:
   return 0.5 * sum(jnp.sum(jnp.square(p)) for p in jax.tree_util.tree_leaves(params))
 
 
-def make_lm_cost(config) -> Callable:
+def make_lm_cost(config, counts: np.ndarray | None = None) -> Callable:
   """The training cost a language-model config asks for, as one function the train step calls:
 
-      cost(params, logits[B, T, V], targets[B, T], penalties) → (cost, nll[B, T])
+      cost(params, logits[B, T, V], targets[B, T], penalties, key) → (cost, nll[B, T])
 
   cost = w_ce·Σ_t mean_b NLL                           (`zaremba_cost`; w_ce = config.al.ce_weight, 1 by default)
        + Σ penalties / B                               (sown by the model, e.g. projection regularisation)
@@ -73,7 +75,11 @@ def make_lm_cost(config) -> Callable:
 
   The augmented loss builds ỹ from the embedding `config.al.embedding` names (`tying.word_matrix`); with
   `config.al.target_gradient` the target carries a gradient too. nll is returned for the perplexities,
-  which never include the other terms.
+  which never include the other terms. `key` is the step's randomness for the cost (unused here).
+
+  With `config.softmax.kind` other than 'full' the cost is `approximate_lm_cost`'s, which reads the output
+  layer's features instead of logits (it has `takes_features = True`); `counts` [V] are the training counts
+  its unigram proposal needs.
   """
   al = config.al
   if al.alpha < 0 or al.ce_weight < 0:
@@ -89,8 +95,14 @@ def make_lm_cost(config) -> Callable:
   l2 = float(config.weight_decay) if config.weight_decay_mode == "loss" else 0.0
   alpha, tau, ce_weight = float(al.alpha), float(al.tau), float(al.ce_weight)
   which, target_gradient = al.embedding, bool(al.target_gradient)
+  if softmax.kind_of(config) != "full":
+    if alpha:
+      raise ValueError("The augmented loss (al.alpha > 0) compares full distributions over the vocabulary; "
+                       "train it with softmax.kind='full'.")
+    return approximate_lm_cost(config, counts, ce_weight, l2)
 
-  def cost(params, logits_BxTxV, targets_BxT, penalties):
+  def cost(params, logits_BxTxV, targets_BxT, penalties, key=None):
+    del key
     chex.assert_rank([logits_BxTxV, targets_BxT], [3, 2])
     chex.assert_equal_shape_prefix([logits_BxTxV, targets_BxT], 2)
     nll_BxT = token_nll(logits_BxTxV, targets_BxT)
@@ -105,4 +117,48 @@ def make_lm_cost(config) -> Callable:
       total = total + l2 * weight_l2(params)
     return total, nll_BxT
 
+  return cost
+
+
+def approximate_lm_cost(config, counts: np.ndarray | None, ce_weight: float = 1.0, l2: float = 0.0) -> Callable:
+  """The cost of `config.softmax.kind` in 'sampled' | 'nce' | 'class' (`wt_jax.softmax`), scaled as
+  `make_lm_cost`'s (Σ over time, mean over batch; penalties / B; loss-side decay):
+
+      cost(params, z[B, T, D], targets[B, T], penalties, key) → (cost, nll[B, T])
+
+  z are the output layer's features (the model called with features=True); the candidates of 'sampled' and
+  'nce' are drawn from `key`, once per step for the whole batch. nll is what the training perplexity is read
+  from (`softmax.TRAIN_NLL`): exact for 'class', an estimate otherwise."""
+  s, kind = config.softmax, softmax.kind_of(config)
+  dtype = precision.compute_dtype(config.compute_dtype)
+  num_samples = int(s.num_samples)
+  if kind in ("sampled", "nce"):
+    log_q = jnp.asarray(softmax.proposal_log_probs(s.proposal, config.vocab_size, counts, s.unigram_power),
+                        jnp.float32)
+  bounds = softmax.model_class_bounds(config) if kind == "class" else None
+
+  def cost(params, z_BxTxD, targets_BxT, penalties, key):
+    chex.assert_rank([z_BxTxD, targets_BxT], [3, 2])
+    chex.assert_equal_shape_prefix([z_BxTxD, targets_BxT], 2)
+    B, T = targets_BxT.shape
+    z, y = z_BxTxD.reshape(B * T, -1), targets_BxT.reshape(B * T)
+    words = params["words"]
+    w, b = tying.word_matrix(params, "output"), words.get("out_bias")
+    if kind == "sampled":
+      ids = softmax.draw(key, log_q, num_samples)
+      loss = nll = softmax.sampled_softmax_nll(z, w, b, y, ids, log_q, s.remove_accidental_hits, dtype)
+    elif kind == "nce":
+      loss, nll = softmax.nce_loss(z, w, b, y, softmax.draw(key, log_q, num_samples), log_q, dtype)
+    else:
+      loss = nll = softmax.class_nll(z, w, b, words["class_embedding"], words.get("class_bias"), y, bounds,
+                                     dtype)
+    total = zaremba_cost(loss.reshape(B, T))
+    if ce_weight != 1.0:
+      total = ce_weight * total
+    total = total + total_penalty(penalties) / B
+    if l2:
+      total = total + l2 * weight_l2(params)
+    return total, nll.reshape(B, T)
+
+  cost.takes_features = True
   return cost

@@ -14,6 +14,12 @@ Tying is **one shared leaf**: in the tied modes the pytree holds a single `embed
 reads rows of it and the output layer multiplies by its transpose, so its gradient is the sum of both uses
 (Press & Wolf 2017, Section 3). Nothing is ever copied between two arrays.
 
+With `class_bounds` (a class-factored softmax, `wt_jax.softmax`) the head also holds a class matrix
+class_embedding C (n_classes×D) and class_bias c (n_classes), and `logits` returns the class-factored model's
+exact log-probabilities, so every reader of logits (evaluation, analyses) sees that model's distribution.
+`features(h)` is what the output layer multiplies by the word matrix (h after the projection, when there is
+one): the training costs of `wt_jax.softmax` score only some rows of the matrix from it.
+
 Projection regularisation (Press & Wolf 2017, in their Weight Tying section: an H×H matrix P before the
 output embedding, with the penalty λ‖P‖₂ and λ = 0.15) penalises λ·½‖P‖²_F. The head *sows* that value
 into the `penalties` collection; it is expressed in units of the NLL **summed over every token** of the batch
@@ -30,7 +36,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from wt_jax import precision
+from wt_jax import precision, softmax
 
 MODES = ("untied", "tied", "projection", "tied_projection")
 PENALTIES = "penalties"  # the linen collection that regularisers sow into
@@ -67,6 +73,8 @@ class WordEmbeddings(nn.Module):
       tied leaf the two scales are the two places the one matrix's size can be corrected: before the first
       layer (input_scale) or before the softmax (logit_scale).
     dtype: matmul input dtype of the output layer (None / float32, or bfloat16; see wt_jax.precision).
+    class_bounds: () for a softmax over the words; (0 = b_0 < … < b_C = V) for a class-factored one whose
+      class c holds ids [b_c, b_{c+1}) (`wt_jax.softmax.class_bounds`).
   """
 
   vocab_size: int
@@ -79,6 +87,7 @@ class WordEmbeddings(nn.Module):
   logit_scale: bool = False
   input_scale: bool = False
   dtype: Any = None
+  class_bounds: tuple[int, ...] = ()
 
   def setup(self):
     check_mode(self.mode)
@@ -93,6 +102,13 @@ class WordEmbeddings(nn.Module):
         self.proj_b = self.param("proj_bias", init, (D,))
     if self.output_bias:
       self.out_bias = self.param("out_bias", init, (V,))
+    if self.class_bounds:
+      b = self.class_bounds
+      if b[0] != 0 or b[-1] != V or any(x >= y for x, y in zip(b, b[1:])):
+        raise ValueError(f"class_bounds must rise strictly from 0 to V = {V}; got {b[:3]}…{b[-3:]}.")
+      self.class_embedding = self.param("class_embedding", init, (len(b) - 1, D))
+      if self.output_bias:
+        self.class_bias = self.param("class_bias", init, (len(b) - 1,))
 
   @property
   def tied(self) -> bool:
@@ -107,20 +123,44 @@ class WordEmbeddings(nn.Module):
     x = jnp.take(self.embedding, ids, axis=0)
     return x * math.sqrt(self.dim) if self.input_scale else x
 
-  def logits(self, h: jax.Array) -> jax.Array:
-    """h[..., D] → logits[..., V]; sows the projection penalty when there is a projection."""
+  def _project(self, h: jax.Array) -> jax.Array:
+    """h[..., D] → h·P + p_b with a projection (sowing its penalty), h itself without."""
     if self.mode in ("projection", "tied_projection"):
       h = precision.dot(h, self.proj_kernel, self.dtype)
       if self.proj_bias:
         h = h + self.proj_b
       penalty = self.pr_lambda * 0.5 * jnp.sum(jnp.square(self.proj_kernel))
       self.sow(PENALTIES, "projection_l2", penalty, init_fn=lambda: 0.0, reduce_fn=lambda a, b: a + b)
-    out = precision.dot(h, self.output_matrix().T, self.dtype)
+    return h
+
+  def features(self, h: jax.Array) -> jax.Array:
+    """h[..., D] → z[..., D], the vector the word scores are read from: s_w = z·W_w + b_w (× D^-½ folded
+    into z with `logit_scale`). Sows the projection penalty when there is a projection."""
+    z = self._project(h)
+    return z * (1.0 / math.sqrt(self.dim)) if self.logit_scale else z
+
+  def logits(self, h: jax.Array) -> jax.Array:
+    """h[..., D] → logits[..., V]; sows the projection penalty when there is a projection. With
+    `class_bounds`: the class-factored model's exact log-probabilities (a valid input to any softmax)."""
+    if self.class_bounds:
+      z = self.features(h)
+      lead = z.shape[:-1]
+      logp = softmax.class_log_probs(z.reshape(-1, self.dim), self.output_matrix(),
+                                     self.out_bias if self.output_bias else None, self.class_embedding,
+                                     self.class_bias if self.output_bias else None, self.class_bounds,
+                                     self.dtype)
+      return logp.reshape(*lead, self.vocab_size)
+    out = precision.dot(self._project(h), self.output_matrix().T, self.dtype)
     if self.logit_scale:
       out = out * (1.0 / math.sqrt(self.dim))
     if self.output_bias:
       out = out + self.out_bias
     return out
+
+  def output(self, h: jax.Array, features: bool = False) -> jax.Array:
+    """What a language model returns for its top-layer states h[..., D]: `logits` (or, for the costs of
+    `wt_jax.softmax`, which score only some rows, `features`)."""
+    return self.features(h) if features else self.logits(h)
 
   def __call__(self, ids: jax.Array) -> jax.Array:
     return self.embed(ids)

@@ -3,6 +3,8 @@
 A language model plugs into `wt_jax.train.loop` through one interface:
   module.init(rngs, ids[B, T], carry, train=False)       → variables ({'params': ...})
   module.apply(variables, ids[B, T], carry, train=...)   → (logits[B, T, V], carry)
+  module.apply(..., features=True)                       → (z[B, T, D], carry): the output layer's input, for
+                                                            the costs of `wt_jax.softmax` (not nnlm)
   module.initial_carry(batch_size)                        → carry (a pytree whose leaves are [L, B, ...]:
                                                             the batch on axis CARRY_BATCH_AXIS = 1)
 Regularisers are sown into the `penalties` collection (see wt_jax.tying). The loop never looks at the name.
@@ -14,7 +16,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from wt_jax import tying
+from wt_jax import softmax, tying
 from wt_jax.models import bd_lstm_lm, ffnn_lm, lstm_lm, rhn_lm, transformer_lm
 
 CARRY_BATCH_AXIS = 1  # where the batch sits in every leaf of a carry (data parallelism shards it there)
@@ -39,6 +41,9 @@ def build(config):
                      "leave it at 0.")
   if config.words.input_scale and name != "transformer_lm":
     raise ValueError(f"words.input_scale is only implemented for transformer_lm, not {name!r}; leave it off.")
+  if softmax.kind_of(config) != "full" and name == "nnlm":
+    raise ValueError("softmax.kind other than 'full' needs a model whose logits are the output layer's alone; "
+                     "nnlm adds direct connections: use lstm_lm, bd_lstm_lm, rhn_lm, lbl or transformer_lm.")
   return _REGISTRY[name](config)
 
 

@@ -33,7 +33,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from wt_jax import precision, tying
+from wt_jax import precision, softmax, tying
 from wt_jax.models import lstm_lm, variational
 
 Carry = tuple[jax.Array, jax.Array]
@@ -75,7 +75,8 @@ class VariationalLSTMLayer(nn.Module):
 
 
 class BDLSTMLM(nn.Module):
-  """__call__(ids[B, T], carry, train) → (logits[B, T, V], carry). Dropout rates are drop probabilities."""
+  """__call__(ids[B, T], carry, train) → (logits[B, T, V], carry); features=True: the output layer's input
+  z[B, T, H] instead (`tying.WordEmbeddings.features`). Dropout rates are drop probabilities."""
 
   vocab_size: int
   hidden: int
@@ -93,12 +94,13 @@ class BDLSTMLM(nn.Module):
   output_bias: bool = True  # False: Inan et al.'s reused embeddings (RE) fix the softmax bias at 0
   dtype: Any = None  # output-layer matmul input dtype (config.compute_dtype; the gates stay float32)
   unroll: int = 1  # time steps per compiled loop iteration (config.scan_unroll)
+  class_bounds: tuple[int, ...] = ()  # a class-factored softmax (wt_jax.softmax; config.softmax.kind='class')
 
   def setup(self):
     self.words = tying.WordEmbeddings(vocab_size=self.vocab_size, dim=self.hidden, mode=self.tying,
                                       init_scale=self.init_scale, pr_lambda=self.pr_lambda,
                                       proj_bias=self.proj_bias, output_bias=self.output_bias,
-                                      dtype=self.dtype)
+                                      dtype=self.dtype, class_bounds=self.class_bounds)
     self.layers = [VariationalLSTMLayer(self.hidden, self.init_scale, self.unroll, name=f"lstm_{l}")
                    for l in range(self.num_layers)]
 
@@ -106,7 +108,7 @@ class BDLSTMLM(nn.Module):
     shape = (self.num_layers, batch_size, self.hidden)
     return (jnp.zeros(shape, jnp.float32), jnp.zeros(shape, jnp.float32))
 
-  def __call__(self, ids_BxT: jax.Array, carry: Carry, *, train: bool = False):
+  def __call__(self, ids_BxT: jax.Array, carry: Carry, *, train: bool = False, features: bool = False):
     c_LxBxH, h_LxBxH = carry
     B, L, H = ids_BxT.shape[0], self.num_layers, self.hidden
     x = self.words.embed(ids_BxT.T)  # [T, B, H]
@@ -130,8 +132,7 @@ class BDLSTMLM(nn.Module):
       hs.append(h)
     if masks_on:
       x = x * (h_masks[-1, 0] if self.tie_state_masks else variational.keep_mask(ko, self.dropout_o, (B, H)))
-    logits_BxTxV = self.words.logits(jnp.swapaxes(x, 0, 1))
-    return logits_BxTxV, (jnp.stack(cs), jnp.stack(hs))
+    return self.words.output(jnp.swapaxes(x, 0, 1), features), (jnp.stack(cs), jnp.stack(hs))
 
 
 def from_config(config) -> BDLSTMLM:
@@ -142,4 +143,5 @@ def from_config(config) -> BDLSTMLM:
       tie_state_masks=config.tie_state_masks,
       tying=config.words.mode, pr_lambda=config.words.pr_lambda, proj_bias=config.words.proj_bias,
       output_bias=config.words.output_bias,
-      dtype=precision.compute_dtype(config.compute_dtype), unroll=config.scan_unroll)
+      dtype=precision.compute_dtype(config.compute_dtype), unroll=config.scan_unroll,
+      class_bounds=softmax.model_class_bounds(config))

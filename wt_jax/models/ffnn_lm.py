@@ -26,7 +26,7 @@ from __future__ import annotations
 import flax.linen as nn
 import jax.numpy as jnp
 
-from wt_jax import tying
+from wt_jax import softmax, tying
 
 
 def _contexts(ids_BxT, carry, n_ctx: int):
@@ -90,7 +90,8 @@ class NNLM(nn.Module):
 
 
 class LBL(nn.Module):
-  """Mnih & Hinton (2007) log-bilinear LM. __call__(ids[B, T], carry, train) → (logits[B, T, V], carry)."""
+  """Mnih & Hinton (2007) log-bilinear LM. __call__(ids[B, T], carry, train) → (logits[B, T, V], carry);
+  features=True: r̂[B, T, m], the output layer's input, instead."""
 
   vocab_size: int
   emb: int = 200
@@ -99,12 +100,13 @@ class LBL(nn.Module):
   dropout: float = 0.0
   init_scale: float = 0.1
   output_bias: bool = True
+  class_bounds: tuple[int, ...] = ()  # a class-factored softmax (wt_jax.softmax)
 
   def setup(self):
     if self.tying not in ("untied", "tied"):
       raise ValueError(f"LBL tying must be 'untied' or 'tied', not {self.tying!r}.")
     self.words = tying.WordEmbeddings(self.vocab_size, self.emb, mode=self.tying, init_scale=self.init_scale,
-                                      output_bias=self.output_bias)
+                                      output_bias=self.output_bias, class_bounds=self.class_bounds)
     # C_i for context position i (oldest first), each m×m; initialised near the identity / context size.
     eye = jnp.eye(self.emb) / self.context
     self.context_w = self.param(
@@ -115,11 +117,11 @@ class LBL(nn.Module):
   def initial_carry(self, batch_size: int):
     return jnp.zeros((1, batch_size, self.context), jnp.int32)
 
-  def __call__(self, ids_BxT, carry, *, train: bool = False):
+  def __call__(self, ids_BxT, carry, *, train: bool = False, features: bool = False):
     ctx, carry = _contexts(ids_BxT, carry, self.context)
     r = self.drop(self.words.embed(ctx), deterministic=not train)      # [B, T, n−1, m]
     r_hat = jnp.einsum("btim,imk->btk", r, self.context_w)             # Σ_i r_{w_i}·C_i
-    return self.words.logits(r_hat), carry
+    return self.words.output(r_hat, features), carry
 
 
 def nnlm_from_config(config) -> NNLM:
@@ -131,4 +133,5 @@ def nnlm_from_config(config) -> NNLM:
 
 def lbl_from_config(config) -> LBL:
   return LBL(vocab_size=config.vocab_size, emb=config.emb_size, context=config.context, tying=config.words.mode,
-             dropout=config.dropout, init_scale=config.init_scale, output_bias=config.words.output_bias)
+             dropout=config.dropout, init_scale=config.init_scale, output_bias=config.words.output_bias,
+             class_bounds=softmax.model_class_bounds(config))

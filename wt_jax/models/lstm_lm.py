@@ -24,7 +24,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from wt_jax import precision, tying
+from wt_jax import precision, softmax, tying
 
 Carry = tuple[jax.Array, jax.Array]  # (c[L, B, H], h[L, B, H])
 
@@ -203,7 +203,8 @@ class LSTMLayer(nn.Module):
 class LSTMLM(nn.Module):
   """Multi-layer LSTM LM with a (possibly tied) output layer; embedding size = hidden size.
 
-  __call__(ids[B, T], carry, train) → (logits[B, T, V], carry).
+  __call__(ids[B, T], carry, train) → (logits[B, T, V], carry); with features=True the output layer's input
+  z[B, T, H] instead of the logits (`tying.WordEmbeddings.features`, for the costs of `wt_jax.softmax`).
   """
 
   vocab_size: int
@@ -219,13 +220,14 @@ class LSTMLM(nn.Module):
   logit_scale: bool = False
   dtype: Any = None  # matmul input dtype: None (float32) or bfloat16 (config.compute_dtype)
   unroll: int = 1  # time steps per compiled loop iteration (config.scan_unroll)
+  class_bounds: tuple[int, ...] = ()  # a class-factored softmax (wt_jax.softmax; config.softmax.kind='class')
 
   def setup(self):
     self.words = tying.WordEmbeddings(
         vocab_size=self.vocab_size, dim=self.hidden, mode=self.tying,
         init_scale=self.embedding_init_scale or self.init_scale, pr_lambda=self.pr_lambda,
         proj_bias=self.proj_bias, output_bias=self.output_bias,
-        logit_scale=self.logit_scale, dtype=self.dtype)
+        logit_scale=self.logit_scale, dtype=self.dtype, class_bounds=self.class_bounds)
     self.layers = [LSTMLayer(self.hidden, self.init_scale, self.dtype, self.unroll, name=f"lstm_{l}")
                    for l in range(self.num_layers)]
     self.drop = nn.Dropout(self.dropout)
@@ -234,7 +236,7 @@ class LSTMLM(nn.Module):
     shape = (self.num_layers, batch_size, self.hidden)
     return (jnp.zeros(shape, jnp.float32), jnp.zeros(shape, jnp.float32))
 
-  def __call__(self, ids_BxT: jax.Array, carry: Carry, *, train: bool = False):
+  def __call__(self, ids_BxT: jax.Array, carry: Carry, *, train: bool = False, features: bool = False):
     c_LxBxH, h_LxBxH = carry
     x = self.words.embed(ids_BxT.T)  # [T, B, H]: time-major inside the model
     x = self.drop(x, deterministic=not train)
@@ -244,8 +246,8 @@ class LSTMLM(nn.Module):
       x = self.drop(x, deterministic=not train)
       cs.append(c)
       hs.append(h)
-    logits_BxTxV = self.words.logits(jnp.swapaxes(x, 0, 1))  # transpose the small [T, B, H], not logits
-    return logits_BxTxV, (jnp.stack(cs), jnp.stack(hs))
+    out = self.words.output(jnp.swapaxes(x, 0, 1), features)  # transpose the small [T, B, H], not logits
+    return out, (jnp.stack(cs), jnp.stack(hs))
 
 
 def from_config(config) -> LSTMLM:
@@ -255,4 +257,5 @@ def from_config(config) -> LSTMLM:
       embedding_init_scale=config.words.init_scale, tying=config.words.mode,
       pr_lambda=config.words.pr_lambda, proj_bias=config.words.proj_bias, output_bias=config.words.output_bias,
       logit_scale=config.words.logit_scale,
-      dtype=precision.compute_dtype(config.compute_dtype), unroll=config.scan_unroll)
+      dtype=precision.compute_dtype(config.compute_dtype), unroll=config.scan_unroll,
+      class_bounds=softmax.model_class_bounds(config))

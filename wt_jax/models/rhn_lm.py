@@ -31,7 +31,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from wt_jax import precision, tying
+from wt_jax import precision, softmax, tying
 from wt_jax.models import variational
 
 
@@ -207,7 +207,8 @@ class RHNLayer(nn.Module):
 
 
 class RHNLM(nn.Module):
-  """__call__(ids[B, T], carry s[L, B, H], train) → (logits[B, T, V], carry)."""
+  """__call__(ids[B, T], carry s[L, B, H], train) → (logits[B, T, V], carry); features=True: the output
+  layer's input z[B, T, H] instead (`tying.WordEmbeddings.features`)."""
 
   vocab_size: int
   hidden: int
@@ -226,19 +227,20 @@ class RHNLM(nn.Module):
   output_bias: bool = True  # False: Inan et al.'s reused embeddings (RE) fix the softmax bias at 0
   dtype: Any = None  # matmul input dtype: None (float32) or bfloat16 (config.compute_dtype)
   unroll: int = 1  # time steps per compiled loop iteration (config.scan_unroll)
+  class_bounds: tuple[int, ...] = ()  # a class-factored softmax (wt_jax.softmax; config.softmax.kind='class')
 
   def setup(self):
     self.words = tying.WordEmbeddings(vocab_size=self.vocab_size, dim=self.hidden, mode=self.tying,
                                       init_scale=self.init_scale, pr_lambda=self.pr_lambda,
                                       proj_bias=self.proj_bias, output_bias=self.output_bias,
-                                      dtype=self.dtype)
+                                      dtype=self.dtype, class_bounds=self.class_bounds)
     self.layers = [RHNLayer(self.hidden, self.depth, self.init_scale, self.transform_bias, self.remat,
                             self.dtype, self.unroll, name=f"rhn_{l}") for l in range(self.num_layers)]
 
   def initial_carry(self, batch_size: int) -> jax.Array:
     return jnp.zeros((self.num_layers, batch_size, self.hidden), jnp.float32)
 
-  def __call__(self, ids_BxT: jax.Array, carry: jax.Array, *, train: bool = False):
+  def __call__(self, ids_BxT: jax.Array, carry: jax.Array, *, train: bool = False, features: bool = False):
     B, L, H = ids_BxT.shape[0], self.num_layers, self.hidden
     x = self.words.embed(ids_BxT.T)  # [T, B, H]
     masks_on = train and any(r > 0 for r in (self.dropout_x, self.dropout_i, self.dropout_h, self.dropout_o))
@@ -253,7 +255,7 @@ class RHNLM(nn.Module):
       states.append(s)
     if masks_on:
       x = x * variational.keep_mask(ko, self.dropout_o, (B, H))
-    return self.words.logits(jnp.swapaxes(x, 0, 1)), jnp.stack(states)
+    return self.words.output(jnp.swapaxes(x, 0, 1), features), jnp.stack(states)
 
 
 def from_config(config) -> RHNLM:
@@ -263,4 +265,5 @@ def from_config(config) -> RHNLM:
       dropout_h=config.dropout_h, dropout_o=config.dropout_o, init_scale=config.init_scale,
       transform_bias=config.transform_bias, tying=config.words.mode, remat=config.remat,
       pr_lambda=config.words.pr_lambda, proj_bias=config.words.proj_bias, output_bias=config.words.output_bias,
-      dtype=precision.compute_dtype(config.compute_dtype), unroll=config.scan_unroll)
+      dtype=precision.compute_dtype(config.compute_dtype), unroll=config.scan_unroll,
+      class_bounds=softmax.model_class_bounds(config))

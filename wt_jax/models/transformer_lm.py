@@ -35,7 +35,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from wt_jax import precision, tying
+from wt_jax import precision, softmax, tying
 
 
 class Dense(nn.Module):
@@ -82,7 +82,8 @@ class Block(nn.Module):
 
 
 class TransformerLM(nn.Module):
-  """__call__(ids[B, T], carry int32[1, B, memory], train) → (logits[B, T, V], carry) (module docstring)."""
+  """__call__(ids[B, T], carry int32[1, B, memory], train) → (logits[B, T, V], carry) (module docstring);
+  features=True: the output layer's input z[B, T, D] instead (`tying.WordEmbeddings.features`)."""
 
   vocab_size: int
   dim: int = 256
@@ -101,6 +102,7 @@ class TransformerLM(nn.Module):
   input_scale: bool = False
   logit_scale: bool = False
   dtype: Any = None
+  class_bounds: tuple[int, ...] = ()  # a class-factored softmax (wt_jax.softmax)
 
   def setup(self):
     if self.dim % self.num_heads:
@@ -111,7 +113,8 @@ class TransformerLM(nn.Module):
         vocab_size=self.vocab_size, dim=self.dim, mode=self.tying,
         init_scale=self.embedding_init_scale or self.init_scale,
         pr_lambda=self.pr_lambda, proj_bias=self.proj_bias, output_bias=self.output_bias,
-        logit_scale=self.logit_scale, input_scale=self.input_scale, dtype=self.dtype)
+        logit_scale=self.logit_scale, input_scale=self.input_scale, dtype=self.dtype,
+        class_bounds=self.class_bounds)
     self.blocks = [Block(self.dim, self.num_heads, self.mlp_size, self.dropout, self.init_scale, self.dtype,
                          name=f"block_{l}") for l in range(self.num_layers)]
     self.positions = self.param("positions", tying.uniform_init(self.init_scale), (self.max_len, self.dim))
@@ -121,7 +124,7 @@ class TransformerLM(nn.Module):
   def initial_carry(self, batch_size: int):
     return jnp.full((1, batch_size, self.memory), -1, jnp.int32)  # −1: no token yet
 
-  def __call__(self, ids_BxT, carry, *, train: bool = False):
+  def __call__(self, ids_BxT, carry, *, train: bool = False, features: bool = False):
     B, T = ids_BxT.shape
     chex.assert_shape(carry, (1, B, self.memory))
     full_BxS = jnp.concatenate([carry[0], ids_BxT], axis=1)  # S = memory + T; the window is the last T
@@ -135,8 +138,8 @@ class TransformerLM(nn.Module):
     x = self.drop(x, deterministic=not train)
     for block in self.blocks:
       x = block(x, allowed_BxSxS, train)
-    logits_BxTxV = self.words.logits(self.ln_out(x[:, S - T:]))
-    return logits_BxTxV, full_BxS[:, S - self.memory:][None]
+    out = self.words.output(self.ln_out(x[:, S - T:]), features)
+    return out, full_BxS[:, S - self.memory:][None]
 
 
 def from_config(config) -> TransformerLM:
@@ -151,4 +154,4 @@ def from_config(config) -> TransformerLM:
       proj_bias=config.words.proj_bias, output_bias=config.words.output_bias,
       input_scale=config.words.input_scale, logit_scale=config.words.logit_scale,
       embedding_init_scale=config.words.init_scale,
-      dtype=precision.compute_dtype(config.compute_dtype))
+      dtype=precision.compute_dtype(config.compute_dtype), class_bounds=softmax.model_class_bounds(config))

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from wt_jax import convert, losses, models, parallel, precision, tying
+from wt_jax import convert, losses, models, parallel, precision, softmax, tying
 from wt_jax.data import batching
 from wt_jax.train import evaluate as eval_lib
 from wt_jax.train import optim, trainer
@@ -33,19 +33,24 @@ def make_train_step(model, tx: optax.GradientTransformation, cost: Callable, ste
   """Returns step(state, x[B, T], y[B, T]) → (state, sums), jit-compiled, the state donated.
 
   state: {'params', 'opt_state', 'step', 'carry'}; `cost` is `losses.make_lm_cost(config)`'s signature:
-  cost(params, logits, targets, penalties) → (cost, nll[B, T]). sums: this step's {'nll': Σ NLL, 'tokens', 'steps': 1}
-  plus the global L2 norm of the gradient (before clipping) and of the gradient of each embedding matrix
-  (one when tied, two when untied), named by their path. Dropout's key is fold_in(step_key, step).
+  cost(params, logits, targets, penalties, key) → (cost, nll[B, T]); a cost with `takes_features` (the
+  softmax approximations of `wt_jax.softmax`) gets the output layer's features z[B, T, D] instead of the logits
+  and applies the word matrix itself. sums: this step's {'nll': Σ NLL, 'tokens', 'steps': 1} plus the global
+  L2 norm of the gradient (before clipping), and for each embedding matrix (one when tied, two when untied,
+  named by their path) its gradient's norm and how many of its rows the gradient reaches ('rows/grad/…':
+  Press & Wolf's Section 3 reading). Dropout's key is fold_in(step_key, step), the cost's fold_in of that.
 
   With `dp`, the step is compiled for that mesh: x, y and the carry sharded along the batch, the rest
   replicated (pass arrays placed by `dp`). The cost is written for the global batch, so the gradient equals
   the single-device one (XLA adds the all-reduce).
   """
 
+  outputs = {"features": True} if getattr(cost, "takes_features", False) else {}
+
   def loss_fn(params, carry, x, y, key):
-    (logits, carry), aux = model.apply({"params": params}, x, carry, train=True,
-                                       rngs={"dropout": key}, mutable=[tying.PENALTIES])
-    total, nll_BxT = cost(params, logits, y, aux.get(tying.PENALTIES, {}))
+    (out, carry), aux = model.apply({"params": params}, x, carry, train=True,
+                                    rngs={"dropout": key}, mutable=[tying.PENALTIES], **outputs)
+    total, nll_BxT = cost(params, out, y, aux.get(tying.PENALTIES, {}), jax.random.fold_in(key, 1))
     return total, (carry, jnp.sum(nll_BxT))
 
   def step(state, x_BxT, y_BxT):
@@ -61,6 +66,7 @@ def make_train_step(model, tx: optax.GradientTransformation, cost: Callable, ste
             "norm/grad": optax.tree.norm(grads)}
     for name, g in tying.embedding_leaves(grads).items():
       sums[f"norm/grad/{name}"] = jnp.linalg.norm(g)
+      sums[f"rows/grad/{name}"] = jnp.sum(jnp.any(g != 0, axis=-1)).astype(jnp.float32)
     return {"params": params, "opt_state": opt_state, "step": state["step"] + 1, "carry": carry}, sums
 
   if dp is None:
@@ -72,9 +78,10 @@ def make_train_step(model, tx: optax.GradientTransformation, cost: Callable, ste
 
 
 def train_step_for(config, model, tx: optax.GradientTransformation, step_key: jax.Array,
-                   dp: parallel.DataParallel | None = None):
-  """The step `fit` trains `config` with (its cost from `losses.make_lm_cost`), also the one bench times."""
-  return make_train_step(model, tx, losses.make_lm_cost(config), step_key, dp)
+                   dp: parallel.DataParallel | None = None, counts=None):
+  """The step `fit` trains `config` with (its cost from `losses.make_lm_cost`, `counts` the training counts
+  a unigram proposal needs), also the one bench times."""
+  return make_train_step(model, tx, losses.make_lm_cost(config, counts), step_key, dp)
 
 
 def initial_state(config, model, tx, init_key: jax.Array) -> dict:
@@ -102,6 +109,7 @@ class LMTask:
     if config.eval_max_tokens:  # smoke runs of big models: evaluate on a prefix of valid and test only
       corpus = dataclasses.replace(corpus, valid=corpus.valid[:config.eval_max_tokens],
                                    test=corpus.test[:config.eval_max_tokens])
+    config = softmax.resolve(config, corpus.train)  # a class-factored softmax's bins, from the training counts
     self.config, self.corpus = config, corpus
     self.model = models.build(config)
     self.dp = parallel.DataParallel.create(num_devices=config.num_devices)  # the batch split over devices
@@ -113,7 +121,8 @@ class LMTask:
     self.selection = ("valid_ppl", "min")
     self.tx = optim.make_optimizer(config, self.steps_per_epoch)
     self.init_key, self.step_key = trainer.run_keys(config.seed)
-    self.step_fn = train_step_for(config, self.model, self.tx, self.step_key, self.dp)
+    self.step_fn = train_step_for(config, self.model, self.tx, self.step_key, self.dp,
+                                  softmax.counts(corpus.train, config.vocab_size))
     self.eval_window = eval_lib.make_eval_window(self.model)
 
   def write_run_files(self, workdir) -> None:
@@ -148,8 +157,8 @@ class LMTask:
     shown = {"train_ppl": eval_lib.perplexity(sums.get("nll", 0.0), int(sums.get("tokens", 0))),
              "lr": optim.epoch_lr(epoch, c.learning_rate, c.lr_decay, c.decay_after_epoch)
                    * (min(1.0, step / c.warmup_steps) if c.warmup_steps else 1.0)}
-    # gradient norms: the mean over the epoch's steps so far
-    return {**shown, **{k: v / steps for k, v in sums.items() if k.startswith("norm/")}}
+    # gradient norms and rows reached: the mean over the epoch's steps so far
+    return {**shown, **{k: v / steps for k, v in sums.items() if k.startswith(("norm/", "rows/"))}}
 
   def validate(self, state, epoch):
     c = self.config
@@ -174,7 +183,8 @@ class LMTask:
     test = eval_lib.test_perplexities(c, self.model, self.eval_window, params, self.corpus.test,
                                       jax.random.fold_in(self.step_key, 2**31 - 1), self.dp)
     return {"task": "lm", "dataset": c.dataset, "model": c.model, "tying": c.words.mode,
-            "train_ppl": train_ppl, "valid_ppl": valid_ppl, **test,
+            "softmax": softmax.kind_of(c), "train_ppl": train_ppl,
+            "train_ppl_from": softmax.TRAIN_NLL[softmax.kind_of(c)], "valid_ppl": valid_ppl, **test,
             "eval_max_tokens": c.eval_max_tokens or None,  # None: the whole valid and test sets
             "train_max_tokens": c.train_max_tokens or None,  # None: the whole training set
             "matmul_precision": c.matmul_precision,  # float32 matmuls: backend default, or exact (float32)
@@ -187,4 +197,5 @@ def fit(config, corpus, workdir: str | Path) -> dict:
   """Train `config` on `corpus` (train/valid/test streams), writing everything under `workdir`; every
   float32 matmul of the run (train steps and evaluation) at `config.matmul_precision`."""
   with precision.matmul_precision(config.matmul_precision):
-    return trainer.run(LMTask(config, corpus), config, workdir)
+    task = LMTask(config, corpus)
+    return trainer.run(task, task.config, workdir)  # (task.config: with what LMTask derived from the corpus)

@@ -1,0 +1,227 @@
+"""Softmax approximations over the one output word matrix (tied or not): training costs that score only some rows.
+
+The full softmax scores every word, logits = z·Wᵀ + b over all V rows of the output matrix W (the input
+embedding itself when tied: `wt_jax.tying`), so every row of W receives a gradient at every step — the
+premise of Press & Wolf (2017)'s Section 3 explanation of tying. The lecture notes' "Softmax approximations"
+and "Other softmax structures" (notes_feedforward_lms) list cheaper costs; here, with s_w = z·W_w + b_w the
+score of word w, S = (S_1 … S_K) drawn i.i.d. from a proposal Q once per step and shared by the batch:
+
+  sampled  importance-sampled softmax (Bengio & Senécal 2008; Jean et al. 2015):
+             NLL ≈ −s_y + log(exp s_y + Σ_{j: S_j ≠ y} exp(s_{S_j} − log K·Q(S_j)))
+           the sum estimates Σ_{w ≠ y} exp s_w without bias, so the loss and its gradient tend to the full
+           softmax's as K grows. (TensorFlow's `sampled_softmax_loss` also subtracts log K·Q(y) from the
+           target's score; in the limit that rescales each token's gradient by 1/(1 − p_y).) Candidates equal
+           to the target ("accidental hits") are dropped, as TensorFlow does by default.
+  nce      noise-contrastive estimation (Mnih & Teh 2012), scores read as self-normalised log-probabilities:
+             loss = −log σ(Δ_y) − Σ_j log(1 − σ(Δ_{S_j})),   Δ_w = s_w − log K·Q(w)
+  class    a class-factored softmax (Goodman 2001), exact and normalised:
+             p(w | h) = softmax(z·Cᵀ + c)[class(w)] · softmax over the words of class(w) of s_w
+           the classes are bins of the frequency-sorted vocabulary (Mikolov et al. 2011's RNNLM scheme,
+           `class_bounds`); the class part has its own small matrix C [n_classes, D] (`WordEmbeddings`), the word
+           part reads only the rows of W in the target's class.
+
+z [N, D] are the features the output layer reads (`tying.WordEmbeddings.features`: after the projection when
+there is one). The proposal Q is 'log_uniform' over frequency rank, Q(r) = log((r+2)/(r+1)) / log(V+1) for ids
+sorted by decreasing frequency (as `wt_jax.data.vocab` sorts them; TensorFlow's log-uniform sampler), or
+'unigram', Q ∝ count^power. Only `class` changes the model; `sampled` and `nce` train the full-softmax model,
+and every run is evaluated with its exact probabilities (`tying.WordEmbeddings.logits`).
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from wt_jax import precision
+
+KINDS = ("full", "sampled", "nce", "class")
+PROPOSALS = ("log_uniform", "unigram")
+
+
+# --- the proposal Q and the candidates ---------------------------------------------------------------
+
+def proposal_log_probs(kind: str, vocab_size: int, counts: np.ndarray | None = None,
+                       power: float = 0.75) -> np.ndarray:
+  """log Q[V] (float64) of the proposal `kind`: 'log_uniform' over frequency rank (id), or 'unigram'
+  (Q ∝ counts^power; `counts[V]` the training counts, every word with count 0 given count 1)."""
+  if kind == "log_uniform":
+    r = np.arange(vocab_size, dtype=np.float64)
+    return np.log(np.log1p(1.0 / (r + 1.0))) - math.log(math.log(vocab_size + 1.0))
+  if kind == "unigram":
+    if counts is None or len(counts) != vocab_size:
+      raise ValueError(f"softmax.proposal='unigram' needs the training counts of all {vocab_size} words.")
+    w = np.maximum(np.asarray(counts, np.float64), 1.0) ** power
+    return np.log(w) - math.log(w.sum())
+  raise ValueError(f"Unknown softmax.proposal {kind!r}; expected one of {', '.join(PROPOSALS)}.")
+
+
+def draw(key: jax.Array, log_q: jax.Array, num_samples: int) -> jax.Array:
+  """K = num_samples ids drawn i.i.d. from Q (with replacement) by inverting its CDF → int32[K]."""
+  cdf = jnp.cumsum(jnp.exp(log_q))
+  u = jax.random.uniform(key, (num_samples,), cdf.dtype) * cdf[-1]
+  return jnp.minimum(jnp.searchsorted(cdf, u, side="right"), log_q.shape[0] - 1).astype(jnp.int32)
+
+
+# --- scores over some rows ------------------------------------------------------------------------------
+
+def _bias(b, ids):
+  return 0.0 if b is None else jnp.take(b, ids, axis=0)
+
+
+def target_scores(z_NxD, w_VxD, b_V, y_N, dtype=None) -> jax.Array:
+  """s_y = z·W_y + b_y for each row's own target → [N] (only the target rows of W are read)."""
+  w_NxD = jnp.take(w_VxD, y_N, axis=0)
+  if precision.is_low(dtype):
+    prod = z_NxD.astype(dtype).astype(jnp.float32) * w_NxD.astype(dtype).astype(jnp.float32)
+  else:
+    prod = z_NxD * w_NxD
+  return jnp.sum(prod, axis=-1) + _bias(b_V, y_N)
+
+
+def candidate_scores(z_NxD, w_VxD, b_V, ids_K, dtype=None) -> jax.Array:
+  """s_{S_j} = z·W_{S_j} + b_{S_j} for every row and every shared candidate → [N, K]."""
+  return precision.dot(z_NxD, jnp.take(w_VxD, ids_K, axis=0).T, dtype) + _bias(b_V, ids_K)
+
+
+def sampled_softmax_nll(z_NxD, w_VxD, b_V, y_N, ids_K, log_q_V, remove_accidental_hits=True,
+                        dtype=None) -> jax.Array:
+  """The importance-sampled NLL of each target (module docstring) → [N], ≈ −log p(y) (unbiased denominator)."""
+  s_y = target_scores(z_NxD, w_VxD, b_V, y_N, dtype)
+  s_NxK = candidate_scores(z_NxD, w_VxD, b_V, ids_K, dtype) - (math.log(ids_K.shape[0]) + log_q_V[ids_K])
+  if remove_accidental_hits:
+    s_NxK = jnp.where(ids_K[None, :] == y_N[:, None], -jnp.inf, s_NxK)
+  log_z = jax.nn.logsumexp(jnp.concatenate([s_y[:, None], s_NxK], axis=1), axis=1)
+  return log_z - s_y
+
+
+def nce_loss(z_NxD, w_VxD, b_V, y_N, ids_K, log_q_V, dtype=None) -> tuple[jax.Array, jax.Array]:
+  """Mnih & Teh (2012)'s NCE with K noise samples (module docstring) → (loss[N], −s_y[N]); −s_y is the
+  self-normalised model's NLL of the target, the number a progress line can show."""
+  log_k = math.log(ids_K.shape[0])
+  s_y = target_scores(z_NxD, w_VxD, b_V, y_N, dtype)
+  delta_y = s_y - (log_k + log_q_V[y_N])
+  delta_NxK = candidate_scores(z_NxD, w_VxD, b_V, ids_K, dtype) - (log_k + log_q_V[ids_K])
+  loss = jax.nn.softplus(-delta_y) + jnp.sum(jax.nn.softplus(delta_NxK), axis=1)
+  return loss, -s_y
+
+
+# --- the class-factored softmax -------------------------------------------------------------------------
+
+def class_bounds(counts: np.ndarray, num_classes: int, power: float = 0.5) -> tuple[int, ...]:
+  """Frequency bins of a vocabulary sorted by decreasing count → (0 = b_0 < b_1 < … < b_C = V): class c is ids
+  [b_c, b_{c+1}). The RNNLM toolkit's assignment (Mikolov et al. 2011): walk the words from the most frequent,
+  accumulating f_w = count_w^power / Σ count^power; a word joins the current class a, which then moves on
+  to a + 1 once the accumulated mass passes (a + 1)/num_classes. power 1 bins by frequency (frequent words get
+  classes of their own, rare ones share large classes); 0.5, the toolkit's default, evens the class sizes."""
+  counts = np.asarray(counts, np.float64)
+  if num_classes < 1 or num_classes > len(counts):
+    raise ValueError(f"softmax.num_classes must be in [1, V = {len(counts)}], not {num_classes}.")
+  if np.any(np.diff(counts) > 0):
+    raise ValueError("Class bins need ids sorted by decreasing training frequency (wt_jax.data.vocab).")
+  f = np.maximum(counts, 0.0) ** power
+  mass = np.cumsum(f) / max(f.sum(), 1e-300)
+  bounds, a = [0], 0
+  for i in range(len(counts)):
+    if mass[i] > (a + 1) / num_classes and a < num_classes - 1:
+      a += 1
+      bounds.append(i + 1)
+  if bounds[-1] != len(counts):
+    bounds.append(len(counts))
+  return tuple(int(b) for b in bounds)
+
+
+def class_index(bounds) -> np.ndarray:
+  """class(w) for every id → int32[V]."""
+  b = np.asarray(bounds)
+  return np.repeat(np.arange(len(b) - 1, dtype=np.int32), np.diff(b))
+
+
+def class_log_probs(z_NxD, w_VxD, b_V, c_CxD, cb_C, bounds, dtype=None) -> jax.Array:
+  """The class-factored model's exact log p(w | h) for every word → [N, V] (each row sums to 1 in
+  probability). Used for evaluation; the training cost `class_nll` reads only the target's class."""
+  cls = jnp.asarray(class_index(bounds))
+  n_classes = len(bounds) - 1
+  word_NxV = precision.dot(z_NxD, w_VxD.T, dtype) + (0.0 if b_V is None else b_V)
+  class_NxC = jax.nn.log_softmax(precision.dot(z_NxD, c_CxD.T, dtype) + (0.0 if cb_C is None else cb_C), -1)
+  # log Σ_{w ∈ c} exp s_w per class, stable: the classes are contiguous, sorted segments of the last axis
+  word_VxN = word_NxV.T
+  seg_max = jax.lax.stop_gradient(jax.ops.segment_max(word_VxN, cls, n_classes, indices_are_sorted=True))
+  seg_sum = jax.ops.segment_sum(jnp.exp(word_VxN - seg_max[cls]), cls, n_classes, indices_are_sorted=True)
+  lse_NxC = (jnp.log(seg_sum) + seg_max).T
+  return jnp.take(class_NxC - lse_NxC, cls, axis=1) + word_NxV
+
+
+def class_nll(z_NxD, w_VxD, b_V, c_CxD, cb_C, y_N, bounds, dtype=None) -> jax.Array:
+  """−log p(y | h) of the class-factored softmax → [N], exact; reads the class matrix and, of W, only the
+  rows of each target's class (a window of M = the largest class's size rows, starting at the class's
+  first id, the rows outside the class masked)."""
+  b = np.asarray(bounds)
+  V, M = w_VxD.shape[0], int(np.max(np.diff(b)))
+  cls = jnp.asarray(class_index(bounds))
+  starts, ends = jnp.asarray(b[:-1], jnp.int32), jnp.asarray(b[1:], jnp.int32)
+  c_N = cls[y_N]
+  class_NxC = precision.dot(z_NxD, c_CxD.T, dtype) + (0.0 if cb_C is None else cb_C)
+  class_nll_N = jax.nn.logsumexp(class_NxC, axis=1) - jnp.take_along_axis(class_NxC, c_N[:, None], 1)[:, 0]
+  first_N = jnp.minimum(starts[c_N], V - M)  # the window [first, first + M) holds the whole class
+  rows_NxM = first_N[:, None] + jnp.arange(M, dtype=jnp.int32)
+  inside_NxM = (rows_NxM >= starts[c_N][:, None]) & (rows_NxM < ends[c_N][:, None])
+  w_NxMxD = jnp.take(w_VxD, rows_NxM, axis=0)
+  if precision.is_low(dtype):
+    s_NxM = jnp.einsum("nd,nmd->nm", z_NxD.astype(dtype), w_NxMxD.astype(dtype),
+                       preferred_element_type=jnp.float32)
+  else:
+    s_NxM = jnp.einsum("nd,nmd->nm", z_NxD, w_NxMxD)
+  s_NxM = jnp.where(inside_NxM, s_NxM + _bias(b_V, rows_NxM), -jnp.inf)
+  s_y = jnp.take_along_axis(s_NxM, (y_N - first_N)[:, None], 1)[:, 0]
+  return class_nll_N + jax.nn.logsumexp(s_NxM, axis=1) - s_y
+
+
+# --- from a config ------------------------------------------------------------------------------------------
+
+TRAIN_NLL = {  # what a run's training perplexity is computed from, by softmax.kind
+    "full": "exact (full softmax)",
+    "class": "exact (the class-factored model)",
+    "sampled": "the sampled-softmax estimate of the NLL (K candidates; biased low)",
+    "nce": "the self-normalised score: -(z.W_y + b_y), not normalised",
+}
+
+
+def kind_of(config) -> str:
+  """config.softmax.kind, checked ('full' for a config without the group)."""
+  s = config.get("softmax")
+  kind = "full" if s is None else s.kind
+  if kind not in KINDS:
+    raise ValueError(f"Unknown softmax.kind {kind!r}; expected one of {', '.join(KINDS)}.")
+  if kind in ("sampled", "nce") and not 0 < s.num_samples:
+    raise ValueError(f"softmax.num_samples must be ≥ 1, not {s.num_samples}.")
+  return kind
+
+
+def counts(train_ids: np.ndarray, vocab_size: int) -> np.ndarray:
+  """Training counts of every id → int64[V]."""
+  return np.bincount(np.asarray(train_ids).ravel(), minlength=vocab_size)[:vocab_size]
+
+
+def resolve(config, train_ids: np.ndarray):
+  """`config` with softmax.class_bounds filled from the training stream when softmax.kind is 'class' and
+  none are given (a copy; `config` itself otherwise). The bounds are then part of the run's config (run.json),
+  so the folder alone rebuilds the model."""
+  if kind_of(config) != "class" or config.softmax.class_bounds:
+    return config
+  s = config.softmax
+  bounds = class_bounds(counts(train_ids, config.vocab_size), s.num_classes, s.class_power)
+  config = config.copy_and_resolve_references()
+  config.softmax.class_bounds = bounds
+  return config
+
+
+def model_class_bounds(config) -> tuple[int, ...]:
+  """The class bounds a model is built with: () unless softmax.kind is 'class'."""
+  if kind_of(config) != "class":
+    return ()
+  if not config.softmax.class_bounds:
+    raise ValueError("softmax.kind='class' needs softmax.class_bounds, the frequency bins of the training "
+                     "counts: wt_jax.softmax.resolve(config, train_ids) fills them (experiments.ptb does).")
+  return tuple(int(b) for b in config.softmax.class_bounds)
