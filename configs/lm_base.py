@@ -49,6 +49,9 @@ def softmax_config() -> ml_collections.ConfigDict:
   s.proposal = "log_uniform"  # Q: log_uniform over frequency rank (TensorFlow's default sampler) | unigram
   s.unigram_power = 0.75      # Q ∝ count^power with proposal=unigram (Mikolov et al. 2013's 3/4)
   s.remove_accidental_hits = True  # sampled: drop candidates equal to the target (TensorFlow's default)
+  s.nce_start_normalised = True  # nce: the output bias starts at −log V (+ the usual U(−s, s)), so Σ_w exp s_w ≈ 1
+  #                             from the first step; rows NCE never scores keep it (BUILD_NOTES §23: without it the
+  #                             unreached rows keep s ≈ 0 and swamp the exact normaliser)
   s.num_classes = 100         # class: frequency bins, ≈ √V (Mikolov et al. 2011)
   s.class_power = 0.5         # class: bins of equal Σ count^power; 0.5 is the RNNLM toolkit's default, 1 plain
   #                             frequency binning

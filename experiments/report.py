@@ -8,6 +8,7 @@
     python -m experiments.report inan_ptb_table1 --runs=runs/inan_appA   # (its Appendix A rows)
     python -m experiments.report nmt_table8 --runs=runs/nmt          # Table 8 (and Table 1) analogue, Multi30k
     python -m experiments.report table5                               # Press & Wolf Table 5 (GPU runs)
+    python -m experiments.report softmax_study --runs=runs/softmax_study   # softmax approximations, tied/untied
     python -m experiments.report tpu_memory --runs=DIR               # TPU memory per chip: DIR holds the
                                                                      # stdout files of experiments.compile
 
@@ -680,7 +681,122 @@ def build_tpu_memory(name: str, out_root: Path, runs_dir: Path | None = None, re
   return tab
 
 
-OTHER_REPORTS = {"tpu_memory": build_tpu_memory}
+# --- softmax approximations over the word matrix (wt_jax/softmax.py; not a paper table) ----------------------
+
+# The study's cells: (softmax kind, its label). The full-softmax cells are Table 6's runs (results/ptb_table6).
+SOFTMAX_KINDS = (("full", "full softmax"), ("sampled", "sampled softmax"), ("nce", "NCE"),
+                 ("class", "class-factored softmax"))
+SOFTMAX_BASELINE = {"untied": "small", "tied": "small_tied"}  # results/ptb_table6 configs of the full rows
+
+
+def _rows_reached(run: dict, matrix: str) -> float | None:
+  """The mean over the run's epochs of the rows of `matrix` whose gradient was non-zero per step."""
+  values = [rec[f"rows/grad/words/{matrix}"] for rec in run["_curve"] if f"rows/grad/words/{matrix}" in rec]
+  return statistics.mean(values) if values else None
+
+
+def load_softmax_runs(report_dir: Path, out_root: Path) -> dict[tuple[str, str], list[dict]]:
+  """(softmax kind, tying) → results.json of the study's runs (sorted by seed), each with its epoch records;
+  the full-softmax cells from Table 6's committed runs."""
+  runs: dict[tuple[str, str], list[dict]] = {}
+  for path in sorted(report_dir.glob("*/results.json")):
+    r = json.loads(path.read_text())
+    r["_dir"], r["_curve"] = path.parent.name, list(metrics.read(path.parent / CURVE))
+    runs.setdefault((r.get("softmax", "full"), r["tying"]), []).append(r)
+  table6 = out_root / "ptb_table6"
+  if table6.is_dir():
+    by_config = load_runs(table6)
+    for tying, config in SOFTMAX_BASELINE.items():
+      runs[("full", tying)] = [{**r, "_curve": []} for r in by_config.get(config, [])]
+  for cell in runs.values():
+    cell.sort(key=lambda r: r["seed"])
+  return runs
+
+
+def softmax_table(runs: dict[tuple[str, str], list[dict]], bench: list[dict], table4: dict) -> str:
+  """Markdown: per softmax kind, untied and tied, perplexities, what the tie buys, the rows of each matrix a
+  step reaches, the training speed (bench) and Table 4's correlations."""
+  speed: dict[str, list[float]] = {}
+  for rec in bench:
+    speed.setdefault(rec.get("softmax", "full"), []).append(rec["train_ms_per_step"])
+  lines = ["| training softmax | tying | seeds | valid | test (batch 1) | test: tied − untied | rows of the output "
+           "matrix with a gradient, per step | rows of the input matrix, per step | train ms/step (bench; "
+           "×full) | ρ(In, Tied) / ρ(Out, Tied) |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+  full_ms = statistics.median(speed["full"]) if speed.get("full") else None
+  for kind, label in SOFTMAX_KINDS:
+    for tying in ("untied", "tied"):
+      cell = runs.get((kind, tying), [])
+      if not cell:
+        lines.append(f"| {label} | {tying} | none yet | — | — | — | — | — | — | — |")
+        continue
+      tests = [r["test_ppl"] for r in cell]
+      other = runs.get((kind, "untied"), [])
+      gain = (f"{statistics.mean(tests) - statistics.mean(r['test_ppl'] for r in other):+.1f}"
+              if tying == "tied" and other else "")
+      if tying == "tied":
+        out_rows, in_rows = _rows_reached(cell[0], "embedding"), None
+        out_text = "all 10,000" if kind == "full" else (f"{out_rows:,.0f} (one matrix)" if out_rows else "—")
+        in_text = "(the same matrix)"
+      else:
+        out_rows, in_rows = _rows_reached(cell[0], "out_embedding"), _rows_reached(cell[0], "embedding")
+        out_text = "all 10,000" if kind == "full" else (f"{out_rows:,.0f}" if out_rows else "—")
+        in_text = f"{in_rows:,.0f}" if in_rows else "the batch's distinct words"
+      ms = speed.get(kind)
+      ms_text = (f"{statistics.median(ms):.1f}" + (f" (×{statistics.median(ms) / full_ms:.2f})" if full_ms else "")
+                 if ms else "—")
+      rho = table4.get(kind)
+      rho_text = f"{rho['in_tied']:.2f} / {rho['out_tied']:.2f}" if rho and tying == "tied" else ""
+      lines.append(f"| {label} | {tying} | {', '.join(str(r['seed']) for r in cell)} "
+                   f"| {_cell([r['valid_ppl'] for r in cell])} | {_cell(tests)} | {gain} | {out_text} | {in_text} "
+                   f"| {ms_text} | {rho_text} |")
+  return "\n".join(lines)
+
+
+def softmax_provenance(runs: dict[tuple[str, str], list[dict]], name: str) -> str:
+  lines = []
+  for (kind, tying), cell in sorted(runs.items()):
+    for r in cell:
+      if kind == "full":
+        lines.append(f"- full softmax, {tying}: `results/ptb_table6/{r['_dir']}` (Table 6's run; its record there)")
+        continue
+      host = r.get("host") or {}
+      config = SOFTMAX_BASELINE[tying] if r["config"] in SOFTMAX_BASELINE.values() else r["config"]
+      commit = (r.get("versions") or {}).get("wt_jax_commit") or "not recorded"
+      lines.append(
+          f"- `{r['_dir']}`: `python -m experiments.ptb --config=configs/{config}.py --config.softmax.kind={kind} "
+          f"--config.seed={r['seed']} --workdir=runs/{name}/{r['_dir']}` — commit `{commit}`, machine: "
+          f"{host.get('cpu', '?')}, {host.get('cpu_count', '?')} cores; {r['epochs']:.0f} epochs, "
+          f"{r['wall_s'] / 60:.0f} min wall, {r['train_tokens_per_s']:,.0f} train tokens/s (two runs side by side)")
+  return "\n".join(lines)
+
+
+def build_softmax_study(name: str, out_root: Path, runs_dir: Path | None = None, readme: Path | None = None) -> str:
+  """results/softmax_study/: import (optionally) the study's runs; the table from them, Table 6's full-softmax
+  runs, the bench record (bench.jsonl) and the Table 4 correlations (embeddings_<kind>/tables.json)."""
+  report_dir = _report_dir(name, out_root, runs_dir)
+  runs = load_softmax_runs(report_dir, out_root)
+  bench_file = report_dir / "bench.jsonl"
+  bench = [json.loads(l) for l in bench_file.read_text().splitlines() if l.strip()] if bench_file.exists() else []
+  table4 = {}
+  for kind, path in [("full", out_root / "embeddings" / "ptb" / "tables.json"),
+                     *[(k, report_dir / f"embeddings_{k}" / "tables.json") for k, _ in SOFTMAX_KINDS[1:]]]:
+    if path.exists():
+      table4[kind] = json.loads(path.read_text())["table4"]["LM (ptb)"]
+  tab = softmax_table(runs, bench, table4)
+  lead = ("Press & Wolf's small model (Table 6: 2 × 200 LSTM, no dropout, 13 epochs) on PTB, trained with each "
+          "softmax approximation of `wt_jax/softmax.py` (sampled and NCE: K = 1,000 candidates per step from the "
+          "log-uniform proposal; class: 100 √-frequency bins), evaluated with exact probabilities by the batch-1 "
+          "test protocol. The full-softmax rows are Table 6's runs. Rows with a gradient: the mean per step over "
+          "training (`rows/grad/...` in each run's curve). ms/step: `bench.jsonl`, the median over interleaved "
+          "rounds. ρ: Table 4's correlations of all pairwise cosine distances between the untied model's input "
+          "(In) or output (Out) matrix and the tied matrix (the full row: `results/embeddings/ptb`, seed-1 runs).")
+  _write(name, report_dir, readme, "Beyond the papers: does tying still help when the softmax is approximated?",
+         lead, tab, None, "", softmax_provenance(runs, name), "Runs and commands")
+  return tab
+
+
+OTHER_REPORTS = {"tpu_memory": build_tpu_memory, "softmax_study": build_softmax_study}
 
 
 def main(argv):

@@ -208,6 +208,14 @@ def test_class_model_evaluates_with_its_exact_probabilities():
   np.testing.assert_allclose(jax.nn.logsumexp(logits, axis=-1), 0.0, atol=1e-5)
 
 
+def test_nce_starts_normalised():
+  """With NCE the output bias starts at −log V (so Σ_w exp s_w ≈ 1); off, or for other costs, it does not."""
+  for kind, normalised, shift in (("nce", True, -np.log(V)), ("nce", False, 0.0), ("sampled", True, 0.0)):
+    config = _tiny(kind, "untied", nce_start_normalised=normalised)
+    params = models.init_params(models.build(config), config, jax.random.key(0))
+    assert abs(float(params["words"]["out_bias"].mean()) - shift) < 0.1  # U(−0.1, 0.1) around the shift
+
+
 def test_bad_softmax_configs_get_one_line():
   with pytest.raises(ValueError, match="Unknown softmax.kind"):
     models.build(tiny_config(softmax=dict(kind="hierarchical")))

@@ -234,6 +234,24 @@ def test_entry_point_end_to_end(tiny_corpus, tmp_path):
   assert res["host"]["cpu_count"] >= 1 and res["host"]["platform"] == "cpu"
 
 
+def test_entry_point_trains_a_class_softmax_and_resumes_it(tiny_corpus, tmp_path):
+  """--config.softmax.kind=class through the entry point: the bins come from the training counts and go into
+  run.json; resuming with the same command (which gives no bins) is not a config change."""
+  _, root = tiny_corpus
+  args = ["--config=configs/small_tied.py", f"--workdir={tmp_path}", "--config.vocab_size=31",
+          "--config.hidden_size=8", "--config.test_window=64", "--config.plot=false",
+          "--config.softmax.kind=class", "--config.softmax.num_classes=4"]
+  first = _run_entry([*args, "--config.num_epochs=1"], root, tmp_path)
+  assert first.returncode == 0, first.stderr[-3000:]
+  bounds = json.loads((tmp_path / "run.json").read_text())["config"]["softmax"]["class_bounds"]
+  assert bounds[0] == 0 and bounds[-1] == 31 and 2 <= len(bounds) <= 5
+  again = _run_entry([*args, "--config.num_epochs=2"], root, tmp_path)
+  assert again.returncode == 0, again.stderr[-3000:]
+  res = json.loads((tmp_path / "results.json").read_text())
+  assert res["softmax"] == "class" and res["epochs"] == 2 and res["train_ppl_from"].startswith("exact")
+  assert res["num_params"] == 31 * 8 + 31 + 2 * (4 * 16 * 8 + 4 * 8) + (len(bounds) - 1) * (8 + 1)
+
+
 def test_entry_point_rejects_unknown_config_key(tiny_corpus, tmp_path):
   _, root = tiny_corpus
   proc = _run_entry(["--config=configs/small_tied.py", f"--workdir={tmp_path}", "--config.num_epoch=1"],

@@ -217,6 +217,18 @@ def resolve(config, train_ids: np.ndarray):
   return config
 
 
+def start_normalised(params, config):
+  """`params` with the output bias moved by −log V when NCE trains them (`softmax.nce_start_normalised`):
+  NCE reads the scores as log-probabilities and only ever lowers the rows it scores, so a model that starts
+  with s_w ≈ 0 for every word (Σ_w exp s_w ≈ V) keeps the rows it never reaches near 0, and they dominate
+  the exact normaliser the evaluation uses. With the shift the model starts normalised (Σ_w exp s_w ≈ 1)."""
+  if (kind_of(config) != "nce" or not config.softmax.nce_start_normalised
+      or "out_bias" not in params.get("words", {})):
+    return params
+  words = {**params["words"], "out_bias": params["words"]["out_bias"] - math.log(config.vocab_size)}
+  return {**params, "words": words}
+
+
 def model_class_bounds(config) -> tuple[int, ...]:
   """The class bounds a model is built with: () unless softmax.kind is 'class'."""
   if kind_of(config) != "class":

@@ -53,4 +53,5 @@ def init_params(model, config, rng: jax.Array):
   (the constraint `wt_jax.train.optim.embedding_rows_at_norm` then keeps them there)."""
   x_BxT = jnp.zeros((config.batch_size, config.bptt), jnp.int32)
   variables = model.init(rng, x_BxT, model.initial_carry(config.batch_size), train=False)
-  return tying.constrain_embedding_rows(variables["params"], config.words.row_norm)
+  params = tying.constrain_embedding_rows(variables["params"], config.words.row_norm)
+  return softmax.start_normalised(params, config)
