@@ -18,4 +18,5 @@ def test_update_rules_notebook_executes(shared_data_root, monkeypatch):
   assert not [o for o in outputs if o.output_type == "error"]
   text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
   assert "TINY=True" in text and "steps of each model" in text
-  assert sum("image/png" in o.get("data", {}) for o in outputs) == 3  # the three figures were drawn
+  assert "with a sampled softmax" in text
+  assert sum("image/png" in o.get("data", {}) for o in outputs) == 4  # the four figures were drawn
