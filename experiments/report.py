@@ -721,7 +721,7 @@ def softmax_table(runs: dict[tuple[str, str], list[dict]], bench: list[dict], ta
     speed.setdefault(rec.get("softmax", "full"), []).append(rec["train_ms_per_step"])
   lines = ["| training softmax | tying | seeds | valid | test (batch 1) | test: tied − untied | rows of the output "
            "matrix with a gradient, per step | rows of the input matrix, per step | train ms/step (bench; "
-           "×full) | ρ(In, Tied) / ρ(Out, Tied) |",
+           "×full) | Table 4's ρ: (In, Out) untied; (In, Tied) / (Out, Tied) tied |",
            "|---|---|---|---|---|---|---|---|---|---|"]
   full_ms = statistics.median(speed["full"]) if speed.get("full") else None
   for kind, label in SOFTMAX_KINDS:
@@ -746,7 +746,8 @@ def softmax_table(runs: dict[tuple[str, str], list[dict]], bench: list[dict], ta
       ms_text = (f"{statistics.median(ms):.1f}" + (f" (×{statistics.median(ms) / full_ms:.2f})" if full_ms else "")
                  if ms else "—")
       rho = table4.get(kind)
-      rho_text = f"{rho['in_tied']:.2f} / {rho['out_tied']:.2f}" if rho and tying == "tied" else ""
+      rho_text = ("" if not rho else f"{rho['in_tied']:.3f} / {rho['out_tied']:.3f}" if tying == "tied"
+                  else f"{rho['in_out']:.3f}")
       lines.append(f"| {label} | {tying} | {', '.join(str(r['seed']) for r in cell)} "
                    f"| {_cell([r['valid_ppl'] for r in cell])} | {_cell(tests)} | {gain} | {out_text} | {in_text} "
                    f"| {ms_text} | {rho_text} |")
