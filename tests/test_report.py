@@ -303,3 +303,41 @@ def test_readme_is_short_and_its_numbers_are_on_the_pages_it_links():
     pages = "".join((REPO / t).read_text() for t in targets)
     for number in re.findall(r"\d+\.\d+", ours):
       assert number in pages, f"{number} ({row[:60]}…) is not on {targets}"
+
+
+def test_softmax_study_table_reads_the_runs_table6_the_bench_and_table4(tmp_path):
+  """The softmax study's table: each approximation's cell from its runs (the tied − untied gap, rows reached per
+  step from the curves), the full-softmax cells from Table 6's results, ms/step from bench.jsonl, ρ from the
+  embedding tables; a cell with no run says so."""
+  out, runs = tmp_path / "results", tmp_path / "runs"
+  for config, seed, test in (("small", 0, 117.0), ("small_tied", 0, 113.0)):
+    _fake_run(tmp_path / "t6" / f"{config}_seed{seed}", config, seed, test)
+  report.import_runs(tmp_path / "t6", out / "ptb_table6")
+  for config, tying, test, rows in (("small", "untied", 121.0, {"embedding": 230.0, "out_embedding": 680.0}),
+                                    ("small_tied", "tied", 116.0, {"embedding": 690.0})):
+    folder = runs / f"{config}_sampled_seed0"
+    _fake_run(folder, config, 0, test)
+    res = json.loads((folder / "results.json").read_text())
+    (folder / "results.json").write_text(json.dumps({**res, "softmax": "sampled", "tying": tying}))
+    (folder / "metrics.jsonl").write_text(json.dumps(
+        {"kind": "epoch", "epoch": 1, "valid_ppl": 150.0, **{f"rows/grad/words/{k}": v for k, v in rows.items()}}) + "\n")
+  (out / "softmax_study").mkdir(parents=True)
+  (out / "softmax_study" / "bench.jsonl").write_text("".join(
+      json.dumps({"softmax": kind, "train_ms_per_step": ms}) + "\n"
+      for kind, ms in (("full", 60.0), ("sampled", 20.0), ("full", 70.0), ("sampled", 21.0))))
+  (out / "softmax_study" / "embeddings_sampled").mkdir()
+  (out / "softmax_study" / "embeddings_sampled" / "tables.json").write_text(json.dumps(
+      {"table4": {"LM (ptb)": {"in_out": 0.1, "in_tied": 0.3, "out_tied": 0.7}}}))
+
+  tab = report.build_softmax_study("softmax_study", out, runs)
+
+  lines = tab.splitlines()
+  row = lambda prefix: next(l for l in lines if l.startswith(prefix))
+  assert row("| full softmax | tied |").split(" | ")[5] == "-4.0"  # 113.0 − 117.0, from Table 6's results
+  assert "| all 10,000 |" in row("| full softmax | untied |")
+  sampled_tied = row("| sampled softmax | tied |")
+  assert "| -5.0 |" in sampled_tied and "| 690 (one matrix) |" in sampled_tied and "| 0.300 / 0.700 |" in sampled_tied
+  assert "| 20.5 (×0.32) |" in sampled_tied  # medians over the rounds: 20.5 against 65.0
+  assert "| 680 | 230 |" in row("| sampled softmax | untied |")
+  assert row("| NCE | untied |").startswith("| NCE | untied | none yet |")
+  assert "--config.softmax.kind=sampled --config.seed=0" in (out / "softmax_study" / "README.md").read_text()
