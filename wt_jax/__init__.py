@@ -6,6 +6,7 @@ The names a notebook needs, for a language model from a config (`configs/*.py`):
     init_params(model, config, key)                  its initial parameters
     make_optimizer(config, steps_per_epoch)          optax chain: clipping, SGD/Adam + schedule, constraints
     make_lm_cost(config)                             NLL + penalties + augmented loss + loss-side decay
+                                                     (or a sampled / NCE / class softmax: config.softmax)
     initial_state(config, model, tx, key)            {'params', 'opt_state', 'step', 'carry'}
     make_train_step(model, tx, cost, key)            jitted step(state, x[B, T], y[B, T]) → (state, sums)
     lm_windows(stream, B, T)                         a token stream as [B, T] input/target windows
