@@ -720,8 +720,8 @@ def softmax_table(runs: dict[tuple[str, str], list[dict]], bench: list[dict], ta
   for rec in bench:
     speed.setdefault(rec.get("softmax", "full"), []).append(rec["train_ms_per_step"])
   lines = ["| training softmax | tying | seeds | valid | test (batch 1) | test: tied − untied | rows of the output "
-           "matrix with a gradient, per step | rows of the input matrix, per step | train ms/step (bench; "
-           "×full) | Table 4's ρ: (In, Out) untied; (In, Tied) / (Out, Tied) tied |",
+           "matrix with a gradient, per step | rows of the input matrix, per step | train ms/step (bench, tied "
+           "config; ×full) | Table 4's ρ: (In, Out) untied; (In, Tied) / (Out, Tied) tied |",
            "|---|---|---|---|---|---|---|---|---|---|"]
   full_ms = statistics.median(speed["full"]) if speed.get("full") else None
   for kind, label in SOFTMAX_KINDS:
@@ -742,7 +742,7 @@ def softmax_table(runs: dict[tuple[str, str], list[dict]], bench: list[dict], ta
         out_rows, in_rows = _rows_reached(cell[0], "out_embedding"), _rows_reached(cell[0], "embedding")
         out_text = "all 10,000" if kind == "full" else (f"{out_rows:,.0f}" if out_rows else "—")
         in_text = f"{in_rows:,.0f}" if in_rows else "the batch's distinct words"
-      ms = speed.get(kind)
+      ms = speed.get(kind) if tying == "tied" else None  # the bench times the tied config
       ms_text = (f"{statistics.median(ms):.1f}" + (f" (×{statistics.median(ms) / full_ms:.2f})" if full_ms else "")
                  if ms else "—")
       rho = table4.get(kind)
@@ -790,7 +790,7 @@ def build_softmax_study(name: str, out_root: Path, runs_dir: Path | None = None,
           "log-uniform proposal; class: 100 √-frequency bins), evaluated with exact probabilities by the batch-1 "
           "test protocol. The full-softmax rows are Table 6's runs. Rows with a gradient: the mean per step over "
           "training (`rows/grad/...` in each run's curve). ms/step: `bench.jsonl`, the median over interleaved "
-          "rounds. ρ: Table 4's correlations of all pairwise cosine distances between the untied model's input "
+          "rounds of `configs/small_tied.py`. ρ: Table 4's correlations of all pairwise cosine distances between the untied model's input "
           "(In) or output (Out) matrix and the tied matrix (the full row: `results/embeddings/ptb`, seed-1 runs).")
   _write(name, report_dir, readme, "Beyond the papers: does tying still help when the softmax is approximated?",
          lead, tab, None, "", softmax_provenance(runs, name), "Runs and commands")
