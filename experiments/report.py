@@ -762,10 +762,9 @@ def softmax_provenance(runs: dict[tuple[str, str], list[dict]], name: str) -> st
         lines.append(f"- full softmax, {tying}: `results/ptb_table6/{r['_dir']}` (Table 6's run; its record there)")
         continue
       host = r.get("host") or {}
-      config = SOFTMAX_BASELINE[tying] if r["config"] in SOFTMAX_BASELINE.values() else r["config"]
       commit = (r.get("versions") or {}).get("wt_jax_commit") or "not recorded"
       lines.append(
-          f"- `{r['_dir']}`: `python -m experiments.ptb --config=configs/{config}.py --config.softmax.kind={kind} "
+          f"- `{r['_dir']}`: `python -m experiments.ptb --config=configs/{r['config']}.py --config.softmax.kind={kind} "
           f"--config.seed={r['seed']} --workdir=runs/{name}/{r['_dir']}` — commit `{commit}`, machine: "
           f"{host.get('cpu', '?')}, {host.get('cpu_count', '?')} cores; {r['epochs']:.0f} epochs, "
           f"{r['wall_s'] / 60:.0f} min wall, {r['train_tokens_per_s']:,.0f} train tokens/s (two runs side by side)")
