@@ -87,8 +87,9 @@ def get_config():
   c.depth = 10                # micro-layers per time step
   c.transform_bias = -2.0     # transform-gate bias at start
   c.remat = False             # recompute each time step's micro-layers in the backward pass (memory)
-  c.scan_unroll = 1           # ours: time steps per compiled loop iteration of the recurrences (lstm_lm,
-  #                             bd_lstm_lm, rhn_lm); the same arithmetic, fewer loop trips (GPUs: BUILD_NOTES §21)
+  c.scan_unroll = 0           # ours: time steps per compiled loop iteration of the recurrences (lstm_lm,
+  #                             bd_lstm_lm, rhn_lm); the same arithmetic, fewer loop trips. 0: automatic (the
+  #                             whole window for the LSTMs on a GPU, else 1: lstm_lm.loop_unroll, BUILD_NOTES §24)
   # Feed-forward LMs (nnlm, lbl).
   c.context = 4               # n − 1 previous words
   c.emb_size = 200            # m

@@ -62,7 +62,8 @@ _SYNTHETIC = flags.DEFINE_bool("synthetic", False, "Use a random token stream in
 _TORCH_PYTHON = flags.DEFINE_string("torch_python", None, "Python with torch: run the interleaved comparison.")
 _TORCH_SCRIPT = flags.DEFINE_string(
     "torch_script", str(Path(__file__).resolve().parents[1].parent / "shared" / "bench" / "torch_small_lm.py"),
-    "The PyTorch reference benchmark script.")
+    "The PyTorch reference benchmark script: torch_small_lm.py (where the references live; an RHN or "
+    "variational-LSTM config then runs its own, see torch_reference) or any other script, run as given.")
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Interleaved rounds (with --torch_python or --gensim_python).")
 _W2V_EPOCHS = flags.DEFINE_integer("w2v_epochs", 2, "Skip-gram configs: epochs to train (the last is timed).")
 _GENSIM_PYTHON = flags.DEFINE_string("gensim_python", None,
@@ -76,6 +77,20 @@ _NMT_EVAL = flags.DEFINE_integer("nmt_eval_sentences", 200,
 _PEAK = flags.DEFINE_bool("peak", True, "Measure the float32 matmul peak and report the fraction reached.")
 flags.mark_flag_as_required("config")
 
+
+def torch_reference(model: str | None, script: str) -> str:
+  """The PyTorch reference for a config's model family, given --torch_script. `torch_small_lm.py` (Zaremba's
+  LSTM, cuDNN's on a GPU) stands for the set of references: an RHN config runs `torch_rhn_lm.py` from the
+  same folder, a variational-LSTM config `bench_helpers/torch_vd_lstm.py` (cuDNN's LSTM cannot apply a mask
+  fixed per sequence to h; no published PyTorch reference exists for Gal's LSTM). Any other script runs as
+  given, whatever the model."""
+  if Path(script).name != "torch_small_lm.py":
+    return script
+  if model == "rhn_lm":
+    return str(Path(script).with_name("torch_rhn_lm.py"))
+  if model == "bd_lstm_lm":
+    return str(Path(__file__).resolve().parent / "bench_helpers" / "torch_vd_lstm.py")
+  return script
 
 def _memory(compiled) -> dict:
   """XLA's memory analysis of the compiled train step, in MiB: live temporaries (activations kept for the
@@ -225,11 +240,7 @@ def compare_with_torch(config) -> None:
     autocast = [str(helpers / "torch_precision.py"), tf32]
   else:
     autocast = [str(helpers / "torch_autocast.py")] if config.compute_dtype == "bfloat16" else []
-  script = _TORCH_SCRIPT.value
-  if config.get("model") == "rhn_lm" and not flags.FLAGS["torch_script"].present:
-    script = str(Path(script).with_name("torch_rhn_lm.py"))
-  if config.get("model") == "bd_lstm_lm" and not flags.FLAGS["torch_script"].present:
-    script = str(helpers / "torch_vd_lstm.py")  # (ours: no PyTorch reference exists for Gal's LSTM)
+  script = torch_reference(config.get("model"), _TORCH_SCRIPT.value)
   torch_args = [*tied, "--steps", str(_STEPS.value), "--warmup", str(_WARMUP.value), "--batch",
                 str(config.batch_size), "--bptt", str(config.bptt), "--hidden", str(config.hidden_size),
                 "--eval-batches", str(_EVAL_WINDOWS.value), "--dropout", str(config.dropout),
@@ -421,7 +432,7 @@ def _main(config):
       "achieved_gflops": round(flops / ms / 1e6, 1) if flops else None, **floor, **parts,
       "compute_dtype": config.compute_dtype, "matmul_precision": config.matmul_precision,
       "softmax": softmax.kind_of(config), **_softmax_fields(config),
-      "scan_unroll": config.get("scan_unroll", 1), "xla_flags": os.environ.get("XLA_FLAGS", ""),
+      "scan_unroll": getattr(model, "unroll", None), "xla_flags": os.environ.get("XLA_FLAGS", ""),
       # the mean NLL of each warm-up step, from the run's initial state: variants of the same arithmetic
       # (unroll, command buffers) must agree here to rounding
       "warmup_nll": [round(float(v), 6) for v in jax.device_get(warm_nll)],

@@ -8,9 +8,11 @@
 #
 # PRECISION: tensorfloat32 (default) or float32. CONFIGS default: small_tied large_tied large_bd_wd_tied
 # rhn_tied. BENCH_FLAGS (environment) is appended to every bench command (a CPU smoke run:
-# BENCH_FLAGS="--config.hidden_size=32 --steps=2 --warmup=1 --repeats=1 --eval_windows=2"). Writes OUT_DIR/bench.jsonl (one JSON line per measurement, as it finishes), OUT_DIR/numerics.log
-# and OUT_DIR/bench.log. PyTorch: the machine's python3; references: .gpu/bench/torch_small_lm.py (cuDNN's
-# LSTM), .gpu/bench/torch_rhn_lm.py, experiments/bench_helpers/torch_vd_lstm.py (the BD rows).
+# BENCH_FLAGS="--config.hidden_size=32 --steps=2 --warmup=1 --repeats=1 --eval_windows=2"). Writes
+# OUT_DIR/bench.jsonl (one JSON line per measurement, as it finishes), OUT_DIR/numerics.log and
+# OUT_DIR/bench.log. PyTorch: the machine's python3; each config's reference (bench.torch_reference):
+# .gpu/bench/torch_small_lm.py (cuDNN's LSTM), .gpu/bench/torch_rhn_lm.py beside it, and
+# experiments/bench_helpers/torch_vd_lstm.py for the BD rows.
 set -u
 cd "$(dirname "$0")/.."
 BUDGET_S=$1
@@ -43,8 +45,9 @@ for c in $CONFIGS; do
   record "$c interleaved" timeout 300 python3 -m experiments.bench --config="configs/$c.py" "${common[@]}" \
     --torch_python=python3 --torch_script=.gpu/bench/torch_small_lm.py --rounds=2
 done
-for c in $CONFIGS; do  # the recurrence settings: time steps per loop iteration, command buffers over loops
-  for v in "5 " "1 --xla_gpu_enable_command_buffer=+WHILE"; do
+for c in $CONFIGS; do  # the recurrence settings: one time step per loop trip, the whole window (no time
+  # loop; the LSTMs' automatic choice on a GPU, so for them a repeat), command buffers over the loops
+  for v in "1 " "35 " "1 --xla_gpu_enable_command_buffer=+WHILE"; do
     left || break 2
     set -- $v
     XLA_FLAGS="${2:-}" record "$c unroll $1 ${2:-}" timeout 120 python3 -m experiments.bench \

@@ -108,3 +108,11 @@ def test_roofline_counts_agree_with_the_bench_formula():
   e = roofline.estimate(rhn, roofline.CHIPS[0], "bfloat16", 0.0)  # v5e: 2.76 MB per stage at 819 GB/s
   assert abs(e["stage_mem_us"] - 830 * 1660 * 2 / 819e9 * 1e6) < 0.01 and e["chain_bound"].startswith("HBM")
   assert roofline.estimate(rhn, roofline.CHIPS[0], "bfloat16", 10.0)["chain_bound"] == "per-stage latency"
+
+
+def test_each_model_family_is_compared_with_its_own_pytorch_reference():
+  small = "/refs/torch_small_lm.py"  # where the references live (../shared/bench, or a copy on a GPU host)
+  assert bench.torch_reference("lstm_lm", small) == small
+  assert bench.torch_reference("rhn_lm", small) == "/refs/torch_rhn_lm.py"
+  assert bench.torch_reference("bd_lstm_lm", small).endswith("experiments/bench_helpers/torch_vd_lstm.py")
+  assert bench.torch_reference("bd_lstm_lm", "/mine/other.py") == "/mine/other.py"  # any other script as given

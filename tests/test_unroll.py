@@ -9,6 +9,7 @@ import pytest
 from configs import large_bd_tied, rhn_tied
 from tests.conftest import tiny_config
 from wt_jax import models
+from wt_jax.models import lstm_lm
 from wt_jax.train import lm, optim, trainer
 
 
@@ -53,3 +54,27 @@ def test_unrolled_loops_train_the_same(family, unroll):
     np.testing.assert_allclose(a["norm/grad"], b["norm/grad"], rtol=1e-5)
   for (path, p), q in zip(jax.tree_util.tree_leaves_with_path(params), jax.tree_util.tree_leaves(ref_params)):
     np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6, err_msg=jax.tree_util.keystr(path))
+
+
+def test_automatic_unroll_is_the_whole_window_for_the_lstms_on_a_gpu_only():
+  config = tiny_config()
+  assert config.scan_unroll == 0  # the default: automatic
+  assert lstm_lm.loop_unroll(config, "gpu") is True
+  assert lstm_lm.loop_unroll(config, "cpu") == lstm_lm.loop_unroll(config, "tpu") == 1
+  config.scan_unroll = 5  # an explicit setting wins everywhere
+  assert lstm_lm.loop_unroll(config, "gpu") == lstm_lm.loop_unroll(config, "cpu") == 5
+  config.scan_unroll = -1
+  with pytest.raises(ValueError, match="scan_unroll must be ≥ 0"):
+    lstm_lm.loop_unroll(config)
+
+
+def test_the_automatic_gpu_choice_removes_the_time_loops_and_trains_the_same(monkeypatch):
+  loops = []
+  ref = _one_step(tiny_config(dropout=0.3, bptt=7), loops)
+  monkeypatch.setattr(lstm_lm.jax, "default_backend", lambda: "gpu")  # what models.build sees on a GPU
+  config = tiny_config(dropout=0.3, bptt=7)
+  assert models.build(config).unroll is True
+  got = _one_step(config, loops)
+  assert loops[1] < loops[0], loops
+  for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(ref)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -45,7 +45,7 @@ class VariationalLSTMLayer(nn.Module):
 
   hidden: int
   init_scale: float
-  unroll: int = 1  # time steps per compiled loop iteration (lstm_lm.lstm_recurrence)
+  unroll: int | bool = 1  # time steps per compiled loop iteration (lstm_lm.lstm_recurrence)
 
   @nn.compact
   def __call__(self, x_TxBxI, c_BxH, h_BxH, x_mask=None, h_mask=None):
@@ -93,7 +93,7 @@ class BDLSTMLM(nn.Module):
   proj_bias: bool = True
   output_bias: bool = True  # False: Inan et al.'s reused embeddings (RE) fix the softmax bias at 0
   dtype: Any = None  # output-layer matmul input dtype (config.compute_dtype; the gates stay float32)
-  unroll: int = 1  # time steps per compiled loop iteration (config.scan_unroll)
+  unroll: int | bool = 1  # time steps per compiled loop iteration (lstm_lm.loop_unroll; True: all)
   class_bounds: tuple[int, ...] = ()  # a class-factored softmax (wt_jax.softmax; config.softmax.kind='class')
 
   def setup(self):
@@ -143,5 +143,5 @@ def from_config(config) -> BDLSTMLM:
       tie_state_masks=config.tie_state_masks,
       tying=config.words.mode, pr_lambda=config.words.pr_lambda, proj_bias=config.words.proj_bias,
       output_bias=config.words.output_bias,
-      dtype=precision.compute_dtype(config.compute_dtype), unroll=config.scan_unroll,
+      dtype=precision.compute_dtype(config.compute_dtype), unroll=lstm_lm.loop_unroll(config),
       class_bounds=softmax.model_class_bounds(config))

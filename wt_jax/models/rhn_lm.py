@@ -226,7 +226,7 @@ class RHNLM(nn.Module):
   proj_bias: bool = True
   output_bias: bool = True  # False: Inan et al.'s reused embeddings (RE) fix the softmax bias at 0
   dtype: Any = None  # matmul input dtype: None (float32) or bfloat16 (config.compute_dtype)
-  unroll: int = 1  # time steps per compiled loop iteration (config.scan_unroll)
+  unroll: int = 1  # time steps per compiled loop iteration (_loop_unroll)
   class_bounds: tuple[int, ...] = ()  # a class-factored softmax (wt_jax.softmax; config.softmax.kind='class')
 
   def setup(self):
@@ -258,6 +258,14 @@ class RHNLM(nn.Module):
     return self.words.output(jnp.swapaxes(x, 0, 1), features), jnp.stack(states)
 
 
+def _loop_unroll(config) -> int:
+  """`config.scan_unroll`, or 1 for 0 (automatic): unrolling the RHN's time loop on a GPU is not measured yet
+  (each step holds `depth` micro-layers; the LSTMs' choice is `lstm_lm.loop_unroll`)."""
+  if config.scan_unroll < 0:
+    raise ValueError(f"scan_unroll must be ≥ 0 (0: automatic), got {config.scan_unroll}.")
+  return config.scan_unroll or 1
+
+
 def from_config(config) -> RHNLM:
   return RHNLM(
       vocab_size=config.vocab_size, hidden=config.hidden_size, depth=config.depth,
@@ -265,5 +273,5 @@ def from_config(config) -> RHNLM:
       dropout_h=config.dropout_h, dropout_o=config.dropout_o, init_scale=config.init_scale,
       transform_bias=config.transform_bias, tying=config.words.mode, remat=config.remat,
       pr_lambda=config.words.pr_lambda, proj_bias=config.words.proj_bias, output_bias=config.words.output_bias,
-      dtype=precision.compute_dtype(config.compute_dtype), unroll=config.scan_unroll,
+      dtype=precision.compute_dtype(config.compute_dtype), unroll=_loop_unroll(config),
       class_bounds=softmax.model_class_bounds(config))

@@ -188,6 +188,7 @@ class LMTask:
             "eval_max_tokens": c.eval_max_tokens or None,  # None: the whole valid and test sets
             "train_max_tokens": c.train_max_tokens or None,  # None: the whole training set
             "matmul_precision": c.matmul_precision,  # float32 matmuls: backend default, or exact (float32)
+            "scan_unroll": getattr(self.model, "unroll", None),  # time steps per loop trip (True: all; speed only)
             "test_params": tested,  # 'final' parameters (Zaremba/Press & Wolf) or 'best' by valid (RHN)
             "best_valid_ppl": meta["best"],
             "train_tokens_per_s": step * self.tokens_per_step / max(meta["train_s"], 1e-9)}
