@@ -320,17 +320,6 @@ def _config_path() -> str:
   raise app.UsageError("--gensim_python needs --config=FILE.")
 
 
-def _softmax_fields(config) -> dict:
-  """The settings of a softmax approximation that change its cost (none for the full softmax)."""
-  s, kind = config.get("softmax"), softmax.kind_of(config)
-  if kind in ("sampled", "nce"):
-    return {"num_samples": s.num_samples, "proposal": s.proposal}
-  if kind == "class":
-    return {"num_classes": len(s.class_bounds) - 1, "class_power": s.class_power,
-            "largest_class": int(max(b - a for a, b in zip(s.class_bounds, s.class_bounds[1:])))}
-  return {}
-
-
 def compiled_train_step(config, model, windows: batching.Windows, counts=None):
   """The train step `lm.fit` runs for `config` (`lm.train_step_for`: the cost and optimiser of the config;
   `counts` the training counts a unigram proposal needs), compiled for the shape of `windows`, from the run's
@@ -431,7 +420,7 @@ def _main(config):
       "matmul_flops_per_step": flops, "xla_flops_per_step": xla_flops,
       "achieved_gflops": round(flops / ms / 1e6, 1) if flops else None, **floor, **parts,
       "compute_dtype": config.compute_dtype, "matmul_precision": config.matmul_precision,
-      "softmax": softmax.kind_of(config), **_softmax_fields(config),
+      "softmax": softmax.kind_of(config), **softmax.settings(config),
       "scan_unroll": getattr(model, "unroll", None), "xla_flags": os.environ.get("XLA_FLAGS", ""),
       # the mean NLL of each warm-up step, from the run's initial state: variants of the same arithmetic
       # (unroll, command buffers) must agree here to rounding

@@ -695,6 +695,23 @@ def _rows_reached(run: dict, matrix: str) -> float | None:
   return statistics.mean(values) if values else None
 
 
+def softmax_cell(r: dict) -> tuple[str, str, str]:
+  """(cell key, row label, the command's extra flags) of a study run: its softmax kind, or for a sampled/NCE
+  run with another proposal or K than the study's (log-uniform, K = 1,000) a cell of its own."""
+  kind, st = r.get("softmax", "full"), r.get("softmax_settings") or {}
+  label = dict(SOFTMAX_KINDS)[kind]
+  if kind not in ("sampled", "nce") or (st.get("proposal", "log_uniform"), st.get("num_samples", 1000)) == (
+      "log_uniform", 1000):
+    return kind, label, ""
+  power = st.get("unigram_power")
+  return (f"{kind}_{st['proposal']}_k{st['num_samples']}",
+          f"{label}, {st['proposal']} proposal" + (f" (power {power:g})" if power is not None else "")
+          + f", K = {st['num_samples']:,}",
+          f" --config.softmax.proposal={st['proposal']}"
+          + (f" --config.softmax.unigram_power={power:g}" if power is not None else "")
+          + f" --config.softmax.num_samples={st['num_samples']}")
+
+
 def load_softmax_runs(report_dir: Path, out_root: Path) -> dict[tuple[str, str], list[dict]]:
   """(softmax kind, tying) → results.json of the study's runs (sorted by seed), each with its epoch records;
   the full-softmax cells from Table 6's committed runs."""
@@ -702,7 +719,7 @@ def load_softmax_runs(report_dir: Path, out_root: Path) -> dict[tuple[str, str],
   for path in sorted(report_dir.glob("*/results.json")):
     r = json.loads(path.read_text())
     r["_dir"], r["_curve"] = path.parent.name, list(metrics.read(path.parent / CURVE))
-    runs.setdefault((r.get("softmax", "full"), r["tying"]), []).append(r)
+    runs.setdefault((softmax_cell(r)[0], r["tying"]), []).append(r)
   table6 = out_root / "ptb_table6"
   if table6.is_dir():
     by_config = load_runs(table6)
@@ -724,7 +741,8 @@ def softmax_table(runs: dict[tuple[str, str], list[dict]], bench: list[dict], ta
            "config; ×full) | Table 4's ρ: (In, Out) untied; (In, Tied) / (Out, Tied) tied |",
            "|---|---|---|---|---|---|---|---|---|---|"]
   full_ms = statistics.median(speed["full"]) if speed.get("full") else None
-  for kind, label in SOFTMAX_KINDS:
+  extra = {softmax_cell(r)[:2] for cell in runs.values() for r in cell} - set(SOFTMAX_KINDS)
+  for kind, label in (*SOFTMAX_KINDS, *sorted(extra)):
     for tying in ("untied", "tied"):
       cell = runs.get((kind, tying), [])
       if not cell:
@@ -742,7 +760,7 @@ def softmax_table(runs: dict[tuple[str, str], list[dict]], bench: list[dict], ta
         out_rows, in_rows = _rows_reached(cell[0], "out_embedding"), _rows_reached(cell[0], "embedding")
         out_text = "all 10,000" if kind == "full" else (f"{out_rows:,.0f}" if out_rows else "—")
         in_text = f"{in_rows:,.0f}" if in_rows else "the batch's distinct words"
-      ms = speed.get(kind) if tying == "tied" else None  # the bench times the tied config
+      ms = speed.get(kind) if tying == "tied" else None  # the bench times the tied config (the study's cells)
       ms_text = (f"{statistics.median(ms):.1f}" + (f" (×{statistics.median(ms) / full_ms:.2f})" if full_ms else "")
                  if ms else "—")
       rho = table4.get(kind)
@@ -764,7 +782,8 @@ def softmax_provenance(runs: dict[tuple[str, str], list[dict]], name: str) -> st
       host = r.get("host") or {}
       commit = (r.get("versions") or {}).get("wt_jax_commit") or "not recorded"
       lines.append(
-          f"- `{r['_dir']}`: `python -m experiments.ptb --config=configs/{r['config']}.py --config.softmax.kind={kind} "
+          f"- `{r['_dir']}`: `python -m experiments.ptb --config=configs/{r['config']}.py "
+          f"--config.softmax.kind={r['softmax']}{softmax_cell(r)[2]} "
           f"--config.seed={r['seed']} --workdir=runs/{name}/{r['_dir']}` — commit `{commit}`, machine: "
           f"{host.get('cpu', '?')}, {host.get('cpu_count', '?')} cores; {r['epochs']:.0f} epochs, "
           f"{r['wall_s'] / 60:.0f} min wall, {r['train_tokens_per_s']:,.0f} train tokens/s (two runs side by side)")
@@ -780,7 +799,8 @@ def build_softmax_study(name: str, out_root: Path, runs_dir: Path | None = None,
   bench = [json.loads(l) for l in bench_file.read_text().splitlines() if l.strip()] if bench_file.exists() else []
   table4 = {}
   for kind, path in [("full", out_root / "embeddings" / "ptb" / "tables.json"),
-                     *[(k, report_dir / f"embeddings_{k}" / "tables.json") for k, _ in SOFTMAX_KINDS[1:]]]:
+                     *[(k, report_dir / f"embeddings_{k}" / "tables.json")
+                       for k in {key for key, _ in runs if key != "full"}]]:
     if path.exists():
       table4[kind] = json.loads(path.read_text())["table4"]["LM (ptb)"]
   tab = softmax_table(runs, bench, table4)

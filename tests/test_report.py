@@ -341,3 +341,21 @@ def test_softmax_study_table_reads_the_runs_table6_the_bench_and_table4(tmp_path
   assert "| 680 | 230 |" in row("| sampled softmax | untied |")
   assert row("| NCE | untied |").startswith("| NCE | untied | none yet |")
   assert "--config.softmax.kind=sampled --config.seed=0" in (out / "softmax_study" / "README.md").read_text()
+
+
+def test_a_sampled_run_with_another_proposal_or_k_is_a_cell_of_its_own(tmp_path):
+  out, runs = tmp_path / "results", tmp_path / "runs"
+  settings = {"num_samples": 100, "proposal": "unigram", "unigram_power": 1.0}
+  for config, tying, test in (("small", "untied", 125.0), ("small_tied", "tied", 122.0)):
+    folder = runs / f"{config}_sampled_unigram_k100_seed0"
+    _fake_run(folder, config, 0, test)
+    res = json.loads((folder / "results.json").read_text())
+    (folder / "results.json").write_text(json.dumps(
+        {**res, "softmax": "sampled", "softmax_settings": settings, "tying": tying}))
+  (out / "softmax_study").mkdir(parents=True)
+  tab = report.build_softmax_study("softmax_study", out, runs)
+  row = next(l for l in tab.splitlines() if l.startswith("| sampled softmax, unigram proposal (power 1), K = 100 | tied |"))
+  assert "| -3.0 |" in row
+  assert "| sampled softmax | tied | none yet |" in tab  # the study's own sampled cell stays apart
+  assert ("--config.softmax.kind=sampled --config.softmax.proposal=unigram --config.softmax.unigram_power=1 "
+          "--config.softmax.num_samples=100 --config.seed=0") in (out / "softmax_study" / "README.md").read_text()

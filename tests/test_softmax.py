@@ -227,3 +227,13 @@ def test_bad_softmax_configs_get_one_line():
     models.build(tiny_config(model="nnlm", softmax=dict(kind="nce")))
   with pytest.raises(ValueError, match="num_samples"):
     losses.make_lm_cost(tiny_config(softmax=dict(kind="nce", num_samples=0)))
+
+
+def test_settings_name_what_changes_the_cost():
+  assert softmax.settings(tiny_config()) == {}
+  assert softmax.settings(tiny_config(softmax=dict(kind="nce", num_samples=50))) == {
+      "num_samples": 50, "proposal": "log_uniform"}
+  assert softmax.settings(tiny_config(softmax=dict(kind="sampled", proposal="unigram", unigram_power=1.0))) == {
+      "num_samples": 1000, "proposal": "unigram", "unigram_power": 1.0}
+  resolved = tiny_config(softmax=dict(kind="class", num_classes=3, class_bounds=(0, 2, 5, 9)))
+  assert softmax.settings(resolved) == {"num_classes": 3, "class_power": 0.5, "largest_class": 4}

@@ -199,6 +199,21 @@ def kind_of(config) -> str:
   return kind
 
 
+def settings(config) -> dict:
+  """The settings of the config's softmax approximation that change its cost ({} for the full softmax): what
+  a record (results.json, a bench line) needs to tell two runs of one kind apart."""
+  s, kind = config.get("softmax"), kind_of(config)
+  if kind in ("sampled", "nce"):
+    return {"num_samples": s.num_samples, "proposal": s.proposal,
+            **({"unigram_power": s.unigram_power} if s.proposal == "unigram" else {})}
+  if kind == "class":
+    return {"num_classes": len(s.class_bounds) - 1 if s.class_bounds else s.num_classes,
+            "class_power": s.class_power,
+            **({"largest_class": int(max(b - a for a, b in zip(s.class_bounds, s.class_bounds[1:])))}
+               if s.class_bounds else {})}
+  return {}
+
+
 def counts(train_ids: np.ndarray, vocab_size: int) -> np.ndarray:
   """Training counts of every id → int64[V]."""
   return np.bincount(np.asarray(train_ids).ravel(), minlength=vocab_size)[:vocab_size]

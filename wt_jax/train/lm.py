@@ -183,7 +183,7 @@ class LMTask:
     test = eval_lib.test_perplexities(c, self.model, self.eval_window, params, self.corpus.test,
                                       jax.random.fold_in(self.step_key, 2**31 - 1), self.dp)
     return {"task": "lm", "dataset": c.dataset, "model": c.model, "tying": c.words.mode,
-            "softmax": softmax.kind_of(c), "train_ppl": train_ppl,
+            "softmax": softmax.kind_of(c), "softmax_settings": softmax.settings(c), "train_ppl": train_ppl,
             "train_ppl_from": softmax.TRAIN_NLL[softmax.kind_of(c)], "valid_ppl": valid_ppl, **test,
             "eval_max_tokens": c.eval_max_tokens or None,  # None: the whole valid and test sets
             "train_max_tokens": c.train_max_tokens or None,  # None: the whole training set
