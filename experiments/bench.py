@@ -92,6 +92,7 @@ def torch_reference(model: str | None, script: str) -> str:
     return str(Path(__file__).resolve().parent / "bench_helpers" / "torch_vd_lstm.py")
   return script
 
+
 def _memory(compiled) -> dict:
   """XLA's memory analysis of the compiled train step, in MiB: live temporaries (activations kept for the
   backward pass, workspace) and the arguments/outputs (parameters, optimizer state, batch)."""
