@@ -343,6 +343,34 @@ def test_softmax_study_table_reads_the_runs_table6_the_bench_and_table4(tmp_path
   assert "--config.softmax.kind=sampled --config.seed=0" in (out / "softmax_study" / "README.md").read_text()
 
 
+def test_the_wikitext2_softmax_study_reads_only_its_corpus_and_gives_its_flags(tmp_path):
+  """softmax_study_wt2: its cells from WikiText-2 runs only (no Table 6 rows: those are PTB), the full row's
+  "all rows" is its vocabulary, each command carries the corpus flags; a PTB run there is refused."""
+  out, runs = tmp_path / "results", tmp_path / "runs"
+  settings = {"num_samples": 3300, "proposal": "log_uniform"}
+  for config, tying, test in (("small", "untied", 130.0), ("small_tied", "tied", 124.5)):
+    folder = runs / f"{config}_sampled_k3300_seed0"
+    _fake_run(folder, config, 0, test)
+    res = json.loads((folder / "results.json").read_text())
+    (folder / "results.json").write_text(json.dumps(
+        {**res, "dataset": "wikitext2", "softmax": "sampled", "softmax_settings": settings, "tying": tying}))
+  _fake_run(tmp_path / "t6" / "small_seed0", "small", 0, 117.0)
+  report.import_runs(tmp_path / "t6", out / "ptb_table6")
+
+  tab = report.build_softmax_study("softmax_study_wt2", out, runs)
+
+  assert "full softmax" not in tab and "Table 6" not in tab
+  row = next(l for l in tab.splitlines() if l.startswith("| sampled softmax, log-uniform proposal, K = 3,300 | tied |"))
+  assert "| -5.5 |" in row
+  assert ("--config=configs/small_tied.py --config.dataset=wikitext2 --config.vocab_size=33278 "
+          "--config.softmax.kind=sampled --config.softmax.proposal=log_uniform --config.softmax.num_samples=3300 "
+          "--config.seed=0 --workdir=runs/softmax_study_wt2/small_tied_sampled_k3300_seed0") in (
+              out / "softmax_study_wt2" / "README.md").read_text()
+  _fake_run(runs / "small_full_seed1", "small", 1, 117.0)  # a PTB run in the WikiText-2 study
+  with pytest.raises(ValueError, match="'ptb', but this study is on 'wikitext2'"):
+    report.build_softmax_study("softmax_study_wt2", out, runs)
+
+
 def test_a_sampled_run_with_another_proposal_or_k_is_a_cell_of_its_own(tmp_path):
   out, runs = tmp_path / "results", tmp_path / "runs"
   settings = {"num_samples": 100, "proposal": "unigram", "unigram_power": 1.0}
