@@ -45,6 +45,11 @@ _LM_TIED = flags.DEFINE_string("lm_tied", None, "Workdir of the tied LM run (e.g
 _LM_CORPUS = flags.DEFINE_enum("lm_corpus", "ptb", ["ptb", "wikitext2"], "The LM runs' corpus.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Data root (default: $WT_JAX_DATA, else the cache).")
 _OUT = flags.DEFINE_string("tables_dir", "results/embeddings", "Folder for tables.json and tables.md.")
+_TABLE4_WORDS = flags.DEFINE_integer(
+    "table4_words", 0, "Table 4 over a uniform random sample of this many words (seed --table4_seed) when the "
+    "vocabulary is larger; 0: all words. All pairs of 33k words (WikiText-2) do not fit 24 GB: 553M distances "
+    "and their ranks.")
+_TABLE4_SEED = flags.DEFINE_integer("table4_seed", 0, "Seed of the --table4_words sample.")
 _RERENDER = flags.DEFINE_bool("rerender", False, "Rebuild tables.md from the tables.json in --tables_dir "
                               "(and its w2v_untied/, w2v_tied/ results.json) instead of from runs.")
 
@@ -126,11 +131,19 @@ def similarity_table(mats: dict[str, np.ndarray], vocab: dict[str, int], data_di
           for role, E in mats.items()}
 
 
-def correlation_row(mats: dict[str, np.ndarray]) -> dict:
-  """Table 4's three correlations."""
+def correlation_row(mats: dict[str, np.ndarray], words: int = 0, seed: int = 0) -> dict:
+  """Table 4's three correlations, over all words, or over the pairs of a uniform random sample of `words` of
+  them (the same rows of every matrix; recorded as "sampled_words" and "sample_seed") when the vocabulary is
+  larger: the pairs among random words estimate the all-pairs ρ without holding all V(V−1)/2 distances."""
+  V = len(mats["tied"])
+  extra = {}
+  if 0 < words < V:
+    rows = np.sort(np.random.default_rng(seed).choice(V, words, replace=False))
+    mats = {k: m[rows] for k, m in mats.items()}
+    extra = {"sampled_words": words, "sample_seed": seed}
   return {"in_out": emb.pairwise_distance_rho(mats["input"], mats["output"]),
           "in_tied": emb.pairwise_distance_rho(mats["input"], mats["tied"]),
-          "out_tied": emb.pairwise_distance_rho(mats["output"], mats["tied"])}
+          "out_tied": emb.pairwise_distance_rho(mats["output"], mats["tied"]), **extra}
 
 
 def _paper(x: float | None) -> str:
@@ -238,7 +251,9 @@ def to_markdown(tables: dict) -> str:
       pk = PAPER_TABLE4_ROW.get(model)
       p = PAPER_TABLE4.get(pk, {})
       cells = " | ".join(f"{_paper(p.get(k))} / {r[k]:.3f}" for k in ("in_out", "in_tied", "out_tied"))
-      out.append(f"| {model} | {r['vocab']:,} | {pk or '—'} | {cells} |")
+      words = (f"{r['vocab']:,} (ρ over {r['sampled_words']:,} random words, seed {r['sample_seed']})"
+               if r.get("sampled_words") else f"{r['vocab']:,}")
+      out.append(f"| {model} | {words} | {pk or '—'} | {cells} |")
     for pk, p in PAPER_TABLE4.items():
       if pk not in ran:
         cells = " | ".join(f"{_paper(p[k])} / —" for k in ("in_out", "in_tied", "out_tied"))
@@ -251,7 +266,8 @@ def to_markdown(tables: dict) -> str:
   return "\n".join(out)
 
 
-def build_tables(w2v: tuple | None, lm: tuple | None, lm_corpus: str = "ptb", data_dir=None) -> dict:
+def build_tables(w2v: tuple | None, lm: tuple | None, lm_corpus: str = "ptb", data_dir=None,
+                 table4_words: int = 0, table4_seed: int = 0) -> dict:
   """w2v, lm: (untied_dir, tied_dir) or None. Returns the tables as a dict (see module docstring)."""
   tables: dict = {"table4": {}}
   if w2v:
@@ -259,7 +275,8 @@ def build_tables(w2v: tuple | None, lm: tuple | None, lm_corpus: str = "ptb", da
     tables["table2"] = {"source": f"word2vec {w2v[0]} / {w2v[1]}",
                         "rho": similarity_table(mats, run_vocab(w2v[1]), data_dir),
                         "training": {"untied": training_summary(w2v[0]), "tied": training_summary(w2v[1])}}
-    tables["table4"]["word2vec"] = {**correlation_row(mats), "vocab": len(mats["tied"])}
+    tables["table4"]["word2vec"] = {**correlation_row(mats, table4_words, table4_seed),
+                                    "vocab": len(mats["tied"])}
   if lm:
     mats = three_embeddings(*lm)
     own = [Path(d) / "vocab.txt" for d in lm]
@@ -275,7 +292,8 @@ def build_tables(w2v: tuple | None, lm: tuple | None, lm_corpus: str = "ptb", da
                        f"{len(index)}: not runs on {lm_corpus}?")
     tables["table3"] = {"source": f"{lm_corpus} LM {lm[0]} / {lm[1]}", "corpus": lm_corpus,
                         "rho": similarity_table(mats, index, data_dir)}
-    tables["table4"][f"LM ({lm_corpus})"] = {**correlation_row(mats), "vocab": len(mats["tied"])}
+    tables["table4"][f"LM ({lm_corpus})"] = {**correlation_row(mats, table4_words, table4_seed),
+                                             "vocab": len(mats["tied"])}
   if not tables["table4"]:
     del tables["table4"]
   return tables
@@ -311,7 +329,8 @@ def main(argv):
     pairs[name] = (u, t) if u else None
   if not any(pairs.values()):
     raise app.UsageError("Give --w2v_untied/--w2v_tied and/or --lm_untied/--lm_tied.")
-  tables = build_tables(pairs["w2v"], pairs["lm"], _LM_CORPUS.value, _DATA_DIR.value)
+  tables = build_tables(pairs["w2v"], pairs["lm"], _LM_CORPUS.value, _DATA_DIR.value, _TABLE4_WORDS.value,
+                        _TABLE4_SEED.value)
   out = Path(_OUT.value)
   out.mkdir(parents=True, exist_ok=True)
   (out / "tables.json").write_text(json.dumps(tables, indent=2))

@@ -851,6 +851,10 @@ def build_softmax_study(name: str, out_root: Path, runs_dir: Path | None = None,
             "Rows with a gradient: the mean per step over training (`rows/grad/...` in each run's curve). ρ: Table "
             "4's correlations of all pairwise cosine distances between the untied model's input (In) or output "
             "(Out) matrix and the tied matrix. The question and the reading: `results/softmax_study/README.md`.")
+  sampled = sorted({(t["sampled_words"], t["sample_seed"]) for t in table4.values() if t.get("sampled_words")})
+  if sampled:
+    lead += (" ρ here is over the pairs among a uniform random sample of the words (`experiments.embeddings "
+             "--table4_words`): " + ", ".join(f"{n:,} words, seed {seed}" for n, seed in sampled) + ".")
   title = "Beyond the papers: does tying still help when the softmax is approximated?" + (
       "" if study.table6_baseline else f" ({study.corpus})")
   _write(name, report_dir, readme, title, lead, tab, None, "", softmax_provenance(runs, name, study), "Runs and commands")

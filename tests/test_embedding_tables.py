@@ -122,3 +122,19 @@ def test_entry_point(runs, tmp_path):
   r = subprocess.run([sys.executable, "-m", "experiments.embeddings", f"--lm_untied={runs / 'lm_untied'}"],
                      cwd=REPO, capture_output=True, text=True, timeout=300)
   assert r.returncode != 0 and "go together" in r.stderr
+
+
+def test_table4_over_a_word_sample_is_the_all_pairs_measure_on_those_rows():
+  """--table4_words: the three ρ over the pairs among a seeded random subset of the words, the same rows of
+  every matrix, recorded with the sample; a sample at least the vocabulary's size is all words."""
+  rng = np.random.default_rng(3)
+  mats = {k: rng.normal(size=(60, 5)) for k in ("input", "output")}
+  mats["tied"] = mats["output"] + 0.5 * rng.normal(size=(60, 5))
+  row = tables_lib.correlation_row(mats, words=25, seed=7)
+  rows = np.sort(np.random.default_rng(7).choice(60, 25, replace=False))
+  assert row["out_tied"] == pytest.approx(emb.pairwise_distance_rho(mats["output"][rows], mats["tied"][rows]))
+  assert row["in_tied"] == pytest.approx(emb.pairwise_distance_rho(mats["input"][rows], mats["tied"][rows]))
+  assert (row["sampled_words"], row["sample_seed"]) == (25, 7)
+  assert row["out_tied"] != pytest.approx(tables_lib.correlation_row(mats, words=25, seed=8)["out_tied"])
+  full = tables_lib.correlation_row(mats)
+  assert tables_lib.correlation_row(mats, words=60) == full and "sampled_words" not in full
