@@ -704,8 +704,8 @@ class SoftmaxStudy:
 
 SOFTMAX_STUDIES = {
     "softmax_study": SoftmaxStudy("ptb", "PTB", "", 10_000, True),
-    "softmax_study_wt2": SoftmaxStudy("wikitext2", "WikiText-2", " --config.dataset=wikitext2 --config.vocab_size=33278",
-                                      33_278, False, kinds=()),
+    "softmax_study_wt2": SoftmaxStudy("wikitext2", "WikiText-2",
+                                      " --config.dataset=wikitext2 --config.vocab_size=33278", 33_278, False, kinds=()),
 }
 
 
@@ -857,7 +857,8 @@ def build_softmax_study(name: str, out_root: Path, runs_dir: Path | None = None,
              "--table4_words`): " + ", ".join(f"{n:,} words, seed {seed}" for n, seed in sampled) + ".")
   title = "Beyond the papers: does tying still help when the softmax is approximated?" + (
       "" if study.table6_baseline else f" ({study.corpus})")
-  _write(name, report_dir, readme, title, lead, tab, None, "", softmax_provenance(runs, name, study), "Runs and commands")
+  _write(name, report_dir, readme, title, lead, tab, None, "", softmax_provenance(runs, name, study),
+         "Runs and commands")
   return tab
 
 

@@ -360,7 +360,8 @@ def test_the_wikitext2_softmax_study_reads_only_its_corpus_and_gives_its_flags(t
   tab = report.build_softmax_study("softmax_study_wt2", out, runs)
 
   assert "full softmax" not in tab and "Table 6" not in tab
-  row = next(l for l in tab.splitlines() if l.startswith("| sampled softmax, log-uniform proposal, K = 3,300 | tied |"))
+  row = next(l for l in tab.splitlines()
+             if l.startswith("| sampled softmax, log-uniform proposal, K = 3,300 | tied |"))
   assert "| -5.5 |" in row
   assert ("--config=configs/small_tied.py --config.dataset=wikitext2 --config.vocab_size=33278 "
           "--config.softmax.kind=sampled --config.softmax.proposal=log_uniform --config.softmax.num_samples=3300 "
