@@ -10,7 +10,7 @@
 # rhn_tied. BENCH_FLAGS (environment) is appended to every bench command (a CPU smoke run:
 # BENCH_FLAGS="--config.hidden_size=32 --steps=2 --warmup=1 --repeats=1 --eval_windows=2"). Writes
 # OUT_DIR/bench.jsonl (one JSON line per measurement, as it finishes), OUT_DIR/numerics.log and
-# OUT_DIR/bench.log. PyTorch: the machine's python3; each config's reference (bench.torch_reference):
+# OUT_DIR/bench.log. NUMERICS=0 (environment) skips the GPU-vs-CPU test (about 100 s on an H200). PyTorch: the machine's python3; each config's reference (bench.torch_reference):
 # .gpu/bench/torch_small_lm.py (cuDNN's LSTM), .gpu/bench/torch_rhn_lm.py beside it, and
 # experiments/bench_helpers/torch_vd_lstm.py for the BD rows.
 set -u
@@ -35,8 +35,10 @@ record() {  # record NAME CMD...: the command's last JSON line, tagged, appended
 }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT_DIR/device.txt"
-timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_gpu_numerics.py -s >"$OUT_DIR/numerics.log" 2>&1
-tail -n 15 "$OUT_DIR/numerics.log"
+if [ "${NUMERICS:-1}" != 0 ]; then
+  timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_gpu_numerics.py -s >"$OUT_DIR/numerics.log" 2>&1
+  tail -n 15 "$OUT_DIR/numerics.log"
+fi
 
 common=(--config.matmul_precision="$PRECISION" --peak=false --steps=100 --warmup=10 --repeats=3 --eval_windows=50
         ${BENCH_FLAGS:-})
