@@ -65,7 +65,10 @@ while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $end ]; do
   sleep 5
   n=$((n + 1))
   if [ $((n % 12)) -eq 0 ]; then  # a line a minute: each job's latest progress
-    for f in "$ROOT"/runs/*[!d]/log.txt; do echo "$(basename "$(dirname "$f")"): $(grep -E 'epoch [0-9]+ (step|done)' "$f" | tail -n 1 | cut -c 1-220)"; done
+    for f in "$ROOT"/runs/*/log.txt; do  # (a restarted job's first folder is <job>.<precision>.abandoned)
+      case $f in *.abandoned/log.txt) continue ;; esac
+      echo "$(basename "$(dirname "$f")"): $(grep -E 'epoch [0-9]+ (step|done)' "$f" | tail -n 1 | cut -c 1-220)"
+    done
   fi
   [ $((n % 6)) -eq 0 ] && pack
 done
