@@ -1,9 +1,9 @@
 # Sourced by experiments/gpu_window.sh and experiments/gpu_bench.sh on a lent GPU machine (run from the
 # checkout's root): the packages the machine lacks (carried as wheels in .gpu/whl), the corpus (.gpu/data),
 # the commit the records name (.gpu/commit, written here before the call), and two runs sharing the card.
-ROOT=/tmp/wt_gpu
+ROOT=${WT_GPU_ROOT:-/tmp/wt_gpu}  # the machine's scratch: installed wheels, runs, records
 mkdir -p "$ROOT"
-export PYTHONPATH="$ROOT/site:$PWD" WT_JAX_DATA="$PWD/.gpu/data" PYTHONUNBUFFERED=1
+export PYTHONPATH="$ROOT/site:$PWD" WT_JAX_DATA="${WT_JAX_DATA:-$PWD/.gpu/data}" PYTHONUNBUFFERED=1
 export XLA_PYTHON_CLIENT_PREALLOCATE=false  # several processes share the card: allocate as needed
 [ -f .gpu/commit ] && export WT_JAX_COMMIT="$(cat .gpu/commit)"  # the copy's .git may not be this tree's
 if [ ! -f "$ROOT/site/.installed" ]; then

@@ -6,18 +6,21 @@
 #   bash experiments/gpu_window.sh WAIT_S OUT_DIR [gpu_table5 flags...]
 #   EXTEND_TO=S bash experiments/gpu_window.sh WAIT_S OUT_DIR   # a later call: deadline = now + S seconds
 #
-# A second call on the same machine starts nothing: it waits for the running driver (moving its deadline if
-# EXTEND_TO is set: that call knows how much of the window is left) and packs its records again. Expects, in the checkout (ignored by git, carried to the machine): .gpu/whl/*.whl (packages the
-# machine lacks), .gpu/fallback/*.whl (the flax/optax/orbax/chex this project's CPU suite runs with, used only
-# if the machine's own fail the preflight) and .gpu/data/ptb/ (the corpus). Leaves in OUT_DIR:
-# records.tgz (env.json, status.json, each job's results.json / curve.jsonl / metrics.jsonl / log.txt),
-# status.json and driver.log.
+# WAIT_S counts from this script's start, set-up and preflight (about 25 s on a fresh machine) included, so a
+# call with a 600-s limit can pass WAIT_S = 580. A second call on the same machine starts nothing: it waits
+# for the running driver (moving its deadline if EXTEND_TO is set: that call knows how much of the window is
+# left) and packs its records again. Expects, in the checkout (ignored by git, carried to the machine):
+# .gpu/whl/*.whl (packages the machine lacks), .gpu/fallback/*.whl (the flax/optax/orbax/chex this project's
+# CPU suite runs with, used only if the machine's own fail the preflight) and .gpu/data/ptb/ (the corpus;
+# WT_JAX_DATA, if set, wins). WT_GPU_ROOT (default /tmp/wt_gpu) is the machine's scratch folder. Leaves in
+# OUT_DIR: records.tgz (env.json, status.json, each job's results.json / curve.jsonl / metrics.jsonl /
+# log.txt), status.json and driver.log.
 set -u
 cd "$(dirname "$0")/.."
 WAIT_S=$1
 OUT_DIR=$2
 shift 2
-. experiments/gpu_setup.sh  # ROOT=/tmp/wt_gpu, the carried wheels, the environment
+. experiments/gpu_setup.sh  # ROOT (WT_GPU_ROOT or /tmp/wt_gpu), the carried wheels, the environment
 mkdir -p "$OUT_DIR"
 
 pack() {
@@ -58,7 +61,7 @@ fi
 if [ -n "${EXTEND_TO:-}" ]; then
   echo $(( $(date +%s) + EXTEND_TO )) >"$ROOT/records/deadline_at.tmp" && mv "$ROOT/records/deadline_at.tmp" "$ROOT/records/deadline_at"
 fi
-end=$((SECONDS + WAIT_S))
+end=$WAIT_S  # (bash's SECONDS: seconds since this script started)
 pid=$(cat "$ROOT/driver.pid")
 n=0
 while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $end ]; do
@@ -81,7 +84,7 @@ print('elapsed', s['elapsed_s'], 'deadline', s['deadline_s'], 'done', s['done'],
 for j in s['jobs']:
   print(j['label'], j['state'], j['matmul_precision'], j.get('wall_s'), [e for e in j['events'] if e['event'] != 'start'][-3:])
 "
-[ -f "$ROOT/records/probe.json" ] && python3 -c "
+[ ! -f "$ROOT/records/probe.json" ] || python3 -c "
 import json; p = json.load(open('$ROOT/records/probe.json'))
 print('probe', p['config'], 'chosen', p.get('chosen'))
 for k, v in p['variants'].items():
