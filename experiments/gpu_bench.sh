@@ -10,9 +10,10 @@
 # rhn_tied. BENCH_FLAGS (environment) is appended to every bench command (a CPU smoke run:
 # BENCH_FLAGS="--config.hidden_size=32 --steps=2 --warmup=1 --repeats=1 --eval_windows=2"). Writes
 # OUT_DIR/bench.jsonl (one JSON line per measurement, as it finishes), OUT_DIR/numerics.log and
-# OUT_DIR/bench.log. NUMERICS=0 (environment) skips the GPU-vs-CPU test (about 100 s on an H200). PyTorch: the machine's python3; each config's reference (bench.torch_reference):
-# .gpu/bench/torch_small_lm.py (cuDNN's LSTM), .gpu/bench/torch_rhn_lm.py beside it, and
-# experiments/bench_helpers/torch_vd_lstm.py for the BD rows.
+# OUT_DIR/bench.log. NUMERICS=0 (environment) skips the GPU-vs-CPU test (about 100 s on an H200). PyTorch:
+# the machine's python3; each config's reference (bench.torch_reference): .gpu/bench/torch_small_lm.py
+# (cuDNN's LSTM), .gpu/bench/torch_rhn_lm.py beside it, and experiments/bench_helpers/torch_vd_lstm.py for
+# the BD rows.
 set -u
 cd "$(dirname "$0")/.."
 BUDGET_S=$1
