@@ -13,8 +13,10 @@ Precision ladder. A job starts at the first of `--precisions` (`config.matmul_pr
 computed true float32). After `--check_steps` steps its measured rate gives a projected end; if that end is
 past the deadline and a lower rung exists, the job is stopped and restarted from scratch one rung down
 (`tensorfloat32`), its probe kept in the record. If the job already runs on the last rung and still cannot end
-in time while a lower-priority job shares the device, that job is stopped (shed) and the check repeats. The
-decisions, with the rates they used, are in `status.json`.
+in time while a lower-priority job shares the device, the lowest-priority running job is stopped (shed) and the
+check repeats. The lowest-priority job, late on its own, runs on to the deadline and keeps its curve: the way
+to give a run longer than the window (the 500-epoch main job) whatever the others leave. The decisions, with
+the rates they used, are in `status.json`.
 
 Probe. With `--probe=CONFIG`, before any job, CONFIG's train step is timed (`experiments.bench`, one process
 per variant) with each of `--probe_variants`: time steps per compiled loop iteration (`scan_unroll`) and XLA's
@@ -122,13 +124,15 @@ def decide(job_ends: list[tuple[str, int, int, float | None]], deadline: float) 
 
   job_ends: (label, rung, last rung index, projected end or None if not yet measured), by priority.
   Returns (action, label): ('restart', j) — j cannot end in time and has a lower precision rung;
-  ('shed', j) — the highest-priority job cannot end in time on its last rung and j, the lowest-priority other
-  running job, is stopped to give it the device; ('keep', None) otherwise."""
+  ('shed', j) — a job other than the lowest-priority one cannot end in time on its last rung, so j, the
+  lowest-priority running job, is stopped to give it the device; ('keep', None) otherwise. A late job of the
+  lowest priority alone is kept: it runs to the deadline and keeps its curve so far (a run longer than any
+  window, e.g. the 500-epoch main job, is such a job by design)."""
   for label, rung, last, end in job_ends:
     if end is not None and end > deadline and rung < last:
       return "restart", label
-  late = [(label, end) for label, rung, last, end in job_ends if end is not None and end > deadline]
-  if late and late[0][0] == job_ends[0][0] and len(job_ends) > 1:
+  late = [label for label, rung, last, end in job_ends if end is not None and end > deadline]
+  if len(job_ends) > 1 and any(label != job_ends[-1][0] for label in late):
     return "shed", job_ends[-1][0]
   return "keep", None
 

@@ -26,6 +26,10 @@ def test_decide_restarts_a_late_job_one_rung_down_before_shedding_anything():
   assert g.decide([("a", 0, 1, 150.0), ("b", 1, 1, 150.0)], deadline) == ("restart", "a")
   # on the last rung: the top job late → the lowest-priority other job is shed
   assert g.decide([("a", 1, 1, 150.0), ("b", 1, 1, None), ("c", 1, 1, 80.0)], deadline) == ("shed", "c")
+  # any late job but the lowest-priority one sheds the lowest: it frees the device for the others
+  assert g.decide([("a", 1, 1, 90.0), ("b", 1, 1, 150.0), ("c", 1, 1, 999.0)], deadline) == ("shed", "c")
+  # the lowest-priority job late alone runs on to the deadline (a run longer than the window, kept partial)
+  assert g.decide([("a", 1, 1, 90.0), ("b", 1, 1, 95.0), ("c", 1, 1, 999.0)], deadline) == ("keep", None)
   # a late lower-priority job on its last rung does not shed the top one; a lone late job is kept
   assert g.decide([("a", 1, 1, 90.0), ("b", 1, 1, 150.0)], deadline) == ("keep", None)
   assert g.decide([("a", 1, 1, 150.0)], deadline) == ("keep", None)
