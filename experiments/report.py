@@ -295,7 +295,12 @@ def import_runs(runs_dir: Path, dest: Path) -> list[str]:
     target = dest / run.name
     target.mkdir(parents=True, exist_ok=True)
     shutil.copy2(run / "results.json", target / "results.json")
-    (target / CURVE).write_text("".join(json.dumps(r) + "\n" for r in epoch_records(run / "metrics.jsonl")))
+    # a run's workdir holds metrics.jsonl; a record collected by experiments.gpu_table5 holds curve.jsonl
+    source = run / "metrics.jsonl" if (run / "metrics.jsonl").exists() else run / CURVE
+    records = epoch_records(source)
+    if not records:
+      logging.warning("%s: no epoch records in metrics.jsonl or %s; its curve will be empty", run, CURVE)
+    (target / CURVE).write_text("".join(json.dumps(r) + "\n" for r in records))
     imported.append(run.name)
   return imported
 
@@ -364,6 +369,7 @@ def figure(spec: ReportSpec, by_config: dict[str, list[dict]], png: Path) -> Pat
 
   fig, ax = plt.subplots(figsize=(7, 4.5))
   drawn = False
+  lows = []  # the lowest value drawn: with a curve that starts far above 200, autoscaling would go below 0
   palette = plt.get_cmap("tab10" if len(spec.rows) <= 10 else "tab20")  # one colour per row
   for i, row in enumerate(spec.rows):
     colour = palette(i)
@@ -374,14 +380,17 @@ def figure(spec: ReportSpec, by_config: dict[str, list[dict]], png: Path) -> Pat
       ax.plot(xs, ys, color=colour, linestyle="-" if j == 0 else "--", marker="o" if j == 0 else None,
               markersize=3, label=f"{row.label} (seed {r['seed']})")
       drawn = True
+      lows.append(min(ys))
     if row.valid is not None and spec.comparable:
       ax.axhline(row.valid, color=colour, linestyle=":", linewidth=1)
+      lows.append(row.valid)
   if not drawn:
     plt.close(fig)
     return None
   ax.set_xlabel("epoch")
   ax.set_ylabel("validation perplexity")
-  ax.set_ylim(top=min(ax.get_ylim()[1], 200))
+  top = min(ax.get_ylim()[1], 200)
+  ax.set_ylim(bottom=max(0.0, min(lows) - 0.05 * (top - min(lows))), top=top)
   ax.grid(True, alpha=0.3)
   ax.legend(fontsize=8)
   has_paper = spec.comparable and any(row.valid is not None for row in spec.rows)

@@ -62,6 +62,17 @@ def test_report_imports_finished_runs_and_builds_table(tmp_path):
   assert report.build("ptb_table6", tmp_path / "results", None, None) == tab
 
 
+def test_report_imports_a_collected_gpu_record_whose_epochs_are_in_curve_jsonl(tmp_path):
+  """experiments.gpu_table5 collects a run as results.json + curve.jsonl (its epoch records), without the
+  workdir's metrics.jsonl: the import takes the epochs from curve.jsonl, so the figure has the run's curve."""
+  run = tmp_path / "records" / "small_tied_seed0"
+  _fake_run(run, "small_tied", 0, 112.0)
+  (run / "metrics.jsonl").rename(run / "curve.jsonl")
+  report.build("ptb_table6", tmp_path / "results", tmp_path / "records", None)
+  curve = (tmp_path / "results" / "ptb_table6" / "small_tied_seed0" / "curve.jsonl").read_text().splitlines()
+  assert [json.loads(l)["valid_ppl"] for l in curve] == [149.0, 148.0, 147.0]
+
+
 def test_rebuild_keeps_the_prose_around_the_markers_of_the_study_page(tmp_path):
   """A study page's hand-written text stays; only what lies between the report's markers is regenerated."""
   _fake_run(tmp_path / "runs" / "small_tied_seed0", "small_tied", 0, 112.0)
