@@ -123,8 +123,9 @@ def get_config():
   c.eval_batch_size = 20      # validation as the reference: 20 streams, bptt windows
   c.test_window = 200         # batch-1 test: window length (state carried, so it only affects speed)
   c.test_params = "final"     # Zaremba / Press & Wolf code: test the final parameters ("best": by valid)
-  c.eval_max_tokens = 0       # >0: evaluate on only the first N valid/test tokens (smoke runs; recorded)
+  c.eval_max_tokens = 0       # >0: evaluate on only the first N valid/test (and eval_train) tokens (smoke runs)
   c.eval_mc_samples = 0       # >0: also test with Monte-Carlo dropout (Gal 2015), this many passes
+  c.eval_train = False        # True: also the training text without dropout, tested parameters (`train_ppl_eval`)
   # Bookkeeping.
   c.log_every = 200           # steps between progress lines (and at least every 30 s)
   c.checkpoint_every_steps = 500  # mid-epoch checkpoints (0: only at epoch ends)

@@ -227,7 +227,10 @@ REPORTS = {
              "per run; the device, versions and the window's decisions are in `results/table5/gpu_windows/`). "
              "Float32 matmuls at TF32 precision unless the command says `float32`: in true float32 the large "
              "LSTM took 24–25 ms per step on an H200 with two runs sharing it, too slow for a 55-epoch run in "
-             "one window (BUILD_NOTES §21)."),
+             "one window (BUILD_NOTES §21). Our train column is the running training perplexity with dropout "
+             "on; where a run also measured the training text without dropout (`config.eval_train`, on for the "
+             "BD configs) that value follows in brackets: the paper's BD train values appear to be that "
+             "measure, not the running one (BUILD_NOTES §26)."),
     # Not a paper table: the tied Transformer LM (configs/transformer.py) — tied vs untied × where the one
     # matrix's scale is corrected (none: GPT-2; √D on the input: Vaswani et al. 2017, Gemma; 1/√D on the
     # logits: T5), and projection regularisation on the tied model. No paper reports these on PTB or WikiText-2.
@@ -329,6 +332,15 @@ def _cell(values: list[float]) -> str:
   return f"{statistics.mean(values):.1f} ({', '.join(f'{v:.1f}' for v in values)})"
 
 
+def _train_cell(runs: list[dict]) -> str:
+  """The running training perplexity (dropout on) of the runs, then, if every run also scored the training
+  text without dropout (`train_ppl_eval`), that in brackets."""
+  cell = _cell([r["train_ppl"] for r in runs])
+  if all("train_ppl_eval" in r for r in runs):
+    cell += f" (no dropout: {_cell([r['train_ppl_eval'] for r in runs])})"
+  return cell
+
+
 def _paper(value: float | None):
   return "—" if value is None else value
 
@@ -355,7 +367,7 @@ def table(spec: ReportSpec, by_config: dict[str, list[dict]]) -> str:
     lines.append(
         f"| {row.label} | {row.size} | {', '.join(f'{s:,}' for s in sizes)} "
         f"| {', '.join(str(r['seed']) for r in runs)} "
-        f"| {_paper(row.train)} / {_cell([r['train_ppl'] for r in runs])} "
+        f"| {_paper(row.train)} / {_train_cell(runs)} "
         f"| {_paper(row.valid)} / {_cell([r['valid_ppl'] for r in runs])} "
         f"| {_paper(row.test)} / {_cell(tests)} | {delta} |")
   return "\n".join(lines)

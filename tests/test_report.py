@@ -73,6 +73,17 @@ def test_report_imports_a_collected_gpu_record_whose_epochs_are_in_curve_jsonl(t
   assert [json.loads(l)["valid_ppl"] for l in curve] == [149.0, 148.0, 147.0]
 
 
+def test_train_cell_adds_the_no_dropout_training_perplexity_only_when_every_run_has_it(tmp_path):
+  runs = tmp_path / "runs"
+  _fake_run(runs / "small_tied_seed0", "small_tied", 0, 112.0)
+  _fake_run(runs / "small_seed0", "small", 0, 115.0)
+  r = json.loads((runs / "small_tied_seed0" / "results.json").read_text())
+  (runs / "small_tied_seed0" / "results.json").write_text(json.dumps({**r, "train_ppl_eval": 20.5}))
+  tab = report.build("ptb_table6", tmp_path / "results", runs, None)
+  assert "| 36.4 / 35.0 (no dropout: 20.5) |" in next(l for l in tab.splitlines() if l.startswith("| small + WT |"))
+  assert "no dropout" not in next(l for l in tab.splitlines() if l.startswith("| small |"))
+
+
 def test_rebuild_keeps_the_prose_around_the_markers_of_the_study_page(tmp_path):
   """A study page's hand-written text stays; only what lies between the report's markers is regenerated."""
   _fake_run(tmp_path / "runs" / "small_tied_seed0", "small_tied", 0, 112.0)

@@ -113,6 +113,22 @@ def test_reported_perplexity_excludes_penalty(tiny_corpus, tmp_path):
   assert res["test_ppl"] < 1e3  # a λ of 1e6 in the ppl would be astronomically large
 
 
+def test_eval_train_scores_the_training_text_as_validation_scores_its_text(tiny_corpus, tmp_path):
+  """eval_train: the training text read as validation is (no dropout, eval_batch_size streams, the tested
+  parameters). The validation text does not touch training, so a second run whose validation text is the
+  training text validates to what the first run's train_ppl_eval says; and neither is the running training
+  perplexity, which has dropout on."""
+  import dataclasses
+  corpus, _ = tiny_corpus
+  config = tiny_config(num_epochs=1, dropout=0.5, eval_train=True)
+  res = lm.fit(config, corpus, tmp_path / "a")
+  same = lm.fit(config, dataclasses.replace(corpus, valid=corpus.train), tmp_path / "b")
+  assert res["train_ppl_eval"] == pytest.approx(same["valid_ppl"], rel=1e-5)
+  assert abs(res["train_ppl_eval"] - res["valid_ppl"]) > 0.01 * res["valid_ppl"]
+  assert abs(res["train_ppl_eval"] - res["train_ppl"]) > 0.01 * res["train_ppl"]
+  assert "train_ppl_eval" not in lm.fit(tiny_config(max_steps=2), corpus, tmp_path / "off")
+
+
 # --- learning, resume, bad input -----------------------------------------------------------------
 
 def test_tiny_model_learns(tiny_corpus, tmp_path):

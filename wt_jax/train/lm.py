@@ -182,6 +182,10 @@ class LMTask:
       tested = "final (test_params='best', but no epoch has ended yet)"
     test = eval_lib.test_perplexities(c, self.model, self.eval_window, params, self.corpus.test,
                                       jax.random.fold_in(self.step_key, 2**31 - 1), self.dp)
+    if c.eval_train:  # the training text as validation is read: no dropout, eval_batch_size streams
+      train_text = self.corpus.train[:c.eval_max_tokens] if c.eval_max_tokens else self.corpus.train
+      test["train_ppl_eval"] = eval_lib.evaluate(self.model, self.eval_window, params, train_text,
+                                                 c.eval_batch_size, c.bptt, drop_remainder=True, dp=self.dp)["ppl"]
     return {"task": "lm", "dataset": c.dataset, "model": c.model, "tying": c.words.mode,
             "softmax": softmax.kind_of(c), "softmax_settings": softmax.settings(c), "train_ppl": train_ppl,
             "train_ppl_from": softmax.TRAIN_NLL[softmax.kind_of(c)], "valid_ppl": valid_ppl, **test,
