@@ -373,6 +373,15 @@ def table(spec: ReportSpec, by_config: dict[str, list[dict]]) -> str:
   return "\n".join(lines)
 
 
+def valid_axis_limits(lows: list[float], autoscaled_top: float, cap: float = 200.0) -> tuple[float, float]:
+  """(bottom, top) of the validation-perplexity axis: the top capped at `cap`, the bottom a 5% margin below
+  the lowest value drawn (`lows`: each curve's minimum and each paper line) and never below 0 — autoscaling
+  alone would put it below 0 when a curve starts in the thousands."""
+  top = min(autoscaled_top, cap)
+  low = min(lows)
+  return max(0.0, low - 0.05 * (top - low)), top
+
+
 def figure(spec: ReportSpec, by_config: dict[str, list[dict]], png: Path) -> Path | None:
   """Validation perplexity per epoch, one colour per paper row (first seed solid, others dashed)."""
   import matplotlib
@@ -381,7 +390,7 @@ def figure(spec: ReportSpec, by_config: dict[str, list[dict]], png: Path) -> Pat
 
   fig, ax = plt.subplots(figsize=(7, 4.5))
   drawn = False
-  lows = []  # the lowest value drawn: with a curve that starts far above 200, autoscaling would go below 0
+  lows = []  # each curve's minimum and each paper line (valid_axis_limits)
   palette = plt.get_cmap("tab10" if len(spec.rows) <= 10 else "tab20")  # one colour per row
   for i, row in enumerate(spec.rows):
     colour = palette(i)
@@ -401,8 +410,7 @@ def figure(spec: ReportSpec, by_config: dict[str, list[dict]], png: Path) -> Pat
     return None
   ax.set_xlabel("epoch")
   ax.set_ylabel("validation perplexity")
-  top = min(ax.get_ylim()[1], 200)
-  ax.set_ylim(bottom=max(0.0, min(lows) - 0.05 * (top - min(lows))), top=top)
+  ax.set_ylim(*valid_axis_limits(lows, ax.get_ylim()[1]))
   ax.grid(True, alpha=0.3)
   ax.legend(fontsize=8)
   has_paper = spec.comparable and any(row.valid is not None for row in spec.rows)

@@ -84,6 +84,14 @@ def test_train_cell_adds_the_no_dropout_training_perplexity_only_when_every_run_
   assert "no dropout" not in next(l for l in tab.splitlines() if l.startswith("| small |"))
 
 
+def test_valid_axis_keeps_every_drawn_minimum_in_view_and_never_goes_below_zero():
+  # a curve from 2,000 down to 76 and paper lines at 68 and 82: autoscale top ≈ 2,100, capped at 200
+  bottom, top = report.valid_axis_limits([76.1, 68.1, 82.2], 2100.0)
+  assert top == 200.0 and 0.0 < bottom < 68.1 and bottom == pytest.approx(68.1 - 0.05 * (200 - 68.1))
+  assert report.valid_axis_limits([1.5], 2100.0)[0] == 0.0  # a margin below 1.5 would go negative
+  assert report.valid_axis_limits([90.0], 150.0) == (pytest.approx(87.0), 150.0)
+
+
 def test_rebuild_keeps_the_prose_around_the_markers_of_the_study_page(tmp_path):
   """A study page's hand-written text stays; only what lies between the report's markers is regenerated."""
   _fake_run(tmp_path / "runs" / "small_tied_seed0", "small_tied", 0, 112.0)
