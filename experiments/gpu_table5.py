@@ -1,7 +1,7 @@
 """Train a priority list of LM configs on one accelerator inside a wall-clock budget, and keep a record of
 each that a caller can collect at any moment (Press & Wolf Table 5 on a lent GPU).
 
-    python -m experiments.gpu_table5 --jobs=large_tied,large --parallel=2 --budget_s=700 \\
+    python -m experiments.gpu_table5 --jobs=large_tied,large --parallel=1 --budget_s=700 \\
         --run_dir=/tmp/wt/runs --record_dir=/tmp/wt/records
     python -m experiments.gpu_table5 --dry_run --run_dir=/tmp/d/runs --record_dir=/tmp/d/records   # CPU, tiny shapes
 
@@ -49,7 +49,8 @@ from absl import app, flags
 
 _JOBS = flags.DEFINE_list("jobs", ["large_tied", "large"], "Configs (with :key=value overrides), by priority.")
 _SET = flags.DEFINE_multi_string("set", [], "key=value overrides for every job (e.g. checkpoint_every_epochs=0).")
-_PARALLEL = flags.DEFINE_integer("parallel", 2, "Jobs running at once on the device.")
+_PARALLEL = flags.DEFINE_integer("parallel", 1, "Jobs running at once on the device (two large recurrences can\n"
+                                 "run slower side by side than one after the other: BUILD_NOTES §26).")
 _BUDGET = flags.DEFINE_float("budget_s", 700.0, "Wall-clock seconds from the driver's start to its deadline.")
 _MIN_START = flags.DEFINE_float("min_start_s", 120.0, "Start a queued job only with this much budget left.")
 _PRECISIONS = flags.DEFINE_list("precisions", ["float32", "tensorfloat32"],
