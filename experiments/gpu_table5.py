@@ -49,7 +49,7 @@ from absl import app, flags
 
 _JOBS = flags.DEFINE_list("jobs", ["large_tied", "large"], "Configs (with :key=value overrides), by priority.")
 _SET = flags.DEFINE_multi_string("set", [], "key=value overrides for every job (e.g. checkpoint_every_epochs=0).")
-_PARALLEL = flags.DEFINE_integer("parallel", 1, "Jobs running at once on the device (two large recurrences can\n"
+_PARALLEL = flags.DEFINE_integer("parallel", 1, "Jobs running at once on the device (two large recurrences can "
                                  "run slower side by side than one after the other: BUILD_NOTES §26).")
 _BUDGET = flags.DEFINE_float("budget_s", 700.0, "Wall-clock seconds from the driver's start to its deadline.")
 _MIN_START = flags.DEFINE_float("min_start_s", 120.0, "Start a queued job only with this much budget left.")
