@@ -43,9 +43,12 @@ def softmax_config() -> ml_collections.ConfigDict:
   """The training cost's softmax (`wt_jax.softmax`); evaluation is always exact. Not in the papers, which
   train with the full softmax: the approximations of the lecture notes' "Softmax approximations"."""
   s = ml_collections.ConfigDict()
-  s.kind = "full"             # full | sampled (Jean et al. 2015) | nce (Mnih & Teh 2012) | class (Goodman 2001)
-  s.num_samples = 1000        # K candidates per step, shared by the batch (sampled, nce); ours: ~V/10 on PTB,
-  #                             a tenth of the full output layer's multiply-adds
+  s.kind = "full"             # full | sampled (importance sampling of the normaliser, Bengio & Senécal 2008, the
+  #                             target's term exact: not TensorFlow's sampled_softmax_loss, which also corrects
+  #                             the target by log Q) | nce (Mnih & Teh 2012) | class (Goodman 2001)
+  s.num_samples = 1000        # K draws per step from Q, with replacement, shared by the batch (sampled, nce); ours:
+  #                             ~V/10 on PTB, a tenth of the full output layer's multiply-adds. K = 1,000
+  #                             log-uniform draws on PTB are ≈ 537 distinct rows (softmax.expected_distinct)
   s.proposal = "log_uniform"  # Q: log_uniform over frequency rank (TensorFlow's default sampler) | unigram
   s.unigram_power = 0.75      # Q ∝ count^power with proposal=unigram (Mikolov et al. 2013's 3/4)
   s.remove_accidental_hits = True  # sampled: drop candidates equal to the target (TensorFlow's default)

@@ -32,10 +32,47 @@ def test_log_uniform_proposal_is_tensorflows_and_draws_follow_it():
   r = np.arange(V)
   np.testing.assert_allclose(np.exp(log_q), (np.log(r + 2) - np.log(r + 1)) / np.log(V + 1), rtol=1e-12)
   assert np.exp(log_q).sum() == pytest.approx(1.0, abs=1e-12)
-  ids = softmax.draw(jax.random.key(0), jnp.asarray(log_q, jnp.float32), 200_000)
+  edges, _ = softmax.quantise(log_q)
+  ids = softmax.draw(jax.random.key(0), jnp.asarray(edges), 200_000)
   freq = np.bincount(np.asarray(ids), minlength=V) / 200_000
   # 4 standard deviations of a binomial proportion at n = 200k
   assert np.all(np.abs(freq - np.exp(log_q)) < 4 * np.sqrt(np.exp(log_q) / 200_000))
+
+
+@pytest.mark.parametrize("vocab", [V, 33_278])  # 33,278: WikiText-2, whose rarest words Q gives ≈ 2.9e-6
+def test_the_draw_follows_exactly_the_q_the_costs_correct_with(vocab):
+  """`draw` maps a uniform 32-bit integer u to the id whose interval [E_{i−1}, E_i) holds it, so it returns id i
+  with probability (E_i − E_{i−1}) / 2^32 — and that is exp(log Q') of `quantise`, the log Q the costs
+  subtract. Checked at every interval's two ends; Q' is Q to within 2^−33 (the likeliest word: V · 2^−33)."""
+  log_q = softmax.proposal_log_probs("log_uniform", vocab)
+  edges, log_q_rounded = softmax.quantise(log_q)
+  lo = np.concatenate([[0], edges.astype(np.int64)])
+  hi = np.concatenate([edges.astype(np.int64), [2**32]])
+  # exp(log x) in float64 returns x to within |log x| · 2^−52 relative (|log x| < 23 here)
+  np.testing.assert_allclose(np.exp(log_q_rounded), (hi - lo) / 2**32, rtol=23 * 2.0**-52, atol=0)
+  assert np.all(hi > lo)  # every word can be drawn
+  for bits in (lo, hi - 1):
+    ids = softmax.ids_of_bits(jnp.asarray(edges), jnp.asarray(bits.astype(np.uint32)))
+    np.testing.assert_array_equal(np.asarray(ids), np.arange(vocab))
+  tiny = softmax.quantise(np.log([1 - 1e-12, 1e-12]))  # a word below 2^−33 still gets one 2^−32
+  assert tiny[0][0] == 2**32 - 1 and np.exp(tiny[1][1]) == pytest.approx(2.0**-32, rel=1e-14)
+  err = np.abs(np.exp(log_q_rounded) - np.exp(log_q))
+  assert np.max(np.delete(err, np.argmax(log_q))) <= 2.0**-33 and err.max() <= vocab * 2.0**-33
+  # the costs read log Q' in float32: off by at most half an ulp of |log Q'| ≤ 16 (2^−20), a relative 1e-6 of Q'
+  cost_log_q = np.asarray(jnp.asarray(log_q_rounded, jnp.float32), np.float64)
+  assert np.max(np.abs(cost_log_q - log_q_rounded)) <= 2.0**-20
+
+
+def test_expected_distinct_candidates():
+  """Σ_w 1 − (1 − Q(w))^K: V(1 − (1 − 1/V)^K) for a uniform Q, and the count a simulation of K draws reaches."""
+  assert softmax.expected_distinct(np.full(V, -np.log(V)), 60) == pytest.approx(V * (1 - (1 - 1 / V) ** 60))
+  log_q = softmax.proposal_log_probs("log_uniform", 10_000)
+  edges, _ = softmax.quantise(log_q)
+  draws = jax.vmap(lambda k: softmax.draw(k, jnp.asarray(edges), 1000))(jax.random.split(jax.random.key(0), 200))
+  seen = np.mean([len(np.unique(d)) for d in np.asarray(draws)])
+  expected = softmax.expected_distinct(log_q, 1000)
+  assert expected == pytest.approx(536.6, abs=0.05)  # PTB's log-uniform K = 1,000 (configs/lm_base.py)
+  assert abs(seen - expected) < 1.5  # the count's sd is ≈ 11 per draw: ≈ 0.8 over 200 draws
 
 
 def test_unigram_proposal_and_bad_proposals():
@@ -55,11 +92,12 @@ def test_sampled_gradient_tends_to_the_full_softmax_gradient_as_k_grows():
   the error falls with K (the estimate of Σ_{w≠y} exp s_w is unbiased; the log makes the loss's bias O(1/K))
   and is ~1% at K = 1000 on this 40-word vocabulary."""
   z, w, b, y = _head()
-  log_q = jnp.asarray(softmax.proposal_log_probs("log_uniform", V), jnp.float32)
+  edges, log_q = softmax.quantise(softmax.proposal_log_probs("log_uniform", V))
+  edges, log_q = jnp.asarray(edges), jnp.asarray(log_q, jnp.float32)
   exact = jax.grad(lambda *a: jnp.sum(_full_nll(*a, y)), argnums=(0, 1, 2))(z, w, b)
 
   def sampled(z, w, b, key, k):
-    return jnp.sum(softmax.sampled_softmax_nll(z, w, b, y, softmax.draw(key, log_q, k), log_q))
+    return jnp.sum(softmax.sampled_softmax_nll(z, w, b, y, softmax.draw(key, edges, k), log_q))
 
   errors = []
   for k in (10, 100, 1000):
@@ -136,11 +174,33 @@ def test_class_model_is_normalised_and_its_cost_is_its_exact_nll():
   assert float(nll[0]) == pytest.approx(-np.log(p), rel=1e-5)
 
 
+def test_class_cost_clamps_the_window_of_a_class_near_the_end():
+  """The word part reads a window of M = the largest class's size rows from the class's first id; a class
+  starting later than V − M has its window moved back to end at V. Bins (0, 30, 35, 40) of 40 words: M = 30,
+  and the classes at 30 and 35 would read rows up to 64. Loss and gradient must be the exact model's, finite."""
+  z, w, b, _ = _head(4)
+  bounds = (0, 30, 35, 40)
+  c = jax.random.normal(jax.random.key(10), (3, D))
+  cb = jnp.zeros((3,))
+  y = jnp.array([3, 29, 31, 36, 39])  # every class, and both ends of the last
+
+  def cost(z, w, b):
+    return jnp.sum(softmax.class_nll(z, w, b, c, cb, y, bounds))
+
+  def exact(z, w, b):
+    return -jnp.sum(softmax.class_log_probs(z, w, b, c, cb, bounds)[jnp.arange(N), y])
+
+  np.testing.assert_allclose(cost(z, w, b), exact(z, w, b), rtol=1e-5)
+  for g, e in zip(jax.grad(cost, argnums=(0, 1, 2))(z, w, b), jax.grad(exact, argnums=(0, 1, 2))(z, w, b)):
+    assert np.all(np.isfinite(np.asarray(g)))
+    np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-6)
+
+
 # --- in the model and the train step ------------------------------------------------------------------------
 
 def _tiny(kind, mode, **softmax_kw):
   config = tiny_config(vocab_size=V, batch_size=2, bptt=3, words=dict(mode=mode),
-                       softmax=dict(kind=kind, num_samples=6, **softmax_kw))
+                       softmax=dict(dict(kind=kind, num_samples=6), **softmax_kw))
   train_ids = np.repeat(np.arange(V), np.arange(V, 0, -1))  # counts V, V−1, …, 1: sorted by frequency
   return softmax.resolve(config, train_ids)
 
@@ -174,8 +234,8 @@ def test_the_gradient_reaches_only_the_scored_rows(kind, mode):
     cls, bounds = softmax.class_index(config.softmax.class_bounds), config.softmax.class_bounds
     scored = {w for t in targets for w in range(bounds[cls[t]], bounds[cls[t] + 1])}
   else:
-    log_q = jnp.asarray(softmax.proposal_log_probs("log_uniform", V), jnp.float32)
-    scored = targets | set(np.asarray(softmax.draw(key, log_q, 6)).tolist())
+    edges, _ = softmax.quantise(softmax.proposal_log_probs("log_uniform", V))
+    scored = targets | set(np.asarray(softmax.draw(key, jnp.asarray(edges), 6)).tolist())
   inputs = set(np.asarray(x).ravel().tolist())
   if mode == "tied":
     assert _rows(grads["words"]["embedding"]) == scored | inputs
@@ -237,3 +297,64 @@ def test_settings_name_what_changes_the_cost():
       "num_samples": 1000, "proposal": "unigram", "unigram_power": 1.0}
   resolved = tiny_config(softmax=dict(kind="class", num_classes=3, class_bounds=(0, 2, 5, 9)))
   assert softmax.settings(resolved) == {"num_classes": 3, "class_power": 0.5, "largest_class": 4}
+
+
+def test_the_cost_passes_remove_accidental_hits_through():
+  """softmax.remove_accidental_hits reaches the sampled cost: with 30 draws of a 40-word vocabulary some
+  candidates equal their row's target, and the cost is `sampled_softmax_nll`'s with that setting, not the
+  other's."""
+  key = jax.random.key(5)
+  z_BxTxD = jax.random.normal(jax.random.key(6), (2, 3, 8))
+  y = jnp.arange(6).reshape(2, 3)
+  costs = {}
+  for remove in (True, False):
+    config = _tiny("sampled", "untied", num_samples=30, remove_accidental_hits=remove)
+    config.hidden_size = 8
+    params = models.init_params(models.build(config), config, jax.random.key(0))
+    cost = losses.make_lm_cost(config, softmax.counts(np.arange(V), V))
+    edges, log_q = softmax.quantise(softmax.proposal_log_probs("log_uniform", V))
+    ids = softmax.draw(key, jnp.asarray(edges), 30)
+    assert np.isin(np.asarray(y), np.asarray(ids)).any()  # at least one accidental hit to remove
+    w, b = params["words"]["out_embedding"], params["words"]["out_bias"]
+    by_hand = softmax.sampled_softmax_nll(z_BxTxD.reshape(6, 8), w, b, y.reshape(6), ids,
+                                          jnp.asarray(log_q, jnp.float32), remove)
+    costs[remove] = cost(params, z_BxTxD, y, {}, key)[1]
+    np.testing.assert_allclose(costs[remove], by_hand.reshape(2, 3), rtol=1e-6)
+  assert not np.allclose(costs[True], costs[False])
+
+
+def test_the_train_step_draws_new_candidates_each_step():
+  """The candidates come from the step's key (fold_in of the run's key and the step number): two steps from
+  the same parameters on the same window, differing only in the step number, move different output rows —
+  the targets' and each step's own draw."""
+  config = _tiny("sampled", "untied")
+  model = models.build(config)
+  tx = optim.make_optimizer(config, steps_per_epoch=10)
+  state = lm.initial_state(config, model, tx, jax.random.key(0))
+  step = lm.train_step_for(config, model, tx, jax.random.key(1))
+  x = jnp.arange(6).reshape(2, 3)
+  before = np.asarray(state["params"]["words"]["out_embedding"])
+  moved = []
+  for n in (0, 1, 2):
+    start = jax.tree_util.tree_map(jnp.array, {**state, "step": jnp.asarray(n, jnp.int32)})
+    after = np.asarray(step(start, x, x + 1)[0]["params"]["words"]["out_embedding"])
+    moved.append(frozenset(np.flatnonzero(np.any(after != before, axis=1)).tolist()))
+  targets = set(range(1, 7))
+  assert all(targets <= m for m in moved)
+  candidates = [m - targets for m in moved]
+  assert all(candidates) and len(set(candidates)) == 3, candidates
+
+
+def test_nce_start_normalised_without_an_output_bias_is_one_line():
+  """Starting NCE normalised moves the output bias; with no bias (Inan's RE setting) that would silently do
+  nothing, so building the model stops with one line naming both settings; turning the start off builds."""
+  config = _tiny("nce", "tied")
+  config.words.output_bias = False
+  with pytest.raises(ValueError, match="words.output_bias.*nce_start_normalised=False"):
+    models.build(config)
+  model = models.build(_tiny("nce", "tied")).clone(output_bias=False)
+  with pytest.raises(ValueError, match="words.output_bias"):  # the same line if a model without a bias gets there
+    models.init_params(model, config, jax.random.key(0))
+  config.softmax.nce_start_normalised = False
+  params = models.init_params(models.build(config), config, jax.random.key(0))
+  assert "out_bias" not in params["words"]

@@ -133,8 +133,10 @@ def approximate_lm_cost(config, counts: np.ndarray | None, ce_weight: float = 1.
   dtype = precision.compute_dtype(config.compute_dtype)
   num_samples = int(s.num_samples)
   if kind in ("sampled", "nce"):
-    log_q = jnp.asarray(softmax.proposal_log_probs(s.proposal, config.vocab_size, counts, s.unigram_power),
-                        jnp.float32)
+    # the draw follows Q' (Q rounded to 2^−32) exactly, and the costs correct with the same Q'
+    edges, log_q = softmax.quantise(
+        softmax.proposal_log_probs(s.proposal, config.vocab_size, counts, s.unigram_power))
+    edges, log_q = jnp.asarray(edges), jnp.asarray(log_q, jnp.float32)
   bounds = softmax.model_class_bounds(config) if kind == "class" else None
 
   def cost(params, z_BxTxD, targets_BxT, penalties, key):
@@ -145,10 +147,10 @@ def approximate_lm_cost(config, counts: np.ndarray | None, ce_weight: float = 1.
     words = params["words"]
     w, b = tying.word_matrix(params, "output"), words.get("out_bias")
     if kind == "sampled":
-      ids = softmax.draw(key, log_q, num_samples)
+      ids = softmax.draw(key, edges, num_samples)
       loss = nll = softmax.sampled_softmax_nll(z, w, b, y, ids, log_q, s.remove_accidental_hits, dtype)
     elif kind == "nce":
-      loss, nll = softmax.nce_loss(z, w, b, y, softmax.draw(key, log_q, num_samples), log_q, dtype)
+      loss, nll = softmax.nce_loss(z, w, b, y, softmax.draw(key, edges, num_samples), log_q, dtype)
     else:
       loss = nll = softmax.class_nll(z, w, b, words["class_embedding"], words.get("class_bias"), y, bounds,
                                      dtype)

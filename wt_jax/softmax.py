@@ -4,14 +4,18 @@ The full softmax scores every word, logits = z·Wᵀ + b over all V rows of the 
 embedding itself when tied: `wt_jax.tying`), so every row of W receives a gradient at every step — the
 premise of Press & Wolf (2017)'s Section 3 explanation of tying. The lecture notes' "Softmax approximations"
 and "Other softmax structures" (notes_feedforward_lms) list cheaper costs; here, with s_w = z·W_w + b_w the
-score of word w, S = (S_1 … S_K) drawn i.i.d. from a proposal Q once per step and shared by the batch:
+score of word w, S = (S_1 … S_K) drawn i.i.d. (with replacement: K draws reach fewer than K distinct rows,
+`expected_distinct`) from a proposal Q once per step and shared by the batch:
 
-  sampled  importance-sampled softmax (Bengio & Senécal 2008; Jean et al. 2015):
+  sampled  a sampled softmax whose normaliser keeps the target's term exact and estimates the other words'
+           terms by importance sampling from Q (Bengio & Senécal 2008 sample the whole normaliser; here the
+           sample covers only the words other than the target):
              NLL ≈ −s_y + log(exp s_y + Σ_{j: S_j ≠ y} exp(s_{S_j} − log K·Q(S_j)))
            the sum estimates Σ_{w ≠ y} exp s_w without bias, so the loss and its gradient tend to the full
-           softmax's as K grows. (TensorFlow's `sampled_softmax_loss` also subtracts log K·Q(y) from the
-           target's score; in the limit that rescales each token's gradient by 1/(1 − p_y).) Candidates equal
-           to the target ("accidental hits") are dropped, as TensorFlow does by default.
+           softmax's as K grows. It is not TensorFlow's `sampled_softmax_loss` (after Jean et al. 2015), which
+           also subtracts log K·Q(y) from the target's score (in the limit that rescales each token's gradient
+           by 1/(1 − p_y)) and draws K distinct candidates by default. Candidates equal to the target
+           ("accidental hits") are dropped, as TensorFlow does by default.
   nce      noise-contrastive estimation (Mnih & Teh 2012), scores read as self-normalised log-probabilities:
              loss = −log σ(Δ_y) − Σ_j log(1 − σ(Δ_{S_j})),   Δ_w = s_w − log K·Q(w)
   class    a class-factored softmax (Goodman 2001), exact and normalised:
@@ -23,7 +27,8 @@ score of word w, S = (S_1 … S_K) drawn i.i.d. from a proposal Q once per step 
 z [N, D] are the features the output layer reads (`tying.WordEmbeddings.features`: after the projection when
 there is one). The proposal Q is 'log_uniform' over frequency rank, Q(r) = log((r+2)/(r+1)) / log(V+1) for ids
 sorted by decreasing frequency (as `wt_jax.data.vocab` sorts them; TensorFlow's log-uniform sampler), or
-'unigram', Q ∝ count^power. Only `class` changes the model; `sampled` and `nce` train the full-softmax model,
+'unigram', Q ∝ count^power; the draw follows Q rounded to multiples of 2^−32 exactly, and the costs correct
+with that rounded Q (`quantise`). Only `class` changes the model; `sampled` and `nce` train the full-softmax model,
 and every run is evaluated with its exact probabilities (`tying.WordEmbeddings.logits`).
 """
 from __future__ import annotations
@@ -57,11 +62,43 @@ def proposal_log_probs(kind: str, vocab_size: int, counts: np.ndarray | None = N
   raise ValueError(f"Unknown softmax.proposal {kind!r}; expected one of {', '.join(PROPOSALS)}.")
 
 
-def draw(key: jax.Array, log_q: jax.Array, num_samples: int) -> jax.Array:
-  """K = num_samples ids drawn i.i.d. from Q (with replacement) by inverting its CDF → int32[K]."""
-  cdf = jnp.cumsum(jnp.exp(log_q))
-  u = jax.random.uniform(key, (num_samples,), cdf.dtype) * cdf[-1]
-  return jnp.minimum(jnp.searchsorted(cdf, u, side="right"), log_q.shape[0] - 1).astype(jnp.int32)
+DRAW_BITS = 32  # a draw reads one uniform 32-bit integer
+
+
+def quantise(log_q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """Q as `draw` realises it exactly: (edges uint32[V − 1], log Q' float64[V]).
+
+  A draw reads one uniform integer u in [0, 2^32) and returns the id i with E_{i−1} ≤ u < E_i (E_{−1} = 0,
+  E_{V−1} = 2^32), so it returns i with probability exactly Q'(i) = (E_i − E_{i−1}) / 2^32. Q' is Q rounded
+  to multiples of 2^−32, every word given at least one (Q' > 0, so every word can be drawn), the rounding's
+  total moved onto the likeliest word: |Q' − Q| ≤ 2^−33 elsewhere. The costs correct with log Q', the same
+  distribution the draw follows (a float32 CDF instead quantises each word's share to the spacing of the
+  floats near the CDF's value, ≈ 6·10⁻⁸ near 1: a rare word's probability several per cent off Q)."""
+  q = np.exp(np.asarray(log_q, np.float64))
+  total = 1 << DRAW_BITS
+  if len(q) > total:
+    raise ValueError(f"A proposal over {len(q)} words needs more than {DRAW_BITS} bits per draw.")
+  width = np.maximum(np.rint(q / q.sum() * total).astype(np.int64), 1)
+  width[np.argmax(q)] += total - width.sum()
+  edges = np.cumsum(width)
+  return edges[:-1].astype(np.uint32), np.log(width / total)
+
+
+def draw(key: jax.Array, edges: jax.Array, num_samples: int) -> jax.Array:
+  """K = num_samples ids drawn i.i.d. (with replacement) from Q' (`quantise`'s edges uint32[V − 1]) → int32[K].
+  K draws reach E[distinct] = Σ_w 1 − (1 − Q'(w))^K rows (`expected_distinct`), fewer than K."""
+  return ids_of_bits(edges, jax.random.bits(key, (num_samples,), jnp.uint32))
+
+
+def ids_of_bits(edges: jax.Array, bits_K: jax.Array) -> jax.Array:
+  """The id whose interval [E_{i−1}, E_i) holds each uniform uint32 (`quantise`) → int32[K]."""
+  return jnp.searchsorted(edges, bits_K, side="right").astype(jnp.int32)
+
+
+def expected_distinct(log_q: np.ndarray, num_samples: int) -> float:
+  """The expected number of distinct ids among K i.i.d. draws from Q: Σ_w 1 − (1 − Q(w))^K (float64)."""
+  q = np.exp(np.asarray(log_q, np.float64))
+  return float(np.sum(-np.expm1(num_samples * np.log1p(-q))))
 
 
 # --- scores over some rows ------------------------------------------------------------------------------
@@ -232,14 +269,29 @@ def resolve(config, train_ids: np.ndarray):
   return config
 
 
+NCE_NEEDS_BIAS = ("softmax.nce_start_normalised starts NCE normalised by moving the output bias to −log V, but "
+                  "words.output_bias is off (Inan et al.'s reused embeddings): without the shift the rows NCE "
+                  "never scores keep s ≈ 0 and swamp the exact normaliser; set words.output_bias=True, or "
+                  "softmax.nce_start_normalised=False to train without it knowingly.")
+
+
+def check_nce_start(config) -> None:
+  """One line (ValueError) when NCE is asked to start normalised (`start_normalised`) with no output bias to
+  move: the setting would do nothing, and NCE would start unnormalised."""
+  if kind_of(config) == "nce" and config.softmax.nce_start_normalised and not config.words.output_bias:
+    raise ValueError(NCE_NEEDS_BIAS)
+
+
 def start_normalised(params, config):
   """`params` with the output bias moved by −log V when NCE trains them (`softmax.nce_start_normalised`):
   NCE reads the scores as log-probabilities and only ever lowers the rows it scores, so a model that starts
   with s_w ≈ 0 for every word (Σ_w exp s_w ≈ V) keeps the rows it never reaches near 0, and they dominate
-  the exact normaliser the evaluation uses. With the shift the model starts normalised (Σ_w exp s_w ≈ 1)."""
-  if (kind_of(config) != "nce" or not config.softmax.nce_start_normalised
-      or "out_bias" not in params.get("words", {})):
+  the exact normaliser the evaluation uses. With the shift the model starts normalised (Σ_w exp s_w ≈ 1).
+  A model without an output bias gets NCE_NEEDS_BIAS (ValueError) instead of an unmoved start."""
+  if kind_of(config) != "nce" or not config.softmax.nce_start_normalised:
     return params
+  if "out_bias" not in params.get("words", {}):
+    raise ValueError(NCE_NEEDS_BIAS)
   words = {**params["words"], "out_bias": params["words"]["out_bias"] - math.log(config.vocab_size)}
   return {**params, "words": words}
 

@@ -44,6 +44,7 @@ def build(config):
   if softmax.kind_of(config) != "full" and name == "nnlm":
     raise ValueError("softmax.kind other than 'full' needs a model whose logits are the output layer's alone; "
                      "nnlm adds direct connections: use lstm_lm, bd_lstm_lm, rhn_lm, lbl or transformer_lm.")
+  softmax.check_nce_start(config)
   return _REGISTRY[name](config)
 
 
