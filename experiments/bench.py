@@ -110,23 +110,43 @@ def _memory(compiled) -> dict:
 def matmul_flops_per_step(config) -> int | None:
   """Matmul FLOPs of one training step (forward + backward = 3 × forward; 2 per multiply-add), by formula.
 
-  Forward per token: LSTM layer 2·(I + H)·4H; RHN layer 2·(I·2H + depth·H·2H); projection (PR) 2·H²; output
-  layer 2·H·V; with the augmented loss, 2·H·V more for its target (× 3 if its gradient is taken). (XLA's own
-  `cost_analysis` counts the body of a `lax.scan` once, not once per time step, so it under-counts the
-  recurrences; it is reported beside this as `xla_flops_per_step`.)
+  Forward per token: LSTM layer 2·(I + H)·4H; RHN layer 2·(I·2H + depth·H·2H); projection (PR) 2·H²; the output
+  layer by `config.softmax` (`head_flops_per_token`); with the augmented loss, 2·H·V more for its target (× 3 if
+  its gradient is taken). (XLA's own `cost_analysis` counts the body of a `lax.scan` once, not once per time
+  step, so it under-counts the recurrences; it is reported beside this as `xla_flops_per_step`.) None for a
+  model family without a formula, or a class-factored softmax whose bins are not resolved yet.
   """
-  H, V, L, tokens = config.hidden_size, config.vocab_size, config.num_layers, config.batch_size * config.bptt
+  H, L, tokens = config.hidden_size, config.num_layers, config.batch_size * config.bptt
   if config.model in ("lstm_lm", "bd_lstm_lm"):
     body = L * 2 * (H + H) * 4 * H
   elif config.model == "rhn_lm":
     body = L * 2 * (H * 2 * H + config.depth * H * 2 * H)
   else:
     return None
-  head = 2 * H * V + (2 * H * H if config.words.mode in ("projection", "tied_projection") else 0)
+  head = head_flops_per_token(config)
+  if head is None:
+    return None
+  head += 2 * H * H if config.words.mode in ("projection", "tied_projection") else 0
   # Inan's augmented loss: its target ỹ = softmax(L·u_y / τ) costs one more V×H product per token, forward
   # only unless the gradient flows through ỹ.
-  augmented = (2 * H * V * (3 if config.al.target_gradient else 1)) if config.al.alpha else 0
+  augmented = (2 * H * config.vocab_size * (3 if config.al.target_gradient else 1)) if config.al.alpha else 0
   return 3 * tokens * (body + head) + tokens * augmented
+
+
+def head_flops_per_token(config) -> int | None:
+  """Forward matmul FLOPs per token of the output layer as the training cost computes it (`wt_jax.softmax`):
+  full 2·H·V (every row); sampled and NCE 2·H·(K + 1) (the K candidates shared by the batch, and the token's
+  own target row); class 2·H·(C + M) (the C class rows, then the window of M = the largest class's size rows
+  that `softmax.class_nll` reads for every token). None for a class softmax without its bins."""
+  H, kind = config.hidden_size, softmax.kind_of(config)
+  if kind == "full":
+    return 2 * H * config.vocab_size
+  if kind in ("sampled", "nce"):
+    return 2 * H * (config.softmax.num_samples + 1)
+  bounds = config.softmax.class_bounds
+  if not bounds:
+    return None
+  return 2 * H * (len(bounds) - 1 + max(b - a for a, b in zip(bounds, bounds[1:])))
 
 
 def matmul_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
@@ -369,8 +389,8 @@ def _main(config):
   config = softmax.resolve(config, train_stream)  # a class-factored softmax's bins, as `lm.fit` makes them
   model = models.build(config)
   windows = batching.lm_windows(train_stream, B, T)
-  step_fn, state, tx, compile_s = compiled_train_step(config, model, windows,
-                                                      softmax.counts(train_stream, config.vocab_size))
+  counts = softmax.counts(train_stream, config.vocab_size)
+  step_fn, state, tx, compile_s = compiled_train_step(config, model, windows, counts)
   params = state["params"]
   memory = _memory(step_fn)
   xla_flops = _xla_flops(step_fn)
@@ -422,6 +442,9 @@ def _main(config):
       "achieved_gflops": round(flops / ms / 1e6, 1) if flops else None, **floor, **parts,
       "compute_dtype": config.compute_dtype, "matmul_precision": config.matmul_precision,
       "softmax": softmax.kind_of(config), **softmax.settings(config),
+      # K draws with replacement: the distinct candidate rows a step scores, expected (sampled, nce)
+      **({"expected_distinct_candidates": round(rows, 1)}
+         if (rows := softmax.expected_candidate_rows(config, counts)) is not None else {}),
       "scan_unroll": getattr(model, "unroll", None), "xla_flags": os.environ.get("XLA_FLAGS", ""),
       # the mean NLL of each warm-up step, from the run's initial state: variants of the same arithmetic
       # (unroll, command buffers) must agree here to rounding

@@ -29,6 +29,21 @@ def test_flop_formula_counts_the_augmented_loss_target():
   assert bench.matmul_flops_per_step(c) - plain == 3 * 400 * 2 * 200 * 10_000
 
 
+def test_flop_formula_counts_the_output_layer_each_softmax_computes():
+  """tiny_config: 2 × 16 LSTM, V = 31, 4 × 5 = 20 tokens. Per token: the layers 2 · 2·(16 + 16)·64 = 8,192; the
+  output layer full 2·16·31 = 992; sampled and NCE with K = 7: 7 candidates and the target, 2·16·8 = 256; class
+  with bins (0, 3, 10, 31): 3 class rows and a window of the largest class's 21 rows, 2·16·24 = 768. × 20 × 3."""
+  from tests.conftest import tiny_config
+  assert bench.matmul_flops_per_step(tiny_config()) == 3 * 20 * (8_192 + 992) == 551_040
+  for kind in ("sampled", "nce"):
+    assert bench.matmul_flops_per_step(tiny_config(softmax=dict(kind=kind, num_samples=7))) == 3 * 20 * (8_192 + 256)
+  resolved = tiny_config(softmax=dict(kind="class", class_bounds=(0, 3, 10, 31)))
+  assert bench.matmul_flops_per_step(resolved) == 3 * 20 * (8_192 + 768) == 537_600
+  assert bench.matmul_flops_per_step(tiny_config(softmax=dict(kind="class"))) is None  # bins not known yet
+  pr = tiny_config(words=dict(mode="tied_projection"), softmax=dict(kind="sampled", num_samples=7))
+  assert bench.matmul_flops_per_step(pr) == 3 * 20 * (8_192 + 2 * 16 * 16 + 256)  # the projection stays
+
+
 def test_bench_times_the_step_fit_trains_with():
   """With the augmented loss on, the compiled step does its extra V×H product per token (the benchmark once
   built its own step without it; XLA's count would then not move)."""

@@ -73,6 +73,13 @@ def test_expected_distinct_candidates():
   expected = softmax.expected_distinct(log_q, 1000)
   assert expected == pytest.approx(536.6, abs=0.05)  # PTB's log-uniform K = 1,000 (configs/lm_base.py)
   assert abs(seen - expected) < 1.5  # the count's sd is ≈ 11 per draw: ≈ 0.8 over 200 draws
+  assert softmax.expected_candidate_rows(tiny_config(vocab_size=10_000, softmax=dict(kind="nce"))) == \
+      pytest.approx(expected, rel=1e-6)  # the config's K and Q (the draw's rounded Q: within 2^−33 per word)
+  unigram = tiny_config(vocab_size=4, softmax=dict(kind="sampled", proposal="unigram", unigram_power=1.0,
+                                                   num_samples=2))
+  assert softmax.expected_candidate_rows(unigram, np.array([2, 1, 1, 0])) == pytest.approx(
+      sum(1 - (1 - q) ** 2 for q in (0.4, 0.2, 0.2, 0.2)), rel=1e-8)  # a zero count counts as 1
+  assert softmax.expected_candidate_rows(tiny_config(softmax=dict(kind="class"))) is None
 
 
 def test_unigram_proposal_and_bad_proposals():

@@ -251,6 +251,16 @@ def settings(config) -> dict:
   return {}
 
 
+def expected_candidate_rows(config, counts: np.ndarray | None = None) -> float | None:
+  """The expected number of distinct rows among the config's K draws per step (sampled, nce; None for the
+  others): `expected_distinct` of the Q the draw follows; `counts` [V] for a unigram proposal."""
+  s, kind = config.get("softmax"), kind_of(config)
+  if kind not in ("sampled", "nce"):
+    return None
+  log_q = quantise(proposal_log_probs(s.proposal, config.vocab_size, counts, s.unigram_power))[1]
+  return expected_distinct(log_q, s.num_samples)
+
+
 def counts(train_ids: np.ndarray, vocab_size: int) -> np.ndarray:
   """Training counts of every id → int64[V]."""
   return np.bincount(np.asarray(train_ids).ravel(), minlength=vocab_size)[:vocab_size]
