@@ -112,6 +112,10 @@ def get_config():
   c.batch_size = 20           # Zaremba: batch 20
   c.bptt = 20                 # Zaremba small: num_steps 20
   c.seed = 0
+  # Members (wt_jax.members): K models in one compiled program, sharing the data order. 0: one model.
+  c.members = 0               # K > 0: K members, seeds seed … seed + K − 1 (unless member_values lists seeds)
+  c.member_values = ""        # per-member values of keys that change no shape: "al.alpha=6.5,13;dropout_h=0.4,0.5"
+  c.member_devices = 0        # devices the member axis is split over (the rest split the batch); 0: gcd(K, devices)
   c.init_from = ""            # a folder of initial parameters (`python -m experiments.export --convert=...`)
   c.num_devices = 0           # data parallelism over the first N devices; 0: all (of every process)
   c.max_steps = 0             # >0: stop after this many train steps, then evaluate (smoke runs)
