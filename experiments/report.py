@@ -6,6 +6,8 @@
     python -m experiments.report ffnn_ptb --runs=runs/ffnn           # NNLM and LBL, tied vs untied, on PTB
     python -m experiments.report inan_ptb_table1 --runs=runs/inan    # Inan et al.'s Table 1, small, on PTB
     python -m experiments.report inan_ptb_table1 --runs=runs/inan_appA   # (its Appendix A rows)
+    python -m experiments.report inan_table1_2 --runs=DIR            # Inan et al.'s Tables 1 and 2, all sizes
+                                                                     # (the small PTB rows: inan_ptb_table1)
     python -m experiments.report nmt_table8 --runs=runs/nmt          # Table 8 (and Table 1) analogue, Multi30k
     python -m experiments.report table5                               # Press & Wolf Table 5 (GPU runs)
     python -m experiments.report softmax_study --runs=runs/softmax_study   # softmax approximations, tied/untied
@@ -39,7 +41,7 @@ from pathlib import Path
 
 from absl import app, flags
 
-from experiments.reports import lm_tables, nmt, softmax_study, tpu_memory
+from experiments.reports import inan, lm_tables, nmt, softmax_study, tpu_memory
 
 _RUNS = flags.DEFINE_string("runs", None, "Directory of run workdirs to import finished runs from.")
 _OUT = flags.DEFINE_string("out", "results", "Root of the committed results; the report goes in OUT/<name>.")
@@ -48,8 +50,8 @@ _README = flags.DEFINE_string("readme", "", "A file to update between the report
 
 REPORTS = lm_tables.REPORTS  # the language-model paper tables (built by lm_tables.build)
 NMT_REPORTS = nmt.NMT_REPORTS  # (built by nmt.build_nmt)
-# Pages with a builder of their own and no run-records section.
-OTHER_REPORTS = {"tpu_memory": tpu_memory.build_tpu_memory,
+# Pages with a builder of their own.
+OTHER_REPORTS = {"tpu_memory": tpu_memory.build_tpu_memory, "inan_table1_2": inan.build_inan,
                  **{name: softmax_study.build_softmax_study for name in softmax_study.SOFTMAX_STUDIES}}
 
 

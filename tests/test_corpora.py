@@ -88,7 +88,8 @@ def test_lm_corpora_by_config_name(shared_data_root):
   corpus = lm_corpora.load_corpus(config)
   assert corpus.vocab_size == 10_000 and len(corpus.train) == 929_589
   config.dataset = "text9"
-  with pytest.raises(ValueError, match="Unknown dataset 'text9'; known: ptb, wikitext2, wikitext2_half1, wikitext2_half2, bbc, imdb"):
+  known = "ptb, wikitext2, wikitext2_half1, wikitext2_half2, bbc, imdb"
+  with pytest.raises(ValueError, match=f"Unknown dataset 'text9'; known: {known}"):
     lm_corpora.load_corpus(config)
 
 

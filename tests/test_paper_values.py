@@ -112,3 +112,22 @@ def test_inan_table1_small_rows():
     variant = row.config.removesuffix("_s2").removesuffix("_keep")
     first = _rows(text, labels[variant], 4)[0]  # the small network's PTB valid/test, WikiText-2 valid/test
     assert first[:2] == (row.valid, row.test), (row.config, first)
+
+
+def test_inan_tables_1_and_2_every_row():
+  """The Inan page's paper values (experiments/reports/inan.py BLOCKS): per variant, the text's rows with four
+  numbers are small, medium (PTB valid/test, WikiText-2 valid/test) and Table 2 (first half, second half), the
+  one with two numbers the large PTB row."""
+  from experiments.reports import inan
+  text = _text("inan_2017.txt")
+  labels = {"vd": "VDLSTM", "al": "VDLSTM+AL", "re": "VDLSTM+RE", "real": "VDLSTM+REAL"}
+  paper = {(b.corpus, b.size): {v: (valid, test) for v, valid, test in b.paper} for b in inan.BLOCKS}
+  assert len(paper) == len(inan.BLOCKS) == 7
+  for variant, label in labels.items():
+    small, medium, halves = _rows(text, label, 4)
+    (large,) = _rows(text, label, 2)
+    assert paper[("ptb", "small")][variant] + paper[("wikitext2", "small")][variant] == small, variant
+    assert paper[("ptb", "medium")][variant] + paper[("wikitext2", "medium")][variant] == medium, variant
+    assert paper[("ptb", "large")][variant] == large, variant
+    assert paper[("wikitext2_half1", "small")][variant] + paper[("wikitext2_half2", "small")][variant] == halves
+  assert [b.table for b in inan.BLOCKS] == [1, 1, 1, 1, 1, 2, 2]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from experiments import report
-from experiments.reports import lm_tables, nmt, records, softmax_study, tpu_memory
+from experiments.reports import inan, lm_tables, nmt, records, softmax_study, tpu_memory
 from tests.conftest import REPO
 
 
@@ -419,3 +419,98 @@ def test_a_sampled_run_with_another_proposal_or_k_is_a_cell_of_its_own(tmp_path)
   assert "| sampled softmax | tied | none yet |" in tab  # the study's own sampled cell stays apart
   assert ("--config.softmax.kind=sampled --config.softmax.proposal=unigram --config.softmax.unigram_power=1 "
           "--config.softmax.num_samples=100 --config.seed=0") in (out / "softmax_study" / "README.md").read_text()
+
+
+# --- Inan et al.'s Tables 1 and 2 ------------------------------------------------------------------------
+
+def _inan_run(folder: Path, config: str, seed: int, valid: float, test: float, dataset: str = "ptb",
+              epochs: int = 3) -> None:
+  """A finished run's workdir: results.json and metrics.jsonl (validation falling to `valid` at the end)."""
+  folder.mkdir(parents=True)
+  (folder / "metrics.jsonl").write_text("".join(
+      json.dumps({"kind": "epoch", "epoch": e, "valid_ppl": valid + 10.0 * (epochs - e)}) + "\n"
+      for e in range(1, epochs + 1)))
+  (folder / "results.json").write_text(json.dumps({
+      "config": config, "dataset": dataset, "seed": seed, "num_params": 19_775_200, "train_ppl": 50.0,
+      "valid_ppl": valid, "test_ppl": test, "epochs": float(epochs), "wall_s": 1200.0, "train_tokens_per_s": 9e4,
+      "versions": {"wt_jax_commit": "def456"}, "matmul_precision": "tensorfloat32", "device_kind": "NVIDIA H200",
+      "host": {"cpu": "Test CPU", "cpu_count": 16, "platform": "gpu"}}))
+
+
+def test_inan_page_tables_1_and_2_paper_beside_ours(tmp_path):
+  """The Inan page: the small PTB rows read from results/inan_ptb_table1 (both sessions), the others from the
+  page's own runs: one seed → its value, several → mean ± sample sd (each seed); a row without a run says
+  'not run yet'; the paper's order claims checked per size and corpus; each own run's command."""
+  out, runs = tmp_path / "results", tmp_path / "runs"
+  small = tmp_path / "small"
+  for v, test in (("vd", 88.0), ("al", 87.0), ("re", 86.0), ("real", 85.0)):
+    _inan_run(small / f"small_{v}_keep", f"inan_small_{v}_keep", 0, test + 4.0, test + 0.5)
+    _inan_run(small / f"small_{v}_keep_s2", f"inan_small_{v}_keep_s2", 0, test + 4.0, test)
+  records.import_runs(small, out / "inan_ptb_table1")
+  _inan_run(runs / "medium_vd", "inan_medium_vd_keep", 0, 84.0, 79.0)
+  _inan_run(runs / "medium_vd_seed1", "inan_medium_vd_keep", 1, 86.0, 81.0)
+  for v, test in (("vd", 150.0), ("al", 140.0), ("re", 145.0), ("real", 141.0)):
+    _inan_run(runs / f"h2_{v}", f"inan_small_{v}_wikitext2_half2_keep", 0, test + 10.0, test, "wikitext2_half2")
+
+  tab = inan.build_inan("inan_table1_2", out, runs)
+
+  row = lambda prefix: next(l for l in tab.splitlines() if l.startswith(prefix))
+  assert row("| 1 | PTB | small (200) | + RE, App. A, retrained (footnote 4) |").endswith(
+      "| 0 | 89.9 / 90.0 | 85.1 / 86.0 | +0.9 |")
+  assert row("| 1 | PTB | small (200) | + RE, App. A, first session |").endswith("| 85.1 / 86.5 | +1.4 |")
+  medium = row("| 1 | PTB | medium (650) | VD-LSTM |").split(" | ")
+  assert medium[4:] == ["19,775,200", "0, 1", "82.0 / 85.0 ± 1.4 (84.0, 86.0)", "77.7 / 80.0 ± 1.4 (79.0, 81.0)",
+                        "+2.3 |"]
+  assert row("| 1 | PTB | medium (650) | + AL |") == (
+      "| 1 | PTB | medium (650) | + AL | — | not run yet | 77.4 / — | 74.7 / — | — |")
+  assert row("| 2 | WikiText-2, second half | small (200) | VD-LSTM |").endswith(
+      "| 163.19 / 160.0 | 148.6 / 150.0 | +1.4 |")
+  assert row("| 1 | WikiText-2 | small (200) | + REAL |").endswith("| not run yet | 105.6 / — | 98.9 / — | — |")
+  assert len([l for l in tab.splitlines() if l.startswith("| 1 | PTB | large (1500) |") and "not run yet" in l]) == 4
+  claims = {l.split(": ", 1)[0]: l.split(": ", 1)[1] for l in tab.splitlines() if l.startswith("- Table")}
+  assert claims["- Table 2, WikiText-2, second half, small, ours"] == (
+      "AL < VD: yes, RE < VD: yes, REAL lowest: no (AL 140.00 < REAL 141.00 < RE 145.00 < VD 150.00)")
+  assert claims["- Table 1, PTB, small, ours, App. A, retrained (footnote 4)"].startswith(
+      "AL < VD: yes, RE < VD: yes, REAL lowest: yes")
+  assert claims["- Table 1, PTB, medium, ours"] == "not run yet (1 of 4 rows)"
+  assert claims["- Table 1, PTB, large, paper"] == (
+      "AL < VD: yes, RE < VD: yes, REAL lowest: yes (REAL 68.5 < RE 69.0 < AL 71.2 < VD 72.6)")
+  page = (out / "inan_table1_2" / "README.md").read_text()
+  assert ("`python -m experiments.ptb --config=configs/inan.py:small,al,wikitext2_half2 --config.seed=0 "
+          "--config.matmul_precision=tensorfloat32 --workdir=runs/inan_table1_2/h2_al` — commit `def456`, machine: "
+          "NVIDIA H200") in page
+  assert "[results/inan_ptb_table1](../inan_ptb_table1/README.md#runs)" in page
+  assert (out / "inan_table1_2" / "figure2.png").is_file()
+  assert inan.build_inan("inan_table1_2", out) == tab  # rebuilt from the imported records alone
+
+
+def test_inan_page_with_no_run_and_the_runs_it_refuses(tmp_path):
+  """No run anywhere: every row 'not run yet' and no figure. A run of a small PTB config (its place is
+  results/inan_ptb_table1), of a config that is no row of the page, or on another corpus than its row's is
+  refused with a clear message."""
+  out = tmp_path / "results"
+  tab = inan.build_inan("inan_table1_2", out)
+  body = [l for l in tab.splitlines() if l.startswith("| 1 ") or l.startswith("| 2 ")]
+  assert len(body) == 4 * 2 + 4 * 6 and all("| not run yet |" in l for l in body)
+  assert not (out / "inan_table1_2" / "figure2.png").exists()
+  for config, dataset, message in (("inan_small_vd_keep", "ptb", "its place is results/inan_ptb_table1"),
+                                   ("inan_small_vd", "ptb", "no row of this page"),
+                                   ("inan_small_vd_wikitext2_half1_keep", "wikitext2", "is a 'wikitext2_half1' row")):
+    runs = tmp_path / f"runs_{config}_{dataset}"
+    _inan_run(runs / "r", config, 0, 100.0, 95.0, dataset)
+    with pytest.raises(ValueError, match=re.escape(message)):
+      inan.build_inan("inan_table1_2", tmp_path / f"out_{config}_{dataset}", runs)
+
+
+def test_inan_figure2_draws_the_small_rows_through_both_sessions():
+  """A small PTB first session's curve goes on into its second session (epochs shifted by the first's); a second
+  session without its first is drawn alone; a first session without a second ends where it ends."""
+  first_row, second_row = [r for r in inan.rows() if r.config.startswith("inan_small_al_keep")]
+  run = lambda config, seed, curve: {"config": config, "seed": seed, "_valid_curve": curve}
+  by_config = {"inan_small_al_keep": [run("inan_small_al_keep", 0, [(1, 120.0), (2, 100.0)]),
+                                      run("inan_small_al_keep", 1, [(1, 121.0), (2, 101.0)])],
+               "inan_small_al_keep_s2": [run("inan_small_al_keep_s2", 0, [(1, 105.0), (2, 95.0)]),
+                                         run("inan_small_al_keep_s2", 2, [(1, 106.0)])]}
+  assert inan.curves(first_row, by_config) == [(0, [1, 2, 3, 4], [120.0, 100.0, 105.0, 95.0], 2),
+                                               (1, [1, 2], [121.0, 101.0], 0)]
+  assert inan.curves(second_row, by_config) == [(2, [1], [106.0], 0)]
