@@ -121,7 +121,7 @@ def get_config():
   c.max_steps = 0             # >0: stop after this many train steps, then evaluate (smoke runs)
   c.train_max_tokens = 0      # >0: train on the first N tokens of the training stream only (Inan Section 6.2)
   # Data and evaluation.
-  c.dataset = "ptb"           # ptb | wikitext2 | bbc | imdb (wt_jax.data.lm_corpora)
+  c.dataset = "ptb"           # ptb | wikitext2[_half1 | _half2] | bbc | imdb (wt_jax.data.lm_corpora)
   c.data_dir = ""             # "" -> $WT_JAX_DATA -> ~/.cache/wt_jax (downloaded if missing)
   c.download = True
   c.eval_batch_size = 20      # validation as the reference: 20 streams, bptt windows

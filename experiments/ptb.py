@@ -1,4 +1,5 @@
-"""Train a language model on Penn Treebank (or another word-level corpus: --config.dataset=wikitext2 | bbc | imdb).
+"""Train a language model on Penn Treebank (or another word-level corpus: --config.dataset=wikitext2 | bbc | imdb |
+wikitext2_half1 | wikitext2_half2, the halves of WikiText-2's training text, wt_jax/data/lm_corpora.py).
 
     python -m experiments.ptb --config=configs/small_tied.py --workdir=runs/small_tied
     python -m experiments.ptb --config=configs/small_tied.py --workdir=/tmp/smoke --config.max_steps=50
