@@ -93,6 +93,7 @@ def get_config(arg: str = "small,vd"):
   c.dropout_h = drop          # the state masks' drop probability (see RECIPE)
   c.dropout_o = drop          # (unused with tie_state_masks: the top state's mask is used)
   c.weight_decay = 0.0
+  c.eval_train = False        # (large_bd's training-text score is for Press & Wolf's Table 5 column; Inan reports none)
   c.words.mode = "tied" if variant in ("re", "real") else "untied"
   c.words.output_bias = variant not in ("re", "real")      # Inan RE: W = Lᵀ and no output bias
   # α = γτ (Inan Appendix A). τ = 20 and γ in 0.5–0.8 (PTB) / 1.0–1.5 (WikiText-2) are the published values

@@ -44,7 +44,7 @@ def test_report_imports_finished_runs_and_builds_table(tmp_path):
       == [1, 2, 3]
   assert (out / "valid_curves.png").stat().st_size > 1000
   row = next(l for l in tab.splitlines() if l.startswith("| small + WT |"))
-  assert "2,651,600" in row and "112.4 / 113.0 (112.0, 114.0)" in row and "+0.6" in row
+  assert "2,651,600" in row and "112.4 / 113.0 ± 1.4 (112.0, 114.0)" in row and "+0.6" in row
   assert "| small | 4.65M | — | none yet |" in tab
   text = readme.read_text()
   assert "stale" not in text and text.startswith("intro\n") and text.endswith("end\n")
@@ -145,8 +145,8 @@ def test_inan_table1_names_the_config_argument(tmp_path):
   tab = lm_tables.build("inan_ptb_table1", tmp_path / "results", tmp_path / "runs", None)
   assert "| + REAL (RE + AL), earlier recipe | — | 2,651,600 | 0 | — / 35.0 | 86.3 / 118.0 | 82.7 / 84.0 | +1.3 |" in tab
   assert "| VD-LSTM (small), App. A | — | 2,651,600 | 0 | — / 35.0 | 92.6 / 118.0 | 87.3 / 90.0 | +2.7 |" in tab
-  assert ("| VD-LSTM (small), App. A, retrained (footnote 4) | — | 2,651,600 | 0, 1 | — / 35.0 (35.0, 35.0) "
-          "| 92.6 / 118.0 (118.0, 118.0) | 87.3 / 87.0 (88.0, 86.0) | -0.3 |") in tab
+  assert ("| VD-LSTM (small), App. A, retrained (footnote 4) | — | 2,651,600 | 0, 1 | — / 35.0 ± 0.0 (35.0, 35.0) "
+          "| 92.6 / 118.0 ± 0.0 (118.0, 118.0) | 87.3 / 87.0 ± 1.4 (88.0, 86.0) | -0.3 |") in tab
   assert "| + AL, App. A, retrained (footnote 4) | — | — | none yet | — / — | 86.3 / — | 82.9 / — | — |" in tab
   runs_md = (tmp_path / "results" / "inan_ptb_table1" / "README.md").read_text()
   # The workdir is where the README's commands put the run (runs/inan/), not runs/<report name>/.
@@ -514,3 +514,20 @@ def test_inan_figure2_draws_the_small_rows_through_both_sessions():
   assert inan.curves(first_row, by_config) == [(0, [1, 2, 3, 4], [120.0, 100.0, 105.0, 95.0], 2),
                                                (1, [1, 2], [121.0, 101.0], 0)]
   assert inan.curves(second_row, by_config) == [(2, [1], [106.0], 0)]
+
+
+def test_a_members_run_is_imported_member_by_member_and_shown_as_mean_sd(tmp_path):
+  """A members run (wt_jax.members) keeps each member's run folder under <run>/members/<k>/: the import takes
+  each finished member as a run of its own (`<run>_m<k>`), leaves out a member that diverged, and the row
+  shows the mean ± the sample standard deviation, then each seed."""
+  runs = tmp_path / "runs"
+  for k, test in enumerate((110.0, 112.0, 117.0)):
+    _fake_run(runs / "small_tied_k3" / "members" / str(k), "small_tied", k, test)
+  sick = runs / "small_tied_k3" / "members" / "2" / "results.json"
+  sick.write_text(json.dumps({**json.loads(sick.read_text()), "member": {"diverged": {"step": 7, "reason": "NaN"}}}))
+  (runs / "small_tied_k3" / "summary.json").write_text("{}")
+  assert [n for n, _ in records.finished_runs(runs)] == ["small_tied_k3_m0", "small_tied_k3_m1"]
+  tab = lm_tables.build("ptb_table6", tmp_path / "results", runs, None)
+  row = next(l for l in tab.splitlines() if l.startswith("| small + WT |"))
+  assert "| 0, 1 |" in row and "111.0 ± 1.4 (110.0, 112.0)" in row
+  assert records.seeds_cell([]) == "—" and records.seeds_cell([3.14159]) == "3.1"

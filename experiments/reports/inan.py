@@ -18,7 +18,7 @@ from pathlib import Path
 from configs import inan as inan_config
 from experiments.reports.lm_tables import INAN_SMALL, PaperRow, ReportSpec, provenance, valid_axis_limits
 from experiments.reports.pages import _report_dir, _write
-from experiments.reports.records import CURVE, load_runs
+from experiments.reports.records import CURVE, load_runs, seeds_cell
 from wt_jax.train import metrics
 
 SMALL_PTB_HOME = "inan_ptb_table1"  # results/<this>: the small PTB runs (both sessions)
@@ -112,16 +112,6 @@ def load_inan_runs(report_dir: Path, out_root: Path) -> dict[str, list[dict]]:
   for runs in by_config.values():
     runs.sort(key=lambda r: r["seed"])
   return by_config
-
-
-def seeds_cell(values: list[float]) -> str:
-  """One run: its value; several: mean ± the sample standard deviation over them, then each (seed order)."""
-  if not values:
-    return "—"
-  if len(values) == 1:
-    return f"{values[0]:.1f}"
-  return (f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f} "
-          f"({', '.join(f'{v:.1f}' for v in values)})")
 
 
 def order_line(test: dict[str, float], fmt=lambda x: f"{x:.2f}") -> str:

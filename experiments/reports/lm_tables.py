@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 
 from experiments.reports.pages import _report_dir, _write
-from experiments.reports.records import _cell, load_runs
+from experiments.reports.records import seeds_cell, load_runs
 
 @dataclasses.dataclass(frozen=True)
 class PaperRow:
@@ -201,9 +201,9 @@ REPORTS = {
 def _train_cell(runs: list[dict]) -> str:
   """The running training perplexity (dropout on) of the runs, then, if every run also scored the training
   text without dropout (`train_ppl_eval`), that in brackets."""
-  cell = _cell([r["train_ppl"] for r in runs])
+  cell = seeds_cell([r["train_ppl"] for r in runs])
   if all("train_ppl_eval" in r for r in runs):
-    cell += f" (no dropout: {_cell([r['train_ppl_eval'] for r in runs])})"
+    cell += f" (no dropout: {seeds_cell([r['train_ppl_eval'] for r in runs])})"
   return cell
 
 
@@ -234,8 +234,8 @@ def table(spec: ReportSpec, by_config: dict[str, list[dict]]) -> str:
         f"| {row.label} | {row.size} | {', '.join(f'{s:,}' for s in sizes)} "
         f"| {', '.join(str(r['seed']) for r in runs)} "
         f"| {_paper(row.train)} / {_train_cell(runs)} "
-        f"| {_paper(row.valid)} / {_cell([r['valid_ppl'] for r in runs])} "
-        f"| {_paper(row.test)} / {_cell(tests)} | {delta} |")
+        f"| {_paper(row.valid)} / {seeds_cell([r['valid_ppl'] for r in runs])} "
+        f"| {_paper(row.test)} / {seeds_cell(tests)} | {delta} |")
   return "\n".join(lines)
 
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from experiments.reports.pages import _report_dir, _write
-from experiments.reports.records import CURVE, _cell
+from experiments.reports.records import CURVE, seeds_cell
 from wt_jax.train import metrics
 
 @dataclasses.dataclass(frozen=True)
@@ -84,8 +84,8 @@ def nmt_table(spec: NmtReportSpec, runs: dict[tuple[str, str], list[dict]]) -> s
       rel = f"{100 * params / base_params:.0f}%" if base_params else "—"
       lines.append(
           f"| en→{tgt} | {row.label} | {params:,} | {rel} | {row.paper_size} "
-          f"| {_cell([r['valid_bleu'] for r in rs])} | {_cell([r['test_bleu'] for r in rs])} "
-          f"| {_cell([r['valid_ppl'] for r in rs])} | {_cell([r['test_ppl'] for r in rs])} "
+          f"| {seeds_cell([r['valid_bleu'] for r in rs])} | {seeds_cell([r['test_bleu'] for r in rs])} "
+          f"| {seeds_cell([r['valid_ppl'] for r in rs])} | {seeds_cell([r['test_ppl'] for r in rs])} "
           f"| {', '.join(str(r['best_epoch']) + ' / ' + str(r['epochs']) for r in rs)} | {paper} |")
   return "\n".join(lines)
 

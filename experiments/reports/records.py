@@ -24,14 +24,32 @@ def epoch_records(metrics_path) -> list[dict]:
 
 
 
-def import_runs(runs_dir: Path, dest: Path) -> list[str]:
-  """Copy the small outputs of every finished run in `runs_dir` into `dest`; returns the run names."""
-  imported = []
+def finished_runs(runs_dir: Path) -> list[tuple[str, Path]]:
+  """(name, folder) of every finished run in `runs_dir`: a folder with a results.json, and each member of a
+  members run (`wt_jax.members`: <run>/members/<k>/) as `<run>_m<k>`, except members that diverged."""
+  found = []
   for run in sorted(p for p in runs_dir.iterdir() if p.is_dir()):
-    if not (run / "results.json").exists():
+    member_dirs = sorted((run / "members").glob("*/results.json"), key=lambda p: int(p.parent.name))
+    if member_dirs:
+      for path in member_dirs:
+        diverged = (json.loads(path.read_text()).get("member") or {}).get("diverged")
+        if diverged:
+          logging.warning("skipping %s: the member diverged (%s)", path.parent, diverged.get("reason"))
+          continue
+        found.append((f"{run.name}_m{path.parent.name}", path.parent))
+    elif (run / "results.json").exists():
+      found.append((run.name, run))
+    else:
       logging.info("skipping %s: no results.json (unfinished)", run)
-      continue
-    target = dest / run.name
+  return found
+
+
+def import_runs(runs_dir: Path, dest: Path) -> list[str]:
+  """Copy the small outputs of every finished run in `runs_dir` (`finished_runs`) into `dest`; returns the
+  run names."""
+  imported = []
+  for name, run in finished_runs(runs_dir):
+    target = dest / name
     target.mkdir(parents=True, exist_ok=True)
     shutil.copy2(run / "results.json", target / "results.json")
     # a run's workdir holds metrics.jsonl; a record collected by experiments.gpu_table5 holds curve.jsonl
@@ -40,7 +58,7 @@ def import_runs(runs_dir: Path, dest: Path) -> list[str]:
     if not records:
       logging.warning("%s: no epoch records in metrics.jsonl or %s; its curve will be empty", run, CURVE)
     (target / CURVE).write_text("".join(json.dumps(r) + "\n" for r in records))
-    imported.append(run.name)
+    imported.append(name)
   return imported
 
 
@@ -60,9 +78,12 @@ def load_runs(report_dir: Path, dataset: str = "ptb") -> dict[str, list[dict]]:
   return by_config
 
 
-def _cell(values: list[float]) -> str:
+def seeds_cell(values: list[float]) -> str:
+  """One run: its value; several (seeds, or the members of a run): mean ± the sample standard deviation over
+  them, then each (seed order)."""
   if not values:
     return "—"
   if len(values) == 1:
     return f"{values[0]:.1f}"
-  return f"{statistics.mean(values):.1f} ({', '.join(f'{v:.1f}' for v in values)})"
+  return (f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f} "
+          f"({', '.join(f'{v:.1f}' for v in values)})")

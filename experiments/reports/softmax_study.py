@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 
 from experiments.reports.pages import _report_dir, _write
-from experiments.reports.records import CURVE, _cell, load_runs
+from experiments.reports.records import CURVE, seeds_cell, load_runs
 from wt_jax.train import metrics
 
 SOFTMAX_KINDS = (("full", "full softmax"), ("sampled", "sampled softmax"), ("nce", "NCE"),
@@ -118,7 +118,7 @@ def softmax_table(runs: dict[tuple[str, str], list[dict]], bench: list[dict], ta
       rho_text = ("" if not rho else f"{rho['in_tied']:.3f} / {rho['out_tied']:.3f}" if tying == "tied"
                   else f"{rho['in_out']:.3f}")
       lines.append(f"| {label} | {tying} | {', '.join(str(r['seed']) for r in cell)} "
-                   f"| {_cell([r['valid_ppl'] for r in cell])} | {_cell(tests)} | {gain} | {out_text} | {in_text} "
+                   f"| {seeds_cell([r['valid_ppl'] for r in cell])} | {seeds_cell(tests)} | {gain} | {out_text} | {in_text} "
                    f"| {ms_text} | {rho_text} |")
   if len(lines) == 2:
     lines.append("| no finished run yet | | | | | | | | | |")

@@ -89,6 +89,8 @@ def evaluate(model, eval_window, params, stream: np.ndarray, batch_size: int, bp
     if dp is not None:
       carry = dp.put(carry, dp.member_sharding(models.CARRY_BATCH_AXIS if dp.divides(batch_size) else None))
     totals, _ = _eval_stream_members(eval_window, params, carry, *place((w.x, w.y, w.mask), 1))
+    if dp is not None:  # the members' sums gathered on every device (other processes' members included)
+      totals = jax.jit(lambda t: t, out_shardings=dp.replicated)(totals)
     totals = [float(t) for t in jax.device_get(totals)]
     return {"ppl": [perplexity(t, w.num_tokens) for t in totals], "nll": totals, "tokens": w.num_tokens}
   carry = place(carry, models.CARRY_BATCH_AXIS)
