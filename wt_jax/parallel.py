@@ -87,6 +87,11 @@ class DataParallel:
         raise ValueError(f"num_devices={num_devices}: with {jax.process_count()} processes data "
                          f"parallelism uses every device ({len(devices)}); set num_devices=0.")
       devices = devices[:num_devices]
+    return cls.from_devices(devices, members, member_devices)
+
+  @classmethod
+  def from_devices(cls, devices, members: int = 0, member_devices: int = 0) -> "DataParallel":
+    """`create`'s mesh over the given devices (e.g. a TPU topology's, to compile for: `wt_jax.aot`)."""
     if not members:
       return cls(Mesh(np.asarray(devices), (DATA_AXIS,)))
     n = len(devices)
