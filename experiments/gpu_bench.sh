@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # One GPU window's measurements, in one device call: the GPU tests (GPU-vs-CPU train step, deterministic runs
 # bit for bit), then the sections named in SECTIONS (default all, in this order):
+#   determinism  the cost of XLA:GPU's deterministic kernels: each of DET_CONFIGS (default large_bd_wd_tied
+#                rhn_tied) timed with them off and on, alternately, 2 rounds (`deterministic off|on` lines)
 #   interleaved  each config's `experiments.bench` interleaved with its PyTorch reference on the same card
 #                (same precision on both sides; the references time their loop whole, as bench times ours)
 #   compiled     rhn_tied against `torch_rhn_lm.py --compile reduce-overhead` (PyTorch's fused, CUDA-graphed
 #                RHN), interleaved
-#   determinism  the cost of XLA:GPU's deterministic kernels: each of DET_CONFIGS (default large_bd_wd_tied
-#                rhn_tied) timed with them off and on, alternately, 2 rounds (`deterministic off|on` lines)
 #   unroll       ours alone with other recurrence settings
 #   profile      a jax.profiler trace of a few train steps of each config (experiments.ptb
 #                --config.profile_steps), packed as OUT_DIR/profiles.tgz (TensorBoard's profile plugin reads it)
@@ -19,7 +19,8 @@
 # rhn_tied. BENCH_FLAGS (environment) is appended to every bench command (a CPU smoke run:
 # BENCH_FLAGS="--config.hidden_size=32 --steps=2 --warmup=1 --repeats=1 --eval_windows=2"). Writes
 # OUT_DIR/bench.jsonl (one JSON line per measurement, as it finishes), OUT_DIR/numerics.log and
-# OUT_DIR/bench.log. NUMERICS=0 (environment) skips the GPU-vs-CPU test (about 100 s on an H200). PyTorch:
+# OUT_DIR/bench.log. NUMERICS=0 (environment) skips the GPU tests (the GPU-vs-CPU step took about 100 s on an
+# H200; the determinism test runs 4 short processes); NUMERICS_K picks some by pytest's -k. PyTorch:
 # the machine's python3; each config's reference (bench.torch_reference): .gpu/bench/torch_small_lm.py
 # (cuDNN's LSTM), .gpu/bench/torch_rhn_lm.py beside it, and experiments/bench_helpers/torch_vd_lstm.py for
 # the BD rows.
@@ -30,7 +31,7 @@ OUT_DIR=$2
 PRECISION=${3:-tensorfloat32}
 shift $(($# < 3 ? $# : 3))
 CONFIGS=${*:-small_tied large_tied large_bd_wd_tied rhn_tied}
-SECTIONS=${SECTIONS:-interleaved compiled determinism unroll profile}
+SECTIONS=${SECTIONS:-determinism interleaved compiled unroll profile}
 DET_CONFIGS=${DET_CONFIGS:-large_bd_wd_tied rhn_tied}
 want() { case " $SECTIONS " in *" $1 "*) return 0 ;; esac; return 1; }
 . experiments/gpu_setup.sh
@@ -49,12 +50,26 @@ record() {  # record NAME CMD...: the command's last JSON line, tagged, appended
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT_DIR/device.txt"
 if [ "${NUMERICS:-1}" != 0 ]; then
-  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_gpu_numerics.py -s >"$OUT_DIR/numerics.log" 2>&1
+  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_gpu_numerics.py -s ${NUMERICS_K:+-k "$NUMERICS_K"} \
+    >"$OUT_DIR/numerics.log" 2>&1
   tail -n 15 "$OUT_DIR/numerics.log"
 fi
 
 common=(--config.matmul_precision="$PRECISION" --peak=false --steps=100 --warmup=10 --repeats=3 --eval_windows=50
         ${BENCH_FLAGS:-})
+if want determinism; then
+  DET=$(python3 -c "from wt_jax.train.runtime import xla_flags_with_determinism as f; print(f('', True))")
+  for c in $DET_CONFIGS; do
+    for round in 1 2; do  # off and on alternately: drift of the card's clock falls on both
+      for det in off on; do
+        left || break 3
+        flags=""; [ $det = on ] && flags=$DET
+        XLA_FLAGS="$flags" record "$c deterministic $det round $round" timeout 200 python3 -m experiments.bench \
+          --config="configs/$c.py" "${common[@]}"
+      done
+    done
+  done
+fi
 if want interleaved; then
   for c in $CONFIGS; do
     left || { echo "budget spent before $c"; break; }
@@ -72,19 +87,6 @@ PY
   record "rhn_tied interleaved torch.compile reduce-overhead" timeout 400 python3 -m experiments.bench \
     --config=configs/rhn_tied.py "${common[@]}" --torch_python=python3 --torch_script="$ROOT/torch_rhn_compiled.py" \
     --rounds=2
-fi
-if want determinism; then
-  DET=$(python3 -c "from wt_jax.train.runtime import xla_flags_with_determinism as f; print(f('', True))")
-  for c in $DET_CONFIGS; do
-    for round in 1 2; do  # off and on alternately: drift of the card's clock falls on both
-      for det in off on; do
-        left || break 3
-        flags=""; [ $det = on ] && flags=$DET
-        XLA_FLAGS="$flags" record "$c deterministic $det round $round" timeout 200 python3 -m experiments.bench \
-          --config="configs/$c.py" "${common[@]}"
-      done
-    done
-  done
 fi
 if want unroll; then
   for c in $CONFIGS; do  # the recurrence settings: one time step per loop trip, the whole window (no time
