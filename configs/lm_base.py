@@ -139,4 +139,7 @@ def get_config():
   #                               `best` kept in device memory, not on disk (runs that must finish in one window)
   c.profile_steps = 0         # >0: trace this many steps (after the first) into <workdir>/profile
   c.plot = True
+  c.deterministic = False     # ours: XLA:GPU's deterministic kernels (XLA_FLAGS --xla_gpu_deterministic_ops=true,
+  #                             set by experiments.ptb before JAX starts: wt_jax/train/runtime.py); recorded in
+  #                             run.json and results.json (`host.xla_flags`). The CPU is deterministic already
   return c.lock()  # every key is declared above: a misspelt or undeclared key is an error, not a new key
