@@ -64,7 +64,7 @@ def test_report_imports_finished_runs_and_builds_table(tmp_path):
 
 
 def test_report_imports_a_collected_gpu_record_whose_epochs_are_in_curve_jsonl(tmp_path):
-  """experiments.gpu_table5 collects a run as results.json + curve.jsonl (its epoch records), without the
+  """experiments.gpu_queue collects a run as results.json + curve.jsonl (its epoch records), without the
   workdir's metrics.jsonl: the import takes the epochs from curve.jsonl, so the figure has the run's curve."""
   run = tmp_path / "records" / "small_tied_seed0"
   _fake_run(run, "small_tied", 0, 112.0)

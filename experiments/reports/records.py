@@ -52,7 +52,7 @@ def import_runs(runs_dir: Path, dest: Path) -> list[str]:
     target = dest / name
     target.mkdir(parents=True, exist_ok=True)
     shutil.copy2(run / "results.json", target / "results.json")
-    # a run's workdir holds metrics.jsonl; a record collected by experiments.gpu_table5 holds curve.jsonl
+    # a run's workdir holds metrics.jsonl; a record collected by experiments.gpu_queue holds curve.jsonl
     source = run / "metrics.jsonl" if (run / "metrics.jsonl").exists() else run / CURVE
     records = epoch_records(source)
     if not records:
