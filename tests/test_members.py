@@ -41,6 +41,9 @@ FAMILIES = {
                        words=dict(mode="untied"), al=dict(alpha=2.0, tau=10.0),
                        member_values="al.alpha=2,6;al.tau=10,20;al.target_gradient=false,true;"
                                      "dropout_h=0.2,0.4;dropout_x=0.1,0.2;lr_decay=0.5,0.8"),
+    "lstm_sampled": dict(model="lstm_lm", words=dict(mode="untied"),
+                         softmax=dict(kind="sampled", num_samples=8, proposal="unigram"),
+                         member_values="learning_rate=1.0,0.7"),  # (each member draws its own candidates)
     "rhn": dict(model="rhn_lm", words=dict(mode="tied"), num_layers=1, depth=2, init_scale=0.1,
                 member_values="dropout_i=0.2,0.3;dropout_h=0.2,0.3;dropout_o=0.1,0.2;weight_decay=1e-3,2e-3"),
     "transformer": dict(model="transformer_lm", words=dict(mode="tied"), num_heads=2, mlp_size=32, test_window=5,

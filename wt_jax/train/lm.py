@@ -146,13 +146,14 @@ class LMTask:
                                    test=corpus.test[:config.eval_max_tokens])
     config = softmax.resolve(config, corpus.train)  # a class-factored softmax's bins, from the training counts
     self.config, self.corpus = config, corpus
+    counts = softmax.counts(corpus.train, config.vocab_size)
     self.group = members_lib.parse(config)  # None: one model
     self.members = self.group.size if self.group else 0
     if self.group:  # each member's config as a run alone resolves and checks it
       self.group = members_lib.Members(tuple(softmax.resolve(c, corpus.train) for c in self.group.configs),
                                        self.group.varying)
       for c in self.group.configs:
-        models.build(c), losses.make_lm_cost(c), optim.make_optimizer(c, 1)
+        models.build(c), losses.make_lm_cost(c, counts), optim.make_optimizer(c, 1)
     self.model = models.build(self.group.template() if self.group else config)
     self.dp = parallel.DataParallel.create(num_devices=config.num_devices, members=self.members,
                                            member_devices=config.member_devices)  # the batch split over devices
@@ -162,7 +163,6 @@ class LMTask:
     self.steps_per_epoch, self.num_epochs, self.max_steps = len(self.train), config.num_epochs, config.max_steps
     self.tokens_per_step = B * T
     self.selection = ("valid_ppl", "min")
-    counts = softmax.counts(corpus.train, config.vocab_size)
     self.eval_window = eval_lib.make_eval_window(self.model)
     if not self.group:
       self.tx = optim.make_optimizer(config, self.steps_per_epoch)
