@@ -115,12 +115,16 @@ def get_config():
   c.batch_size = 20           # Zaremba: batch 20
   c.bptt = 20                 # Zaremba small: num_steps 20
   c.seed = 0
+  # Members (wt_jax.members): K models in one compiled program, sharing the data order. 0: one model.
+  c.members = 0               # K > 0: K members, seeds seed … seed + K − 1 (unless member_values lists seeds)
+  c.member_values = ""        # per-member values of keys that change no shape: "al.alpha=6.5,13;dropout_h=0.4,0.5"
+  c.member_devices = 0        # devices the member axis is split over (the rest split the batch); 0: gcd(K, devices)
   c.init_from = ""            # a folder of initial parameters (`python -m experiments.export --convert=...`)
   c.num_devices = 0           # data parallelism over the first N devices; 0: all (of every process)
   c.max_steps = 0             # >0: stop after this many train steps, then evaluate (smoke runs)
   c.train_max_tokens = 0      # >0: train on the first N tokens of the training stream only (Inan Section 6.2)
   # Data and evaluation.
-  c.dataset = "ptb"           # ptb | wikitext2 | bbc | imdb (wt_jax.data.lm_corpora)
+  c.dataset = "ptb"           # ptb | wikitext2[_half1 | _half2] | bbc | imdb (wt_jax.data.lm_corpora)
   c.data_dir = ""             # "" -> $WT_JAX_DATA -> ~/.cache/wt_jax (downloaded if missing)
   c.download = True
   c.eval_batch_size = 20      # validation as the reference: 20 streams, bptt windows
@@ -138,4 +142,7 @@ def get_config():
   #                               `best` kept in device memory, not on disk (runs that must finish in one window)
   c.profile_steps = 0         # >0: trace this many steps (after the first) into <workdir>/profile
   c.plot = True
+  c.deterministic = False     # ours: XLA:GPU's deterministic kernels (XLA_FLAGS --xla_gpu_deterministic_ops=true,
+  #                             set by experiments.ptb before JAX starts: wt_jax/train/runtime.py); recorded in
+  #                             run.json and results.json (`host.xla_flags`). The CPU is deterministic already
   return c.lock()  # every key is declared above: a misspelt or undeclared key is an error, not a new key

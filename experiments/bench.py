@@ -31,6 +31,14 @@ includes compilation) and decoding sentences/s with the config's beam (validatio
 beam search; test: the compiled functions reused, BLEU scoring included).
 
     python -m experiments.bench --config=configs/nmt_multi30k_three_way.py [--nmt_train_pairs=2000]
+
+With `--config.members=K` (or member_values: `wt_jax.members`) it times the members' step of `lm.fit` — K
+models in one program — and reports ms per step of all K (`train_tok_per_s` counts every member's tokens).
+`--members_sweep=0,1,2,4,8` runs this benchmark once per K (0: the plain run) in its own process, --rounds
+times interleaved, and prints one JSON line: the median ms per step of each K and its ratio to one model
+trained alone ("K models in X times the time of one").
+
+    python -m experiments.bench --config=configs/small_tied.py --members_sweep=0,1,2,4,8 --rounds=2
 """
 import json
 import os
@@ -49,8 +57,8 @@ import optax
 from absl import app, flags
 from ml_collections import config_flags
 
-from wt_jax import losses, models, precision, softmax, tying
-from wt_jax.data import batching, lm_corpora, ptb, translation
+from wt_jax import losses, members, models, precision, softmax, tying
+from wt_jax.data import batching, lm_corpora, ptb, translation, vocab
 from wt_jax.train import evaluate, lm, nmt, optim, skipgram, trainer
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
@@ -75,6 +83,8 @@ _NMT_EPOCHS = flags.DEFINE_integer("nmt_epochs", 2, "Translation configs: epochs
 _NMT_EVAL = flags.DEFINE_integer("nmt_eval_sentences", 200,
                                  "Translation configs: validation and test sentences decoded.")
 _PEAK = flags.DEFINE_bool("peak", True, "Measure the float32 matmul peak and report the fraction reached.")
+_MEMBERS_SWEEP = flags.DEFINE_list("members_sweep", [], "Numbers of members K (0: one plain run) to time, each in "
+                                   "its own process, --rounds times interleaved; prints their ratios to K = 0.")
 flags.mark_flag_as_required("config")
 
 
@@ -341,6 +351,37 @@ def _config_path() -> str:
   raise app.UsageError("--gensim_python needs --config=FILE.")
 
 
+def members_sweep(config, sweep: list[int]) -> None:
+  """--rounds times, for each K of `sweep`: this benchmark with --config.members=K in its own process; prints
+  every run and, per K, the median ms per step and its ratio to the plain run's (K = 0)."""
+  if 0 not in sweep:
+    raise app.UsageError("--members_sweep needs 0 (one model trained alone, the baseline).")
+  if config.member_values:
+    raise app.UsageError("--members_sweep times seeds (members=K); drop --config.member_values.")
+  base = [sys.executable, "-m", "experiments.bench",
+          *[a for a in sys.argv[1:] if not a.startswith(("--members_sweep", "--rounds", "--config.members="))]]
+  runs = {k: [] for k in sweep}
+  for _ in range(_ROUNDS.value):
+    for k in sweep:
+      runs[k].append(_json_line([*base, f"--config.members={k}"]))
+  med = {k: statistics.median(r["train_ms_per_step"] for r in runs[k]) for k in sweep}
+  print(json.dumps({
+      "bench": "members_sweep", "config": config.name, "rounds": _ROUNDS.value, "members": sweep,
+      "train_ms_per_step_median": {str(k): med[k] for k in sweep},
+      "time_of_one": {str(k): round(med[k] / med[0], 3) for k in sweep},
+      "ms_per_model_step": {str(k): round(med[k] / max(k, 1), 3) for k in sweep},
+      "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
+      "runs": {str(k): v for k, v in runs.items()}}))
+
+
+def members_task(config, train_stream, valid_stream):
+  """The `lm.LMTask` of a members config on these streams (its step, state and evaluation are what `lm.fit`
+  runs); a synthetic stream gets a vocabulary of placeholder words."""
+  words = vocab.Vocab([f"w{i}" for i in range(config.vocab_size)])
+  corpus = ptb.Corpus(train=train_stream, valid=valid_stream, test=valid_stream[:1000], vocab=words)
+  return lm.LMTask(config, corpus)
+
+
 def compiled_train_step(config, model, windows: batching.Windows, counts=None):
   """The train step `lm.fit` runs for `config` (`lm.train_step_for`: the cost and optimiser of the config;
   `counts` the training counts a unigram proposal needs), compiled for the shape of `windows`, from the run's
@@ -376,6 +417,8 @@ def _main(config):
     data = translation.load_corpus(config)
     print(json.dumps(bench_nmt(config, data, _NMT_TRAIN_PAIRS.value, _NMT_EPOCHS.value, _NMT_EVAL.value)))
     return
+  if _MEMBERS_SWEEP.value:
+    return members_sweep(config, [int(k) for k in _MEMBERS_SWEEP.value])
   if _TORCH_PYTHON.value:
     return compare_with_torch(config)
   if _SYNTHETIC.value:
@@ -386,12 +429,23 @@ def _main(config):
     corpus = lm_corpora.load_corpus(config)
     train_stream, valid_stream = corpus.train, corpus.valid
   B, T = config.batch_size, config.bptt
+  group = members.parse(config)
+  K = group.size if group else 0
   config = softmax.resolve(config, train_stream)  # a class-factored softmax's bins, as `lm.fit` makes them
-  model = models.build(config)
   windows = batching.lm_windows(train_stream, B, T)
   counts = softmax.counts(train_stream, config.vocab_size)
-  step_fn, state, tx, compile_s = compiled_train_step(config, model, windows, counts)
-  params = state["params"]
+  if group:  # K models in one program: the members' step and state of `lm.fit`
+    task = members_task(config, train_stream, valid_stream)
+    model, state, tx = task.model, task.init_state(), task.tx
+    x0, y0 = task.dp.shard_batch((windows.x[0], windows.y[0]))
+    t0 = time.perf_counter()
+    step_fn = task.step_fn.lower(state, x0, y0).compile()
+    compile_s = time.perf_counter() - t0
+    num_params = tying.count_params(members.member(state["params"], 0))
+  else:
+    model = models.build(config)
+    step_fn, state, tx, compile_s = compiled_train_step(config, model, windows, counts)
+    num_params = tying.count_params(state["params"])
   memory = _memory(step_fn)
   xla_flops = _xla_flops(step_fn)
 
@@ -400,7 +454,8 @@ def _main(config):
   def run(n, keep=None):
     nonlocal state, i
     for _ in range(n):
-      state, sums = step_fn(state, windows.x[i % len(windows)], windows.y[i % len(windows)])
+      x, y = windows.x[i % len(windows)], windows.y[i % len(windows)]
+      state, sums = step_fn(state, *(task.dp.shard_batch((x, y)) if group else (x, y)))
       if keep is not None:
         keep.append(sums["nll"] / sums["tokens"])
       i += 1
@@ -420,23 +475,26 @@ def _main(config):
     eval_window = evaluate.make_eval_window(model)
     n_eval = min(_EVAL_WINDOWS.value, (len(valid_stream) // config.eval_batch_size - 1) // T)
     stream = valid_stream[: (n_eval * T + 1) * config.eval_batch_size]
-    evaluate.evaluate(model, eval_window, state["params"], stream, config.eval_batch_size, T, True)  # compile
-    t0 = time.perf_counter()
-    ev = evaluate.evaluate(model, eval_window, state["params"], stream, config.eval_batch_size, T, True)
+    place = dict(dp=task.dp, members=K) if group else {}
+    evaluate.evaluate(model, eval_window, state["params"], stream, config.eval_batch_size, T, True, **place)
+    t0 = time.perf_counter()  # (the first call compiled)
+    ev = evaluate.evaluate(model, eval_window, state["params"], stream, config.eval_batch_size, T, True, **place)
     eval_s = time.perf_counter() - t0
+    ev["tokens"] *= max(K, 1)  # (every member read them)
 
   parts = (breakdown(config, state["params"], optim.make_optimizer(config, len(windows)))
-           if _BREAKDOWN.value else {})
+           if _BREAKDOWN.value and not group else {})
   flops = matmul_flops_per_step(config)
+  flops = flops * K if flops and group else flops  # (every member's)
   peak = matmul_peak_gflops() if _PEAK.value else None
   floor = ({"matmul_peak_gflops": round(peak, 1), "floor_ms_per_step": round(flops / peak / 1e6, 2),
             "fraction_of_peak": round(flops / peak / 1e6 / ms, 3)} if flops and peak else {})
   print(json.dumps({
-      "bench": "wt_jax_lm", "config": config.name, "num_params": tying.count_params(params),
+      "bench": "wt_jax_lm", "config": config.name, "num_params": num_params,
       "batch": B, "bptt": T, "hidden": config.hidden_size, "steps": _STEPS.value,
       "repeats": _REPEATS.value, "train_ms_per_step": round(ms, 2),
       "train_ms_per_step_all": [round(1000 * t, 2) for t in times],
-      "train_tok_per_s": round(B * T / (ms / 1000), 1), "compile_s": round(compile_s, 2),
+      "members": K, "train_tok_per_s": round(max(K, 1) * B * T / (ms / 1000), 1), "compile_s": round(compile_s, 2),
       "eval_tokens": ev["tokens"], "eval_tok_per_s": round(ev["tokens"] / eval_s, 1) if eval_s else None,
       "matmul_flops_per_step": flops, "xla_flops_per_step": xla_flops,
       "achieved_gflops": round(flops / ms / 1e6, 1) if flops else None, **floor, **parts,
@@ -448,7 +506,7 @@ def _main(config):
       "scan_unroll": getattr(model, "unroll", None), "xla_flags": os.environ.get("XLA_FLAGS", ""),
       # the mean NLL of each warm-up step, from the run's initial state: variants of the same arithmetic
       # (unroll, command buffers) must agree here to rounding
-      "warmup_nll": [round(float(v), 6) for v in jax.device_get(warm_nll)],
+      "warmup_nll": [np.round(np.asarray(v, np.float64), 6).tolist() for v in jax.device_get(warm_nll)],
       "device_kind": jax.devices()[0].device_kind,
       **memory, "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
       "jax": jax.__version__, "devices": [str(d) for d in jax.devices()],

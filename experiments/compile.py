@@ -3,6 +3,7 @@
     python -m experiments.compile --config=configs/rhn_tied.py --topology=v5e:2x2
     python -m experiments.compile --config=configs/small_tied.py --topology=v5e:1x1 --find_max_batch
     python -m experiments.compile --config=configs/nmt_multi30k_three_way.py --topology=v5e:2x2 --dump_dir=/tmp/hlo
+    python -m experiments.compile --config=configs/rhn_tied.py --topology=v5e:1x1 --find_max_members
 
 Needs libtpu (`pip install "jax[tpu]==<your jax version>"`). For a language model it compiles the train
 step and the evaluation window, for NMT the train step and beam search, all for the project's data-parallel
@@ -10,7 +11,9 @@ mesh over the topology's chips (`wt_jax.aot`), checks each executable is a TPU o
 arguments, outputs, temporaries, the total against the chip's HBM, and the compile time; then one JSON line
 (prefix `AOT_JSON `). Exits non-zero with one line when the config does not fit, the topology is unknown or
 libtpu is missing. --find_max_batch also searches the largest global train batch (a multiple of the chip
-count) that fits (`wt_jax.batch_search.find_max_batch`).
+count) that fits (`wt_jax.batch_search.find_max_batch`). --find_max_members searches the largest number of
+members (`wt_jax.members`: seeds of the config trained in one program, each chip holding its own members and
+the whole batch) that fits, a multiple of the chip count.
 """
 import json
 import sys
@@ -33,6 +36,8 @@ _START = flags.DEFINE_integer("batch_start", 0, "--find_max_batch starts from th
                               "(e.g. another topology's result × its chip ratio) saves compiles.")
 _REL_TOL = flags.DEFINE_float("batch_rel_tol", 0.0, "--find_max_batch stops when the smallest batch that "
                               "does not fit is at most (1 + this) times the largest that fits (0: exact).")
+_FIND_MEMBERS = flags.DEFINE_bool("find_max_members", False, "Also search the largest number of members (seeds in "
+                                  "one program, the member axis over the chips) that fits.")
 _HBM_GIB = flags.DEFINE_float("hbm_gib", 0.0, "Compare with this many GiB per chip instead of the chip's HBM "
                               "(e.g. to keep a margin).")
 _DUMP_DIR = flags.DEFINE_string("dump_dir", "", "Write each program's optimised HLO (compiled.as_text()) here.")
@@ -107,6 +112,28 @@ def main(argv):
           f"{note}; smallest tried that does not: {above}; {len(search.tried)} compiles")
     record.update(max_batch=search.batch_size, max_batch_per_chip=search.batch_size // chips,
                   max_batch_capped=search.capped, smallest_not_fitting=above, compiles=len(search.tried))
+  if _FIND_MEMBERS.value:
+    if aot.is_nmt(config):
+      sys.exit("error: --find_max_members is for language models (members of an LM config).")
+    devices = list(dp.mesh.devices.flat)
+
+    def members_total(k):
+      try:
+        p = aot.compile_lm_members(config, devices, k, member_devices=chips)
+      except aot.DoesNotFit as e:
+        print(f"  members {k:6d}: does not fit (the compiler ran out of HBM: {str(e).split(': ', 1)[-1]})", flush=True)
+        raise
+      print(f"  members {k:6d}: {_mib(p.memory.total)} MiB per chip, {'fits' if p.memory.total <= limit else 'does not fit'}"
+            f" ({p.seconds:.1f} s)", flush=True)
+      return p.memory.total
+
+    found = batch_search.find_max_batch(members_total, chips, limit, rel_tol=_REL_TOL.value)
+    above = min((k for k in found.tried if k > found.batch_size), default=None)
+    print(f"largest number of members that fits: {found.batch_size} ({found.batch_size // chips} per chip, batch "
+          f"{config.batch_size} each); smallest tried that does not: {above}; {len(found.tried)} compiles")
+    record.update(max_members=found.batch_size, max_members_per_chip=found.batch_size // chips,
+                  max_members_capped=found.capped, members_not_fitting=above,
+                  members_tried={str(k): v for k, v in sorted(found.tried.items())})
   print("AOT_JSON " + json.dumps(record), flush=True)
   if not fits:
     worst = max(programs.values(), key=lambda p: p.memory.total)

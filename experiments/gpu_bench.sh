@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
-# One GPU window's measurements, in one device call: the GPU-vs-CPU train-step test, then for each config
-# `experiments.bench` interleaved with its PyTorch reference on the same card (same precision on both sides),
-# then ours alone with other recurrence settings. Stops starting new work after BUDGET_S seconds.
+# One GPU window's measurements, in one device call: the GPU tests (GPU-vs-CPU train step, deterministic runs
+# bit for bit), then the sections named in SECTIONS (default all, in this order):
+#   determinism  the cost of XLA:GPU's deterministic kernels: each of DET_CONFIGS (default large_bd_wd_tied
+#                rhn_tied) timed with them off and on, alternately, 2 rounds (`deterministic off|on` lines)
+#   interleaved  each config's `experiments.bench` interleaved with its PyTorch reference on the same card
+#                (same precision on both sides; the references time their loop whole, as bench times ours)
+#   compiled     rhn_tied against `torch_rhn_lm.py --compile reduce-overhead` (PyTorch's fused, CUDA-graphed
+#                RHN), interleaved
+#   unroll       ours alone with other recurrence settings
+#   profile      a jax.profiler trace of a few train steps of each config (experiments.ptb
+#                --config.profile_steps), packed as OUT_DIR/profiles.tgz (TensorBoard's profile plugin reads it)
+# Stops starting new work after BUDGET_S seconds.
 #
-#   git rev-parse HEAD > .gpu/commit; cp ../shared/bench/torch_*.py .gpu/bench/     # here, before the call
+#   bash experiments/gpu_prepare.sh                                                 # here, before the call
 #   bash experiments/gpu_bench.sh BUDGET_S OUT_DIR [PRECISION] [CONFIGS...]
 #
 # PRECISION: tensorfloat32 (default) or float32. CONFIGS default: small_tied large_tied large_bd_wd_tied
 # rhn_tied. BENCH_FLAGS (environment) is appended to every bench command (a CPU smoke run:
 # BENCH_FLAGS="--config.hidden_size=32 --steps=2 --warmup=1 --repeats=1 --eval_windows=2"). Writes
 # OUT_DIR/bench.jsonl (one JSON line per measurement, as it finishes), OUT_DIR/numerics.log and
-# OUT_DIR/bench.log. NUMERICS=0 (environment) skips the GPU-vs-CPU test (about 100 s on an H200). PyTorch:
+# OUT_DIR/bench.log. NUMERICS=0 (environment) skips the GPU tests (the GPU-vs-CPU step took about 100 s on an
+# H200; the determinism test runs 4 short processes); NUMERICS_K picks some by pytest's -k. PyTorch:
 # the machine's python3; each config's reference (bench.torch_reference): .gpu/bench/torch_small_lm.py
 # (cuDNN's LSTM), .gpu/bench/torch_rhn_lm.py beside it, and experiments/bench_helpers/torch_vd_lstm.py for
 # the BD rows.
@@ -21,6 +31,9 @@ OUT_DIR=$2
 PRECISION=${3:-tensorfloat32}
 shift $(($# < 3 ? $# : 3))
 CONFIGS=${*:-small_tied large_tied large_bd_wd_tied rhn_tied}
+SECTIONS=${SECTIONS:-determinism interleaved compiled unroll profile}
+DET_CONFIGS=${DET_CONFIGS:-large_bd_wd_tied rhn_tied}
+want() { case " $SECTIONS " in *" $1 "*) return 0 ;; esac; return 1; }
 . experiments/gpu_setup.sh
 mkdir -p "$OUT_DIR"
 LOG="$OUT_DIR/bench.log"
@@ -37,24 +50,67 @@ record() {  # record NAME CMD...: the command's last JSON line, tagged, appended
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT_DIR/device.txt"
 if [ "${NUMERICS:-1}" != 0 ]; then
-  timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_gpu_numerics.py -s >"$OUT_DIR/numerics.log" 2>&1
+  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_gpu_numerics.py -s ${NUMERICS_K:+-k "$NUMERICS_K"} \
+    >"$OUT_DIR/numerics.log" 2>&1
   tail -n 15 "$OUT_DIR/numerics.log"
 fi
 
 common=(--config.matmul_precision="$PRECISION" --peak=false --steps=100 --warmup=10 --repeats=3 --eval_windows=50
         ${BENCH_FLAGS:-})
-for c in $CONFIGS; do
-  left || { echo "budget spent before $c"; break; }
-  record "$c interleaved" timeout 300 python3 -m experiments.bench --config="configs/$c.py" "${common[@]}" \
-    --torch_python=python3 --torch_script=.gpu/bench/torch_small_lm.py --rounds=2
-done
-for c in $CONFIGS; do  # the recurrence settings: one time step per loop trip, the whole window (no time
-  # loop; the LSTMs' automatic choice on a GPU, so for them a repeat), command buffers over the loops
-  for v in "1 " "35 " "1 --xla_gpu_enable_command_buffer=+WHILE"; do
-    left || break 2
-    set -- $v
-    XLA_FLAGS="${2:-}" record "$c unroll $1 ${2:-}" timeout 120 python3 -m experiments.bench \
-      --config="configs/$c.py" "${common[@]}" --config.scan_unroll="$1"
+if want determinism; then
+  DET=$(python3 -c "from wt_jax.train.runtime import xla_flags_with_determinism as f; print(f('', True))")
+  for c in $DET_CONFIGS; do
+    for round in 1 2; do  # off and on alternately: drift of the card's clock falls on both
+      for det in off on; do
+        left || break 3
+        flags=""; [ $det = on ] && flags=$DET
+        XLA_FLAGS="$flags" record "$c deterministic $det round $round" timeout 200 python3 -m experiments.bench \
+          --config="configs/$c.py" "${common[@]}"
+      done
+    done
   done
-done
+fi
+if want interleaved; then
+  for c in $CONFIGS; do
+    left || { echo "budget spent before $c"; break; }
+    record "$c interleaved" timeout 300 python3 -m experiments.bench --config="configs/$c.py" "${common[@]}" \
+      --torch_python=python3 --torch_script=.gpu/bench/torch_small_lm.py --rounds=2
+  done
+fi
+if want compiled && left; then  # the reference's --compile through bench's flags: a wrapper that adds it
+  cat >"$ROOT/torch_rhn_compiled.py" <<PY
+import runpy, sys
+script = "$PWD/.gpu/bench/torch_rhn_lm.py"
+sys.argv = [script] + sys.argv[1:] + ([] if "-h" in sys.argv or "--help" in sys.argv else ["--compile", "reduce-overhead"])
+runpy.run_path(script, run_name="__main__")
+PY
+  record "rhn_tied interleaved torch.compile reduce-overhead" timeout 400 python3 -m experiments.bench \
+    --config=configs/rhn_tied.py "${common[@]}" --torch_python=python3 --torch_script="$ROOT/torch_rhn_compiled.py" \
+    --rounds=2
+fi
+if want unroll; then
+  for c in $CONFIGS; do  # the recurrence settings: one time step per loop trip, the whole window (no time
+    # loop; the LSTMs' automatic choice on a GPU, so for them a repeat), command buffers over the loops
+    for v in "1 " "35 " "1 --xla_gpu_enable_command_buffer=+WHILE"; do
+      left || break 2
+      set -- $v
+      XLA_FLAGS="${2:-}" record "$c unroll $1 ${2:-}" timeout 120 python3 -m experiments.bench \
+        --config="configs/$c.py" "${common[@]}" --config.scan_unroll="$1"
+    done
+  done
+fi
+if want profile; then
+  rm -rf "$ROOT/profiles"
+  for c in $CONFIGS; do  # a trace of 5 steps after the first (compilation), then stop; no test
+    left || break
+    echo "$(date -u +%FT%TZ) profile $c" >>"$LOG"
+    timeout 200 python3 -m experiments.ptb --config="configs/$c.py" --workdir="$ROOT/profiles/$c" \
+      --config.matmul_precision="$PRECISION" --config.profile_steps=5 --config.max_steps=20 \
+      --config.eval_max_tokens=2000 --config.checkpoint_every_steps=0 --config.checkpoint_every_epochs=0 \
+      --config.plot=false --config.eval_train=false ${PROFILE_FLAGS:-} >>"$LOG" 2>&1 && echo "profile $c: done" ||
+      echo "profile $c: failed (bench.log)"
+  done
+  [ -d "$ROOT/profiles" ] && tar czf "$OUT_DIR/profiles.tgz" -C "$ROOT" \
+    $(cd "$ROOT" && ls -d profiles/*/profile 2>/dev/null)
+fi
 echo "done at $SECONDS s"

@@ -1,4 +1,5 @@
-"""Train a language model on Penn Treebank (or another word-level corpus: --config.dataset=wikitext2 | bbc | imdb).
+"""Train a language model on Penn Treebank (or another word-level corpus: --config.dataset=wikitext2 | bbc | imdb |
+wikitext2_half1 | wikitext2_half2, the halves of WikiText-2's training text, wt_jax/data/lm_corpora.py).
 
     python -m experiments.ptb --config=configs/small_tied.py --workdir=runs/small_tied
     python -m experiments.ptb --config=configs/small_tied.py --workdir=/tmp/smoke --config.max_steps=50
@@ -6,6 +7,7 @@
     python -m experiments.ptb --config=configs/small.py --config.dataset=wikitext2 --config.vocab_size=33278 ...
 
 Writes <workdir>/results.json, metrics.jsonl, curves.png and checkpoints/ (resumes from them if present).
+--config.deterministic=true asks XLA:GPU for deterministic kernels (the same bits run to run on one card).
 """
 import sys
 
@@ -14,7 +16,7 @@ from ml_collections import config_flags
 
 from wt_jax import parallel
 from wt_jax.data import lm_corpora
-from wt_jax.train import lm, trainer
+from wt_jax.train import lm, runtime, trainer
 from wt_jax.train import metrics
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file in configs/.",
@@ -27,6 +29,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   config = _CONFIG.value
+  runtime.apply_determinism(config)  # (XLA_FLAGS: before anything starts JAX's backends)
   parallel.initialize_distributed()  # only if WT_JAX_COORDINATOR / WT_JAX_DISTRIBUTED ask for it
   metrics.quiet_library_logs()
   if config.dataset not in lm_corpora.CORPORA:

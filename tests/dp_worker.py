@@ -4,7 +4,8 @@
         --data=DIR --workdir=DIR --out=FILE.json --runs=lstm:1,lstm:2,rhn:4
 
 For each MODEL:N it runs `fit` (config.num_devices = N) and records, per step, the running train
-perplexity, then the valid/test perplexities and the final parameters (flattened, from the checkpoint).
+perplexity, then the valid/test perplexities and the final parameters (flattened, from the checkpoint); for a
+members run (mlstm, mbd) the same for each member, from its folder.
 With WT_JAX_COORDINATOR etc. set it is one process of a multi-process run (`parallel.initialize_distributed`);
 then N = 0 (all devices of all processes) and only process 0 writes --out.
 """
@@ -31,6 +32,13 @@ MODELS = {
                mask_per_gate=True, weight_decay=1e-4),
     "rhn": dict(model="rhn_lm", words=dict(mode="tied"), num_layers=1, depth=2, dropout_x=0.2, dropout_i=0.2,
                 dropout_h=0.2, dropout_o=0.2, transform_bias=-2.0, remat=False),
+}
+
+
+# Members runs (wt_jax.members): 4 members of a model above, each with its own seed and dropout rate.
+MEMBER_RUNS = {
+    "mlstm": dict(model="lstm", values="dropout=0.1,0.2,0.3,0.4"),
+    "mbd": dict(model="bd", values="dropout_h=0.1,0.2,0.3,0.4;learning_rate=0.5,0.4,0.5,0.4"),
 }
 
 
@@ -89,6 +97,25 @@ def main():
       results = skipgram.fit_skipgram(config, ptb.sentences("train", args.data, download=False), workdir)
       step = results["steps"]
       curve, valid, test, processes = "loss_per_pair", None, None, jax.process_count()
+    elif name in MEMBER_RUNS:  # K members of one run: the member axis (and the batch) over the devices
+      config = model_config(MEMBER_RUNS[name]["model"], corpus.vocab_size)
+      config.member_values, config.num_devices = MEMBER_RUNS[name]["values"], int(n)
+      summary = lm.fit(config, corpus, workdir)
+      if parallel.is_writer():
+        out[run] = {"members": [], "num_devices": None}
+      for k in range(summary["members"]):
+        folder = workdir / "members" / str(k)
+        results = json.loads((folder / "results.json").read_text())
+        params = ocp.StandardCheckpointer().restore(
+            (folder / "checkpoints" / "last" / str(results["steps"]) / "state").absolute())["params"]
+        if parallel.is_writer():
+          steps = [json.loads(l) for l in (folder / "metrics.jsonl").read_text().splitlines()]
+          flat = np.concatenate([np.ravel(np.asarray(p)) for p in jax.tree_util.tree_leaves(params)])
+          out[run]["members"].append({"train_ppl": [r["train_ppl"] for r in steps if r["kind"] == "train"],
+                                      "valid_ppl": results["valid_ppl"], "test_ppl": results["test_ppl"],
+                                      "params": flat.tolist()})
+          out[run].update(num_devices=results["num_devices"], num_processes=results["num_processes"])
+      continue
     else:
       config = model_config(name, corpus.vocab_size)
       config.num_devices = int(n)

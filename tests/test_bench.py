@@ -3,6 +3,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 
 from tests.conftest import REPO
 
@@ -131,3 +133,23 @@ def test_each_model_family_is_compared_with_its_own_pytorch_reference():
   assert bench.torch_reference("rhn_lm", small) == "/refs/torch_rhn_lm.py"
   assert bench.torch_reference("bd_lstm_lm", small).endswith("experiments/bench_helpers/torch_vd_lstm.py")
   assert bench.torch_reference("bd_lstm_lm", "/mine/other.py") == "/mine/other.py"  # any other script as given
+
+
+def test_members_sweep_times_each_k_in_its_own_process_against_one_model():
+  """--members_sweep=0,2: the plain run and 2 members (the members' step and state of `lm.fit`), each in a
+  process of its own; the record gives each K's ms per step and its ratio to the plain run's, and the members'
+  run counts both members' FLOPs and tokens."""
+  r = subprocess.run(
+      [sys.executable, "-m", "experiments.bench", "--config=configs/small_tied.py", "--synthetic",
+       "--steps=2", "--warmup=1", "--repeats=1", "--eval_windows=2", "--peak=false", "--rounds=1",
+       "--members_sweep=0,2", "--config.hidden_size=16", "--config.vocab_size=50"],
+      cwd=REPO, capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-2000:]
+  out = json.loads(r.stdout.strip().splitlines()[-1])
+  assert out["bench"] == "members_sweep" and out["members"] == [0, 2]
+  one, two = out["runs"]["0"][0], out["runs"]["2"][0]
+  assert one["members"] == 0 and two["members"] == 2
+  assert two["matmul_flops_per_step"] == 2 * one["matmul_flops_per_step"]
+  assert two["train_tok_per_s"] == pytest.approx(2 * 400 / (two["train_ms_per_step"] / 1000), rel=2e-3)
+  assert out["time_of_one"]["2"] == round(two["train_ms_per_step"] / one["train_ms_per_step"], 3)
+  assert len(two["warmup_nll"][0]) == 2  # one mean NLL per member

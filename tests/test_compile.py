@@ -186,3 +186,20 @@ def test_find_max_batch_edges():
   coarse = batch_search.find_max_batch(lambda b: b, 1, 1000, rel_tol=0.25)
   above = min(b for b in coarse.tried if b > coarse.batch_size)
   assert coarse.batch_size <= 1000 < above <= 1.25 * coarse.batch_size
+
+
+@needs_libtpu
+def test_members_compile_with_the_member_axis_over_the_chips(dp):
+  """Members of a tiny RHN on v5e:2x2: 8 members with the member axis over the 4 chips put 2 members'
+  parameters on each chip (the arguments twice one model's), 4 members over 4 chips one each, 4 members over
+  2 chips (the batch over the other 2) two each."""
+  config = _tiny_rhn()
+  params = aot.compile_lm_train(config, aot.data_parallel("v5e:1x1")).memory.arguments
+  devices = list(dp.mesh.devices.flat)
+  per_chip = {}
+  for k, m in ((8, 4), (4, 4), (4, 2)):
+    p = aot.compile_lm_members(config, devices, k, member_devices=m)
+    assert p.platform == "tpu" and p.batch_size == k and p.memory.aliased > 0
+    assert "num_partitions=4" in p.compiled.as_text()
+    per_chip[k, m] = p.memory.arguments / params
+  assert 1.6 < per_chip[8, 4] < 2.5 and 0.8 < per_chip[4, 4] < 1.3 and 1.6 < per_chip[4, 2] < 2.5, per_chip

@@ -1,8 +1,10 @@
-"""text8 and WikiText-2: readers, counts on the real files, downloads from a local server."""
+"""text8 and WikiText-2: readers, counts on the real files, downloads from a local server; WikiText-2's training
+text in halves (Inan et al. 2017, Table 2)."""
 import gzip
 import io
 import zipfile
 
+import numpy as np
 import pytest
 
 from tests.conftest import serve_folder, unused_port
@@ -86,5 +88,66 @@ def test_lm_corpora_by_config_name(shared_data_root):
   corpus = lm_corpora.load_corpus(config)
   assert corpus.vocab_size == 10_000 and len(corpus.train) == 929_589
   config.dataset = "text9"
-  with pytest.raises(ValueError, match="Unknown dataset 'text9'; known: ptb, wikitext2, bbc, imdb"):
+  known = "ptb, wikitext2, wikitext2_half1, wikitext2_half2, bbc, imdb"
+  with pytest.raises(ValueError, match=f"Unknown dataset 'text9'; known: {known}"):
     lm_corpora.load_corpus(config)
+
+
+def _article(title: str, first: int, second: int) -> list[str]:
+  """A WikiText-style article's lines: its title, a paragraph of `first` words, a section heading, a paragraph
+  of `second` words, each between empty lines ({first} + {second} + 17 tokens with one <eos> per line)."""
+  words = lambda n, w: " " + " ".join([w] * n) + " "
+  return [" ", f" = {title} = ", " ", words(first, "a"), " ", " = = Section = = ", " ", words(second, "b"), " "]
+
+
+def test_wikitext2_halves_cut_at_the_article_start_nearest_the_middle(tmp_path):
+  """Articles of 37, 82, 42 and 19 tokens (180): the starts lie at 0, 37, 119 and 161 tokens, so the cut is at
+  119, 29 from the middle (90), neither the first nor the last start. Neither half the tokens (90) nor the
+  empty line before article B's section heading (69, 21 from the middle) is an article boundary."""
+  folder = tmp_path / "wikitext2"
+  folder.mkdir()
+  lines = _article("A", 10, 10) + _article("B", 25, 40) + _article("C", 20, 5) + _article("D", 1, 1)
+  (folder / "wiki.train.tokens").write_text("".join(l + "\n" for l in lines))
+  (folder / "wiki.valid.tokens").write_text(" a b Section\n")
+  (folder / "wiki.test.tokens").write_text(" b a\n")
+  assert wikitext2.article_starts(lines) == [0, 9, 18, 27]
+  full = wikitext2.load(str(tmp_path), download=False)
+  first, second = (wikitext2.load_half(h, str(tmp_path), download=False) for h in (1, 2))
+  assert (len(full.train), len(first.train), len(second.train)) == (180, 119, 61)
+  np.testing.assert_array_equal(np.concatenate([first.train, second.train]), full.train)
+  assert second.vocab.decode(second.train[:5]) == ["<eos>", "=", "C", "=", "<eos>"]  # begins with a title
+  for half in (first, second):  # WikiText-2's vocabulary, ids, validation and test texts
+    assert half.vocab.words == full.vocab.words
+    np.testing.assert_array_equal(half.valid, full.valid)
+    np.testing.assert_array_equal(half.test, full.test)
+  with pytest.raises(ValueError, match="half must be one of"):
+    wikitext2.load_half(3, str(tmp_path), download=False)
+  (folder / "wiki.train.tokens").write_text("".join(l + "\n" for l in _article("A", 3, 3)))
+  with pytest.raises(ValueError, match="fewer than two articles"):
+    wikitext2.load_half(1, str(tmp_path), download=False)
+
+
+def test_wikitext2_halves_on_shared_data(shared_data_root):
+  """On the official file: 600 articles; the halves are 305 and 295 whole articles (1,044,532 and 1,044,096
+  tokens, the paper's "1044K" each), together the whole training stream, with WikiText-2's vocabulary and ids,
+  validation and test texts; `config.dataset` names them."""
+  import ml_collections
+  from wt_jax.data import lm_corpora
+  if not (shared_data_root / "wikitext2").is_dir():
+    pytest.skip(f"WikiText-2 not found in {shared_data_root}")
+  lines = wikitext2.read_lines(wikitext2.split_file(shared_data_root / "wikitext2", "train"))
+  starts = wikitext2.article_starts(lines)
+  assert len(starts) == 600 and starts.index(wikitext2.half_boundary(lines)) == 305
+  full = wikitext2.load(str(shared_data_root), download=False)
+  config = ml_collections.ConfigDict({"data_dir": str(shared_data_root), "download": False})
+  halves = []
+  for name in ("wikitext2_half1", "wikitext2_half2"):
+    config.dataset = name
+    halves.append(lm_corpora.load_corpus(config))
+  assert [len(h.train) for h in halves] == [1_044_532, 1_044_096]
+  np.testing.assert_array_equal(np.concatenate([h.train for h in halves]), full.train)
+  assert halves[1].vocab.decode(halves[1].train[:5]) == ["<eos>", "=", "Arikamedu", "=", "<eos>"]
+  for half in halves:
+    assert half.vocab_size == 33_278 and half.vocab.words == full.vocab.words
+    np.testing.assert_array_equal(half.valid, full.valid)
+    np.testing.assert_array_equal(half.test, full.test)

@@ -120,3 +120,60 @@ def test_one_train_step_on_the_gpu_matches_the_cpu(family, matmul_precision):
   err = _relative_update_error(before, after_c, after_g)
   print(f"{family} {matmul_precision}: loss {loss_c:.7g} (cpu) {loss_g:.7g} (gpu), update error {err:.2e}")
   assert err <= update_tol, err
+
+
+# --- run-to-run determinism on the GPU ----------------------------------------------------------------------
+# XLA:GPU's scatter-adds (the embedding gradient: many tokens add into the same rows) and some reductions use
+# atomics by default, whose order varies run to run. With `config.deterministic` (runtime.apply_determinism:
+# XLA_FLAGS=--xla_gpu_deterministic_ops=true, read once per process, so each run is its own process) two runs
+# of the same steps must give the same bits.
+_DETERMINISM_RUN = """
+import hashlib, sys
+import numpy as np
+from configs import large_bd_tied
+from wt_jax.train import runtime
+c = large_bd_tied.get_config()
+c.hidden_size, c.batch_size, c.bptt, c.vocab_size = 256, 20, 35, 97
+c.matmul_precision, c.deterministic = "tensorfloat32", sys.argv[1] == "1"
+runtime.apply_determinism(c)  # (before JAX starts its backends)
+import jax
+from jax.sharding import Mesh
+from wt_jax import models, parallel
+from wt_jax.train import lm, optim, trainer
+dp = parallel.DataParallel(Mesh(np.array([jax.devices("gpu")[0]]), (parallel.DATA_AXIS,)))
+model, tx = models.build(c), optim.make_optimizer(c, steps_per_epoch=10)
+init_key, step_key = trainer.run_keys(0)
+state = dp.replicate(lm.initial_state(c, model, tx, init_key))
+state = {**state, "carry": dp.shard_batch(jax.device_get(state["carry"]), models.CARRY_BATCH_AXIS)}
+step = lm.train_step_for(c, model, tx, step_key, dp)
+rng = np.random.default_rng(1)
+for _ in range(5):
+  x, y = (rng.integers(0, c.vocab_size, (c.batch_size, c.bptt)).astype(np.int32) for _ in range(2))
+  state, sums = step(state, *dp.shard_batch((x, y)))
+digest = hashlib.sha256()
+for leaf in jax.tree_util.tree_leaves(jax.device_get(state["params"])):
+  digest.update(np.asarray(leaf).tobytes())
+print(runtime.determinism_in(__import__("os").environ.get("XLA_FLAGS", "")), digest.hexdigest())
+"""
+
+
+def _params_digest(deterministic: bool) -> str:
+  import os
+  import subprocess
+  import sys
+  from tests.conftest import REPO
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  res = subprocess.run([sys.executable, "-c", _DETERMINISM_RUN, "1" if deterministic else "0"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=300)
+  assert res.returncode == 0, res.stderr[-3000:]
+  flag, digest = res.stdout.split()[-2:]
+  assert flag == ("True" if deterministic else "None")  # the flag reached XLA_FLAGS before the backend
+  return digest
+
+
+def test_two_deterministic_runs_give_the_same_parameters_bit_for_bit():
+  first, second = _params_digest(True), _params_digest(True)
+  default = {_params_digest(False), _params_digest(False)}
+  print(f"\nparameters after 5 steps: deterministic runs {first[:12]} {second[:12]}; default runs "
+        f"{' '.join(d[:12] for d in default)} ({'the same' if len(default) == 1 else 'different'})")
+  assert first == second

@@ -149,6 +149,12 @@ def test_inan_configs():
   assert c.name == "inan_small_real_keep"
   assert inan.get_config("small,vd,ptb,drop").dropout_h == 0.7
   assert inan.get_config("small,vd,wikitext2").dropout_h == pytest.approx(0.2)
+  # Table 2: the small networks on each half of WikiText-2's training text, with WikiText-2's settings
+  for half in ("wikitext2_half1", "wikitext2_half2"):
+    h, w = inan.get_config(f"small,real,{half}"), inan.get_config("small,real,wikitext2")
+    assert (h.dataset, h.name) == (half, f"inan_small_real_{half}_keep")
+    assert {**h.to_dict(), "dataset": "", "name": ""} == {**w.to_dict(), "dataset": "", "name": ""}
+    assert (h.vocab_size, h.dropout_h, h.al.alpha) == (33278, pytest.approx(0.2), pytest.approx(1.25 * 20))
   m = inan.get_config("medium,al")
   assert (m.lr_decay, m.decay_after_epoch, m.clip_norm, m.dropout_h) == (0.9, 9, 5.0, 0.5)
   big = inan.get_config("large,re")
@@ -160,8 +166,8 @@ def test_inan_configs():
       (1500, 33278, "untied", True, 0.0)
   assert sorted(inan.get_config("medium,re").to_dict()) == sorted(c.to_dict())
   assert models.build(inan.get_config("small,re")).tie_state_masks
-  for bad in ("tiny,vd", "small,vd,ptb,later", "large,vd,wikitext2"):
-    with pytest.raises(ValueError, match="SIZE,VARIANT|Appendix A gives no"):
+  for bad in ("tiny,vd", "small,vd,ptb,later", "large,vd,wikitext2", "medium,vd,wikitext2_half1", "small,vd,wt2"):
+    with pytest.raises(ValueError, match="SIZE,VARIANT|Appendix A gives no|only the small networks"):
       inan.get_config(bad)
 
 

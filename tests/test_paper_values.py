@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from experiments import embeddings as tables_lib
-from experiments import report
+from experiments.reports import lm_tables, nmt
 from tests.conftest import REPO
 from wt_jax.analysis import embeddings as emb
 
@@ -62,7 +62,7 @@ def test_table5():
   labels = {"large": "Large [Zaremba et al., 2014]", "large_tied": "Large + Weight Tying",
             "large_bd_wd": "Large + BD [Gal, 2015] + WD", "large_bd_wd_tied": "Large + BD + WT",
             "large_bd_tied": "Large + BD + WT", "rhn": "RHN [Zilly et al., 2016] + BD", "rhn_tied": "RHN + BD + WT"}
-  for row in report.REPORTS["table5"].rows:
+  for row in lm_tables.REPORTS["table5"].rows:
     (found,) = re.findall(r"^ ?" + re.escape(labels[row.config]) + r" (\d+M) " + " ".join([NUM] * 3) + r" ?$",
                           text, flags=re.M)
     assert (found[0], *map(float, found[1:])) == (row.size, row.train, row.valid, row.test), (row.config, found)
@@ -73,7 +73,7 @@ def test_table6_and_table7(name):
   text = _text(name)
   labels = {"small": "Small model", "small_tied": "Small + WT", "small_pr": "Small + PR",
             "small_tied_pr": "Small + WT + PR"}
-  for row in report.REPORTS["ptb_table6"].rows:
+  for row in lm_tables.REPORTS["ptb_table6"].rows:
     (found,) = [r for r in re.findall(r"^ ?" + re.escape(labels[row.config]) + r" (\d\.\d+M) " +
                                       " ".join([NUM] * 3) + r"\b", text, flags=re.M)]
     assert (found[0], *map(float, found[1:])) == (row.size, row.train, row.valid, row.test), found
@@ -82,18 +82,18 @@ def test_table6_and_table7(name):
   order = ("small", "small_tied", "small_pr", "small_tied_pr")
   assert len(train) == len(test) == 3 and len(valid) == 2
   for i, corpus in enumerate(("text8", "IMDB", "BBC")):
-    paper = report.PAPER_TABLE7[corpus]
+    paper = lm_tables.PAPER_TABLE7[corpus]
     assert train[i] == tuple(paper[c][0] for c in order) and test[i] == tuple(paper[c][2] for c in order)
     assert (corpus == "text8") == all(paper[c][1] is None for c in order)
-  assert valid == [tuple(report.PAPER_TABLE7[c][k][1] for k in order) for c in ("IMDB", "BBC")]
-  for row in report.REPORTS["bbc_table7"].rows:
-    assert (row.train, row.valid, row.test) == report.PAPER_TABLE7["BBC"][row.config]
+  assert valid == [tuple(lm_tables.PAPER_TABLE7[c][k][1] for k in order) for c in ("IMDB", "BBC")]
+  for row in lm_tables.REPORTS["bbc_table7"].rows:
+    assert (row.train, row.valid, row.test) == lm_tables.PAPER_TABLE7["BBC"][row.config]
 
 
 @pytest.mark.parametrize("name", PRESS_WOLF)
 def test_table8_and_table1(name):
   text = _text(name)
-  spec = report.NMT_REPORTS["nmt_table8"]
+  spec = nmt.NMT_REPORTS["nmt_table8"]
   labels = {"none": "Baseline", "decoder": "Decoder WT", "three_way": "TWWT"}
   for row in spec.rows:
     found = re.findall(r"\b" + labels[row.tying] + r" (\d+M) (\d+\.\d\d) (\d+\.\d\d)\b", text)
@@ -108,7 +108,26 @@ def test_inan_table1_small_rows():
   text = _text("inan_2017.txt")
   labels = {"inan_small_vd": "VDLSTM", "inan_small_al": "VDLSTM+AL", "inan_small_re": "VDLSTM+RE",
             "inan_small_real": "VDLSTM+REAL"}
-  for row in report.REPORTS["inan_ptb_table1"].rows:  # each variant in both recipes and both sessions
+  for row in lm_tables.REPORTS["inan_ptb_table1"].rows:  # each variant in both recipes and both sessions
     variant = row.config.removesuffix("_s2").removesuffix("_keep")
     first = _rows(text, labels[variant], 4)[0]  # the small network's PTB valid/test, WikiText-2 valid/test
     assert first[:2] == (row.valid, row.test), (row.config, first)
+
+
+def test_inan_tables_1_and_2_every_row():
+  """The Inan page's paper values (experiments/reports/inan.py BLOCKS): per variant, the text's rows with four
+  numbers are small, medium (PTB valid/test, WikiText-2 valid/test) and Table 2 (first half, second half), the
+  one with two numbers the large PTB row."""
+  from experiments.reports import inan
+  text = _text("inan_2017.txt")
+  labels = {"vd": "VDLSTM", "al": "VDLSTM+AL", "re": "VDLSTM+RE", "real": "VDLSTM+REAL"}
+  paper = {(b.corpus, b.size): {v: (valid, test) for v, valid, test in b.paper} for b in inan.BLOCKS}
+  assert len(paper) == len(inan.BLOCKS) == 7
+  for variant, label in labels.items():
+    small, medium, halves = _rows(text, label, 4)
+    (large,) = _rows(text, label, 2)
+    assert paper[("ptb", "small")][variant] + paper[("wikitext2", "small")][variant] == small, variant
+    assert paper[("ptb", "medium")][variant] + paper[("wikitext2", "medium")][variant] == medium, variant
+    assert paper[("ptb", "large")][variant] == large, variant
+    assert paper[("wikitext2_half1", "small")][variant] + paper[("wikitext2_half2", "small")][variant] == halves
+  assert [b.table for b in inan.BLOCKS] == [1, 1, 1, 1, 1, 2, 2]

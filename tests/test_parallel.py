@@ -17,7 +17,10 @@ from tests.conftest import REPO, write_corpus
 
 # (bd_lstm_lm: same loop, same masks module as rhn; w2v: the skip-gram trainer, negatives drawn on device;
 # nmt: the translation trainer, with dropout, filler rows in the last batch and sharded beam search)
-RUNS = ["lstm:1", "lstm:2", "lstm:4", "lstm:8", "rhn:1", "rhn:4", "w2v:1", "w2v:4", "nmt:1", "nmt:4"]
+RUNS = ["lstm:1", "lstm:2", "lstm:4", "lstm:8", "rhn:1", "rhn:4", "w2v:1", "w2v:4", "nmt:1", "nmt:4",
+        "mlstm:1", "mlstm:2", "mlstm:4", "mlstm:8", "mbd:1", "mbd:4"]
+# (mlstm, mbd: 4 members of a run, wt_jax.members; 2 and 4 devices hold 2 and 1 member each, 8 devices
+# 1 member each on a [4, 2] mesh, the batch over 2)
 TIMEOUT_S = 600
 
 
@@ -80,7 +83,7 @@ def _assert_same_training(got, want):
     assert got["test_ppl"] == pytest.approx(want["test_ppl"], rel=1e-5)
 
 
-@pytest.mark.parametrize("run", [r for r in RUNS if not r.endswith(":1")])
+@pytest.mark.parametrize("run", [r for r in RUNS if not r.endswith(":1") and not r.startswith("m")])
 def test_devices_reproduce_single_device(single_process, run):
   name, n = run.split(":")
   got, want = single_process[run], single_process[f"{name}:1"]
@@ -88,6 +91,20 @@ def test_devices_reproduce_single_device(single_process, run):
   assert len(want["train_ppl"]) == (24 if name not in ("w2v", "nmt") else len(got["train_ppl"])) > 5
   assert want["train_ppl"][-1] < 0.95 * want["train_ppl"][0]  # it learned something worth comparing
   _assert_same_training(got, want)
+
+
+@pytest.mark.parametrize("run", [r for r in RUNS if not r.endswith(":1") and r.startswith("m")])
+def test_members_sharded_over_devices_reproduce_one_device(single_process, run):
+  """The member axis split over the devices (and, with 8 devices for 4 members, the batch over the rest)
+  trains each member as the one-device members run does."""
+  name, n = run.split(":")
+  got, want = single_process[run], single_process[f"{name}:1"]
+  assert got["num_devices"] == int(n) and want["num_devices"] == 1
+  assert len(got["members"]) == len(want["members"]) == 4
+  for g, w in zip(got["members"], want["members"]):
+    assert w["train_ppl"][-1] < 0.95 * w["train_ppl"][0]
+    _assert_same_training(g, w)
+  assert len({round(m["test_ppl"], 6) for m in got["members"]}) == 4  # four different models
 
 
 def test_two_processes_reproduce_single_process(single_process, data, tmp_path):
@@ -104,6 +121,23 @@ def test_two_processes_reproduce_single_process(single_process, data, tmp_path):
   got = json.loads(out.read_text())["lstm:0"]
   assert got["num_devices"] == 4 and got["num_processes"] == 2
   _assert_same_training(got, single_process["lstm:1"])
+
+
+def test_two_processes_train_members_as_one(single_process, data, tmp_path):
+  """4 members over two processes (2 simulated devices each): each process holds two members' state."""
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  out = tmp_path / "out.json"
+  procs = [_worker([f"--data={data}", f"--workdir={tmp_path}", f"--out={out}", "--runs=mlstm:0"],
+                   _env(2, WT_JAX_COORDINATOR=f"127.0.0.1:{port}", WT_JAX_NUM_PROCESSES="2",
+                        WT_JAX_PROCESS_ID=str(i)))
+           for i in range(2)]
+  _wait(procs)
+  got = json.loads(out.read_text())["mlstm:0"]
+  assert got["num_devices"] == 4 and got["num_processes"] == 2
+  for g, w in zip(got["members"], single_process["mlstm:1"]["members"]):
+    _assert_same_training(g, w)
 
 
 def test_batch_not_divisible_by_devices_is_a_clear_error():

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from experiments import report
+from experiments.reports import inan, lm_tables, nmt, records, softmax_study, tpu_memory
 from tests.conftest import REPO
 
 
@@ -33,7 +34,7 @@ def test_report_imports_finished_runs_and_builds_table(tmp_path):
   readme = tmp_path / "README.md"
   readme.write_text("intro\n<!-- report:ptb_table6:begin -->\nstale\n<!-- report:ptb_table6:end -->\nend\n")
 
-  tab = report.build("ptb_table6", tmp_path / "results", runs, readme)
+  tab = lm_tables.build("ptb_table6", tmp_path / "results", runs, readme)
 
   out = tmp_path / "results" / "ptb_table6"
   assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["small_tied_seed0", "small_tied_seed1"]
@@ -43,7 +44,7 @@ def test_report_imports_finished_runs_and_builds_table(tmp_path):
       == [1, 2, 3]
   assert (out / "valid_curves.png").stat().st_size > 1000
   row = next(l for l in tab.splitlines() if l.startswith("| small + WT |"))
-  assert "2,651,600" in row and "112.4 / 113.0 (112.0, 114.0)" in row and "+0.6" in row
+  assert "2,651,600" in row and "112.4 / 113.0 ± 1.4 (112.0, 114.0)" in row and "+0.6" in row
   assert "| small | 4.65M | — | none yet |" in tab
   text = readme.read_text()
   assert "stale" not in text and text.startswith("intro\n") and text.endswith("end\n")
@@ -52,23 +53,23 @@ def test_report_imports_finished_runs_and_builds_table(tmp_path):
   assert "commit `abc123`" in runs_md and "Test CPU, 2 cores" in runs_md
   assert "--config=configs/small_tied.py --config.seed=1 --workdir=runs/ptb_table6/small_tied_seed1`" in runs_md
   # No page yet: written whole, the title, then the table part and the run records each in its markers.
-  assert runs_md.startswith(f"# {report.REPORTS['ptb_table6'].title}\n\n<!-- report:ptb_table6:begin -->\nPaper: ")
+  assert runs_md.startswith(f"# {lm_tables.REPORTS['ptb_table6'].title}\n\n<!-- report:ptb_table6:begin -->\nPaper: ")
   assert ("![validation curves](valid_curves.png)\n\nRebuild: `python -m experiments.report ptb_table6`\n"
           "<!-- report:ptb_table6:end -->\n\n<!-- report:ptb_table6:runs:begin -->\n## Runs\n\n- `small_tied_seed0`"
           in runs_md)
   assert runs_md.endswith("<!-- report:ptb_table6:runs:end -->\n")
 
   # Rebuilding from the committed files alone gives the same table.
-  assert report.build("ptb_table6", tmp_path / "results", None, None) == tab
+  assert lm_tables.build("ptb_table6", tmp_path / "results", None, None) == tab
 
 
 def test_report_imports_a_collected_gpu_record_whose_epochs_are_in_curve_jsonl(tmp_path):
-  """experiments.gpu_table5 collects a run as results.json + curve.jsonl (its epoch records), without the
+  """experiments.gpu_queue collects a run as results.json + curve.jsonl (its epoch records), without the
   workdir's metrics.jsonl: the import takes the epochs from curve.jsonl, so the figure has the run's curve."""
   run = tmp_path / "records" / "small_tied_seed0"
   _fake_run(run, "small_tied", 0, 112.0)
   (run / "metrics.jsonl").rename(run / "curve.jsonl")
-  report.build("ptb_table6", tmp_path / "results", tmp_path / "records", None)
+  lm_tables.build("ptb_table6", tmp_path / "results", tmp_path / "records", None)
   curve = (tmp_path / "results" / "ptb_table6" / "small_tied_seed0" / "curve.jsonl").read_text().splitlines()
   assert [json.loads(l)["valid_ppl"] for l in curve] == [149.0, 148.0, 147.0]
 
@@ -79,17 +80,17 @@ def test_train_cell_adds_the_no_dropout_training_perplexity_only_when_every_run_
   _fake_run(runs / "small_seed0", "small", 0, 115.0)
   r = json.loads((runs / "small_tied_seed0" / "results.json").read_text())
   (runs / "small_tied_seed0" / "results.json").write_text(json.dumps({**r, "train_ppl_eval": 20.5}))
-  tab = report.build("ptb_table6", tmp_path / "results", runs, None)
+  tab = lm_tables.build("ptb_table6", tmp_path / "results", runs, None)
   assert "| 36.4 / 35.0 (no dropout: 20.5) |" in next(l for l in tab.splitlines() if l.startswith("| small + WT |"))
   assert "no dropout" not in next(l for l in tab.splitlines() if l.startswith("| small |"))
 
 
 def test_valid_axis_keeps_every_drawn_minimum_in_view_and_never_goes_below_zero():
   # a curve from 2,000 down to 76 and paper lines at 68 and 82: autoscale top ≈ 2,100, capped at 200
-  bottom, top = report.valid_axis_limits([76.1, 68.1, 82.2], 2100.0)
+  bottom, top = lm_tables.valid_axis_limits([76.1, 68.1, 82.2], 2100.0)
   assert top == 200.0 and 0.0 < bottom < 68.1 and bottom == pytest.approx(68.1 - 0.05 * (200 - 68.1))
-  assert report.valid_axis_limits([1.5], 2100.0)[0] == 0.0  # a margin below 1.5 would go negative
-  assert report.valid_axis_limits([90.0], 150.0) == (pytest.approx(87.0), 150.0)
+  assert lm_tables.valid_axis_limits([1.5], 2100.0)[0] == 0.0  # a margin below 1.5 would go negative
+  assert lm_tables.valid_axis_limits([90.0], 150.0) == (pytest.approx(87.0), 150.0)
 
 
 def test_rebuild_keeps_the_prose_around_the_markers_of_the_study_page(tmp_path):
@@ -100,7 +101,7 @@ def test_rebuild_keeps_the_prose_around_the_markers_of_the_study_page(tmp_path):
   page.write_text("# My title\n\nIntro prose.\n\n<!-- report:ptb_table6:begin -->\nstale table\n"
                   "<!-- report:ptb_table6:end -->\n\nThe reading, after the table.\n\n"
                   "<!-- report:ptb_table6:runs:begin -->\nstale runs\n<!-- report:ptb_table6:runs:end -->\n\nFooter.\n")
-  tab = report.build("ptb_table6", tmp_path / "results", tmp_path / "runs", None)
+  tab = lm_tables.build("ptb_table6", tmp_path / "results", tmp_path / "runs", None)
   text = page.read_text()
   assert "stale" not in text
   head, rest = text.split("<!-- report:ptb_table6:begin -->\n", 1)
@@ -113,12 +114,12 @@ def test_rebuild_keeps_the_prose_around_the_markers_of_the_study_page(tmp_path):
   assert middle == "\n\nThe reading, after the table.\n\n" and tail == "\n\nFooter.\n"
   assert runs.startswith("## Runs\n\n- `small_tied_seed0`: `python -m experiments.ptb") and "commit `abc123`" in runs
   # A second rebuild changes nothing.
-  report.build("ptb_table6", tmp_path / "results", None, None)
+  lm_tables.build("ptb_table6", tmp_path / "results", None, None)
   assert page.read_text() == text
 
   # A page with the report's markers but no runs markers gets the run records inside the report's markers.
   page.write_text("Prose.\n<!-- report:ptb_table6:begin -->\n<!-- report:ptb_table6:end -->\nMore prose.\n")
-  report.build("ptb_table6", tmp_path / "results", None, None)
+  lm_tables.build("ptb_table6", tmp_path / "results", None, None)
   text = page.read_text()
   assert text.startswith("Prose.\n<!-- report:ptb_table6:begin -->\nPaper: ")
   assert text.endswith("commit `abc123`, machine: Test CPU, 2 cores; 3 epochs, 10 min wall, 4,000 train tokens/s\n"
@@ -127,7 +128,7 @@ def test_rebuild_keeps_the_prose_around_the_markers_of_the_study_page(tmp_path):
 
   # A page without the markers is replaced by a whole one (title, both parts in their markers).
   page.write_text("an old page without markers\n")
-  report.build("ptb_table6", tmp_path / "results", None, None)
+  lm_tables.build("ptb_table6", tmp_path / "results", None, None)
   text = page.read_text()
   assert "an old page" not in text and text.startswith("# Press & Wolf (2017), Table 6")
   assert text.count("<!-- report:ptb_table6:begin -->") == text.count("<!-- report:ptb_table6:runs:end -->") == 1
@@ -140,12 +141,12 @@ def test_inan_table1_names_the_config_argument(tmp_path):
   _fake_run(tmp_path / "appA" / "small_vd_keep", "inan_small_vd_keep", 0, 90.0)
   _fake_run(tmp_path / "appA" / "small_vd_keep_s2", "inan_small_vd_keep_s2", 0, 88.0)
   _fake_run(tmp_path / "appA" / "small_vd_keep_seed1_s2", "inan_small_vd_keep_s2", 1, 86.0)
-  report.build("inan_ptb_table1", tmp_path / "results", tmp_path / "appA", None)
-  tab = report.build("inan_ptb_table1", tmp_path / "results", tmp_path / "runs", None)
+  lm_tables.build("inan_ptb_table1", tmp_path / "results", tmp_path / "appA", None)
+  tab = lm_tables.build("inan_ptb_table1", tmp_path / "results", tmp_path / "runs", None)
   assert "| + REAL (RE + AL), earlier recipe | — | 2,651,600 | 0 | — / 35.0 | 86.3 / 118.0 | 82.7 / 84.0 | +1.3 |" in tab
   assert "| VD-LSTM (small), App. A | — | 2,651,600 | 0 | — / 35.0 | 92.6 / 118.0 | 87.3 / 90.0 | +2.7 |" in tab
-  assert ("| VD-LSTM (small), App. A, retrained (footnote 4) | — | 2,651,600 | 0, 1 | — / 35.0 (35.0, 35.0) "
-          "| 92.6 / 118.0 (118.0, 118.0) | 87.3 / 87.0 (88.0, 86.0) | -0.3 |") in tab
+  assert ("| VD-LSTM (small), App. A, retrained (footnote 4) | — | 2,651,600 | 0, 1 | — / 35.0 ± 0.0 (35.0, 35.0) "
+          "| 92.6 / 118.0 ± 0.0 (118.0, 118.0) | 87.3 / 87.0 ± 1.4 (88.0, 86.0) | -0.3 |") in tab
   assert "| + AL, App. A, retrained (footnote 4) | — | — | none yet | — / — | 86.3 / — | 82.9 / — | — |" in tab
   runs_md = (tmp_path / "results" / "inan_ptb_table1" / "README.md").read_text()
   # The workdir is where the README's commands put the run (runs/inan/), not runs/<report name>/.
@@ -162,7 +163,7 @@ def test_inan_table1_names_the_config_argument(tmp_path):
 def test_report_rejects_runs_of_other_configs(tmp_path):
   _fake_run(tmp_path / "results" / "ptb_table6" / "medium_seed0", "medium", 0, 80.0)
   with pytest.raises(ValueError, match="medium"):
-    report.build("ptb_table6", tmp_path / "results")
+    lm_tables.build("ptb_table6", tmp_path / "results")
 
 
 def _fake_nmt_run(folder: Path, tgt: str, tying: str, params: int, bleu: float) -> None:
@@ -189,7 +190,7 @@ def test_nmt_report_table8_relative_sizes_and_table1(tmp_path):
   readme = tmp_path / "README.md"
   readme.write_text("<!-- report:nmt_table8:begin -->\n<!-- report:nmt_table8:end -->\n")
 
-  tab = report.build_nmt("nmt_table8", tmp_path / "results", runs, readme)
+  tab = nmt.build_nmt("nmt_table8", tmp_path / "results", runs, readme)
 
   out = tmp_path / "results" / "nmt_table8"
   assert sorted(p.name for p in (out / "ende_baseline").iterdir()) == ["curve.jsonl", "results.json"]
@@ -206,7 +207,7 @@ def test_nmt_report_table8_relative_sizes_and_table1(tmp_path):
   assert any(l.startswith("| en→fr | three-way WT | — |") and l.endswith("| 80M, 29.43 / 33.46 |") for l in lines)
   assert "--config=configs/nmt_multi30k_three_way.py --config.tgt_lang=de" in (out / "README.md").read_text()
   assert "valid_bleu.png" in readme.read_text()
-  assert report.build_nmt("nmt_table8", tmp_path / "results") == tab
+  assert nmt.build_nmt("nmt_table8", tmp_path / "results") == tab
 
 
 def test_bbc_report_paper_column_not_comparable_and_dataset_check(tmp_path):
@@ -214,7 +215,7 @@ def test_bbc_report_paper_column_not_comparable_and_dataset_check(tmp_path):
   _fake_run(runs / "small_seed0", "small", 0, 150.0)
   r = json.loads((runs / "small_seed0" / "results.json").read_text())
   (runs / "small_seed0" / "results.json").write_text(json.dumps({**r, "dataset": "bbc"}))
-  tab = report.build("bbc_table7", tmp_path / "results", runs, None)
+  tab = lm_tables.build("bbc_table7", tmp_path / "results", runs, None)
   # The paper's BBC row beside ours, but no Δ: their split and vocabulary are not ours.
   row = next(l for l in tab.splitlines() if l.startswith("| small |"))
   assert "| 28.6 / 35.0 |" in row and "| 110.8 / 150.0 | not comparable |" in row
@@ -226,9 +227,9 @@ def test_bbc_report_paper_column_not_comparable_and_dataset_check(tmp_path):
   # A PTB run (or one from before results.json named its corpus) cannot enter the BBC report, and vice versa.
   _fake_run(tmp_path / "results" / "bbc_table7" / "small_seed1", "small", 1, 150.0)
   with pytest.raises(ValueError, match="'ptb'"):
-    report.build("bbc_table7", tmp_path / "results")
+    lm_tables.build("bbc_table7", tmp_path / "results")
   with pytest.raises(ValueError, match="'bbc'"):
-    report.build("ptb_table6", tmp_path / "results2", tmp_path / "results" / "bbc_table7")
+    lm_tables.build("ptb_table6", tmp_path / "results2", tmp_path / "results" / "bbc_table7")
 
 
 def test_tpu_memory_report_from_compile_outputs(tmp_path):
@@ -247,7 +248,7 @@ def test_tpu_memory_report_from_compile_outputs(tmp_path):
   (src / "c.out").write_text("a failed compile prints no record\n")
   readme = tmp_path / "README.md"
   readme.write_text("x\n<!-- report:tpu_memory:begin -->\nold\n<!-- report:tpu_memory:end -->\ny\n")
-  tab = report.build_tpu_memory("tpu_memory", tmp_path / "results", src, readme)
+  tab = tpu_memory.build_tpu_memory("tpu_memory", tmp_path / "results", src, readme)
   rows = tab.splitlines()[2:]
   assert rows == ["| small | v5e:1x1 | 20 | 2.0 (1.0) | 1.0 | yes | 3.5, 3.5 | not searched |",
                   "| rhn_tied | v5e:2x2 | 20 | 3.0 (1.0) | 1.0 | yes | 3.5, 3.5 | 1,792 (7,168; 8,192) |"]
@@ -260,7 +261,7 @@ def test_tpu_memory_report_from_compile_outputs(tmp_path):
   assert text.startswith("# ") and "<!-- report:tpu_memory:begin -->\nTPU v5e memory per chip" in text
   assert text.endswith("Rebuild: `python -m experiments.report tpu_memory`\n<!-- report:tpu_memory:end -->\n")
   page.write_text(f"Prose before.\n\n{text}\nProse after.\n")
-  assert report.build_tpu_memory("tpu_memory", tmp_path / "results") == tab  # rebuilt from the records alone
+  assert tpu_memory.build_tpu_memory("tpu_memory", tmp_path / "results") == tab  # rebuilt from the records alone
   assert page.read_text() == f"Prose before.\n\n{text}\nProse after.\n"
 
 
@@ -269,7 +270,7 @@ def test_transformer_report_rows_name_the_configs_their_commands_build(name):
   """Each row's --config value builds a config whose name is the row's key and whose corpus is the report's:
   the report can find the runs its own commands produce."""
   from configs import transformer
-  spec = report.REPORTS[name]
+  spec = lm_tables.REPORTS[name]
   for row in spec.rows:
     config = transformer.get_config(row.flag.removeprefix("configs/transformer.py:"))
     assert (config.name, config.dataset) == (row.config, spec.dataset), row
@@ -342,7 +343,7 @@ def test_softmax_study_table_reads_the_runs_table6_the_bench_and_table4(tmp_path
   out, runs = tmp_path / "results", tmp_path / "runs"
   for config, seed, test in (("small", 0, 117.0), ("small_tied", 0, 113.0)):
     _fake_run(tmp_path / "t6" / f"{config}_seed{seed}", config, seed, test)
-  report.import_runs(tmp_path / "t6", out / "ptb_table6")
+  records.import_runs(tmp_path / "t6", out / "ptb_table6")
   for config, tying, test, rows in (("small", "untied", 121.0, {"embedding": 230.0, "out_embedding": 680.0}),
                                     ("small_tied", "tied", 116.0, {"embedding": 690.0})):
     folder = runs / f"{config}_sampled_seed0"
@@ -359,7 +360,7 @@ def test_softmax_study_table_reads_the_runs_table6_the_bench_and_table4(tmp_path
   (out / "softmax_study" / "embeddings_sampled" / "tables.json").write_text(json.dumps(
       {"table4": {"LM (ptb)": {"in_out": 0.1, "in_tied": 0.3, "out_tied": 0.7}}}))
 
-  tab = report.build_softmax_study("softmax_study", out, runs)
+  tab = softmax_study.build_softmax_study("softmax_study", out, runs)
 
   lines = tab.splitlines()
   row = lambda prefix: next(l for l in lines if l.startswith(prefix))
@@ -385,9 +386,9 @@ def test_the_wikitext2_softmax_study_reads_only_its_corpus_and_gives_its_flags(t
     (folder / "results.json").write_text(json.dumps(
         {**res, "dataset": "wikitext2", "softmax": "sampled", "softmax_settings": settings, "tying": tying}))
   _fake_run(tmp_path / "t6" / "small_seed0", "small", 0, 117.0)
-  report.import_runs(tmp_path / "t6", out / "ptb_table6")
+  records.import_runs(tmp_path / "t6", out / "ptb_table6")
 
-  tab = report.build_softmax_study("softmax_study_wt2", out, runs)
+  tab = softmax_study.build_softmax_study("softmax_study_wt2", out, runs)
 
   assert "full softmax" not in tab and "Table 6" not in tab
   row = next(l for l in tab.splitlines()
@@ -399,7 +400,7 @@ def test_the_wikitext2_softmax_study_reads_only_its_corpus_and_gives_its_flags(t
               out / "softmax_study_wt2" / "README.md").read_text()
   _fake_run(runs / "small_full_seed1", "small", 1, 117.0)  # a PTB run in the WikiText-2 study
   with pytest.raises(ValueError, match="'ptb', but this study is on 'wikitext2'"):
-    report.build_softmax_study("softmax_study_wt2", out, runs)
+    softmax_study.build_softmax_study("softmax_study_wt2", out, runs)
 
 
 def test_a_sampled_run_with_another_proposal_or_k_is_a_cell_of_its_own(tmp_path):
@@ -412,9 +413,121 @@ def test_a_sampled_run_with_another_proposal_or_k_is_a_cell_of_its_own(tmp_path)
     (folder / "results.json").write_text(json.dumps(
         {**res, "softmax": "sampled", "softmax_settings": settings, "tying": tying}))
   (out / "softmax_study").mkdir(parents=True)
-  tab = report.build_softmax_study("softmax_study", out, runs)
+  tab = softmax_study.build_softmax_study("softmax_study", out, runs)
   row = next(l for l in tab.splitlines() if l.startswith("| sampled softmax, unigram proposal (power 1), K = 100 | tied |"))
   assert "| -3.0 |" in row
   assert "| sampled softmax | tied | none yet |" in tab  # the study's own sampled cell stays apart
   assert ("--config.softmax.kind=sampled --config.softmax.proposal=unigram --config.softmax.unigram_power=1 "
           "--config.softmax.num_samples=100 --config.seed=0") in (out / "softmax_study" / "README.md").read_text()
+
+
+# --- Inan et al.'s Tables 1 and 2 ------------------------------------------------------------------------
+
+def _inan_run(folder: Path, config: str, seed: int, valid: float, test: float, dataset: str = "ptb",
+              epochs: int = 3) -> None:
+  """A finished run's workdir: results.json and metrics.jsonl (validation falling to `valid` at the end)."""
+  folder.mkdir(parents=True)
+  (folder / "metrics.jsonl").write_text("".join(
+      json.dumps({"kind": "epoch", "epoch": e, "valid_ppl": valid + 10.0 * (epochs - e)}) + "\n"
+      for e in range(1, epochs + 1)))
+  (folder / "results.json").write_text(json.dumps({
+      "config": config, "dataset": dataset, "seed": seed, "num_params": 19_775_200, "train_ppl": 50.0,
+      "valid_ppl": valid, "test_ppl": test, "epochs": float(epochs), "wall_s": 1200.0, "train_tokens_per_s": 9e4,
+      "versions": {"wt_jax_commit": "def456"}, "matmul_precision": "tensorfloat32", "device_kind": "NVIDIA H200",
+      "host": {"cpu": "Test CPU", "cpu_count": 16, "platform": "gpu"}}))
+
+
+def test_inan_page_tables_1_and_2_paper_beside_ours(tmp_path):
+  """The Inan page: the small PTB rows read from results/inan_ptb_table1 (both sessions), the others from the
+  page's own runs: one seed → its value, several → mean ± sample sd (each seed); a row without a run says
+  'not run yet'; the paper's order claims checked per size and corpus; each own run's command."""
+  out, runs = tmp_path / "results", tmp_path / "runs"
+  small = tmp_path / "small"
+  for v, test in (("vd", 88.0), ("al", 87.0), ("re", 86.0), ("real", 85.0)):
+    _inan_run(small / f"small_{v}_keep", f"inan_small_{v}_keep", 0, test + 4.0, test + 0.5)
+    _inan_run(small / f"small_{v}_keep_s2", f"inan_small_{v}_keep_s2", 0, test + 4.0, test)
+  records.import_runs(small, out / "inan_ptb_table1")
+  _inan_run(runs / "medium_vd", "inan_medium_vd_keep", 0, 84.0, 79.0)
+  _inan_run(runs / "medium_vd_seed1", "inan_medium_vd_keep", 1, 86.0, 81.0)
+  for v, test in (("vd", 150.0), ("al", 140.0), ("re", 145.0), ("real", 141.0)):
+    _inan_run(runs / f"h2_{v}", f"inan_small_{v}_wikitext2_half2_keep", 0, test + 10.0, test, "wikitext2_half2")
+
+  tab = inan.build_inan("inan_table1_2", out, runs)
+
+  row = lambda prefix: next(l for l in tab.splitlines() if l.startswith(prefix))
+  assert row("| 1 | PTB | small (200) | + RE, App. A, retrained (footnote 4) |").endswith(
+      "| 0 | 89.9 / 90.0 | 85.1 / 86.0 | +0.9 |")
+  assert row("| 1 | PTB | small (200) | + RE, App. A, first session |").endswith("| 85.1 / 86.5 | +1.4 |")
+  medium = row("| 1 | PTB | medium (650) | VD-LSTM |").split(" | ")
+  assert medium[4:] == ["19,775,200", "0, 1", "82.0 / 85.0 ± 1.4 (84.0, 86.0)", "77.7 / 80.0 ± 1.4 (79.0, 81.0)",
+                        "+2.3 |"]
+  assert row("| 1 | PTB | medium (650) | + AL |") == (
+      "| 1 | PTB | medium (650) | + AL | — | not run yet | 77.4 / — | 74.7 / — | — |")
+  assert row("| 2 | WikiText-2, second half | small (200) | VD-LSTM |").endswith(
+      "| 163.19 / 160.0 | 148.6 / 150.0 | +1.4 |")
+  assert row("| 1 | WikiText-2 | small (200) | + REAL |").endswith("| not run yet | 105.6 / — | 98.9 / — | — |")
+  assert len([l for l in tab.splitlines() if l.startswith("| 1 | PTB | large (1500) |") and "not run yet" in l]) == 4
+  claims = {l.split(": ", 1)[0]: l.split(": ", 1)[1] for l in tab.splitlines() if l.startswith("- Table")}
+  assert claims["- Table 2, WikiText-2, second half, small, ours"] == (
+      "AL < VD: yes, RE < VD: yes, REAL lowest: no (AL 140.00 < REAL 141.00 < RE 145.00 < VD 150.00)")
+  assert claims["- Table 1, PTB, small, ours, App. A, retrained (footnote 4)"].startswith(
+      "AL < VD: yes, RE < VD: yes, REAL lowest: yes")
+  assert claims["- Table 1, PTB, medium, ours"] == "not run yet (1 of 4 rows)"
+  assert claims["- Table 1, PTB, large, paper"] == (
+      "AL < VD: yes, RE < VD: yes, REAL lowest: yes (REAL 68.5 < RE 69.0 < AL 71.2 < VD 72.6)")
+  page = (out / "inan_table1_2" / "README.md").read_text()
+  assert ("`python -m experiments.ptb --config=configs/inan.py:small,al,wikitext2_half2 --config.seed=0 "
+          "--config.matmul_precision=tensorfloat32 --workdir=runs/inan_table1_2/h2_al` — commit `def456`, machine: "
+          "NVIDIA H200") in page
+  assert "[results/inan_ptb_table1](../inan_ptb_table1/README.md#runs)" in page
+  assert (out / "inan_table1_2" / "figure2.png").is_file()
+  assert inan.build_inan("inan_table1_2", out) == tab  # rebuilt from the imported records alone
+
+
+def test_inan_page_with_no_run_and_the_runs_it_refuses(tmp_path):
+  """No run anywhere: every row 'not run yet' and no figure. A run of a small PTB config (its place is
+  results/inan_ptb_table1), of a config that is no row of the page, or on another corpus than its row's is
+  refused with a clear message."""
+  out = tmp_path / "results"
+  tab = inan.build_inan("inan_table1_2", out)
+  body = [l for l in tab.splitlines() if l.startswith("| 1 ") or l.startswith("| 2 ")]
+  assert len(body) == 4 * 2 + 4 * 6 and all("| not run yet |" in l for l in body)
+  assert not (out / "inan_table1_2" / "figure2.png").exists()
+  for config, dataset, message in (("inan_small_vd_keep", "ptb", "its place is results/inan_ptb_table1"),
+                                   ("inan_small_vd", "ptb", "no row of this page"),
+                                   ("inan_small_vd_wikitext2_half1_keep", "wikitext2", "is a 'wikitext2_half1' row")):
+    runs = tmp_path / f"runs_{config}_{dataset}"
+    _inan_run(runs / "r", config, 0, 100.0, 95.0, dataset)
+    with pytest.raises(ValueError, match=re.escape(message)):
+      inan.build_inan("inan_table1_2", tmp_path / f"out_{config}_{dataset}", runs)
+
+
+def test_inan_figure2_draws_the_small_rows_through_both_sessions():
+  """A small PTB first session's curve goes on into its second session (epochs shifted by the first's); a second
+  session without its first is drawn alone; a first session without a second ends where it ends."""
+  first_row, second_row = [r for r in inan.rows() if r.config.startswith("inan_small_al_keep")]
+  run = lambda config, seed, curve: {"config": config, "seed": seed, "_valid_curve": curve}
+  by_config = {"inan_small_al_keep": [run("inan_small_al_keep", 0, [(1, 120.0), (2, 100.0)]),
+                                      run("inan_small_al_keep", 1, [(1, 121.0), (2, 101.0)])],
+               "inan_small_al_keep_s2": [run("inan_small_al_keep_s2", 0, [(1, 105.0), (2, 95.0)]),
+                                         run("inan_small_al_keep_s2", 2, [(1, 106.0)])]}
+  assert inan.curves(first_row, by_config) == [(0, [1, 2, 3, 4], [120.0, 100.0, 105.0, 95.0], 2),
+                                               (1, [1, 2], [121.0, 101.0], 0)]
+  assert inan.curves(second_row, by_config) == [(2, [1], [106.0], 0)]
+
+
+def test_a_members_run_is_imported_member_by_member_and_shown_as_mean_sd(tmp_path):
+  """A members run (wt_jax.members) keeps each member's run folder under <run>/members/<k>/: the import takes
+  each finished member as a run of its own (`<run>_m<k>`), leaves out a member that diverged, and the row
+  shows the mean ± the sample standard deviation, then each seed."""
+  runs = tmp_path / "runs"
+  for k, test in enumerate((110.0, 112.0, 117.0)):
+    _fake_run(runs / "small_tied_k3" / "members" / str(k), "small_tied", k, test)
+  sick = runs / "small_tied_k3" / "members" / "2" / "results.json"
+  sick.write_text(json.dumps({**json.loads(sick.read_text()), "member": {"diverged": {"step": 7, "reason": "NaN"}}}))
+  (runs / "small_tied_k3" / "summary.json").write_text("{}")
+  assert [n for n, _ in records.finished_runs(runs)] == ["small_tied_k3_m0", "small_tied_k3_m1"]
+  tab = lm_tables.build("ptb_table6", tmp_path / "results", runs, None)
+  row = next(l for l in tab.splitlines() if l.startswith("| small + WT |"))
+  assert "| 0, 1 |" in row and "111.0 ± 1.4 (110.0, 112.0)" in row
+  assert records.seeds_cell([]) == "—" and records.seeds_cell([3.14159]) == "3.1"

@@ -430,19 +430,103 @@ def test_a_diverged_run_stops_with_an_error_and_keeps_the_last_finite_checkpoint
     json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} in metrics.jsonl"))
 
 
-def test_a_second_run_on_a_busy_workdir_is_refused_and_a_stale_lock_taken_over(tiny_corpus, tmp_path, caplog):
+_HOLD_LOCK = ("import sys, time\nfrom etils import epath\nfrom wt_jax.train import runtime\n"
+              "with runtime.workdir_lock(epath.Path(sys.argv[1])):\n"
+              "  print('held', flush=True)\n  time.sleep(float(sys.argv[2]))\n")
+
+
+def _lock_holder(workdir, seconds):
+  """A live process of this host that holds `workdir`'s lock for `seconds` (returns once it holds it)."""
+  proc = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(workdir), str(seconds)], cwd=REPO,
+                          env=dict(os.environ, JAX_PLATFORMS="cpu"), stdout=subprocess.PIPE, text=True)
+  assert proc.stdout.readline().strip() == "held"
+  return proc
+
+
+def test_a_live_holder_is_refused_and_a_dead_ones_lock_taken_over(tiny_corpus, tmp_path, caplog):
   corpus, _ = tiny_corpus
-  lock = tmp_path / "run.lock"
   tmp_path.mkdir(exist_ok=True)
-  lock.write_text(json.dumps({"host": __import__("socket").gethostname(), "pid": os.getppid(), "started": "x"}))
-  with pytest.raises(trainer.WorkdirBusyError, match=f"in use by PID {os.getppid()}"):
-    lm.fit(tiny_config(max_steps=2), corpus, tmp_path)
+  holder = _lock_holder(tmp_path, 60)
+  try:
+    t0 = time.time()
+    with pytest.raises(trainer.WorkdirBusyError, match=f"in use by PID {holder.pid} "):
+      lm.fit(tiny_config(max_steps=2), corpus, tmp_path)
+    assert time.time() - t0 < 5  # a live holder that is not exiting is refused at once, not waited for
+  finally:
+    holder.kill()
+    holder.wait()
+  lock = tmp_path / "run.lock"
   dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
   lock.write_text(json.dumps({"host": __import__("socket").gethostname(), "pid": int(dead.stdout), "started": "x"}))
   with caplog.at_level("WARNING"):
     res = lm.fit(tiny_config(max_steps=2), corpus, tmp_path)
   assert res["steps"] == 2 and any("Taking over the lock" in r.getMessage() for r in caplog.records)
   assert not lock.exists()  # released at the end
+
+
+def test_a_zombie_is_dead_and_a_process_being_killed_is_dying():
+  """A child that has exited but is not yet reaped (a zombie) exists for os.kill(pid, 0), yet holds nothing."""
+  import signal
+  from wt_jax.train import runtime
+  child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+  try:
+    assert runtime._alive(child.pid) and not runtime._dying(child.pid)
+    os.kill(child.pid, signal.SIGKILL)
+    t_end = time.time() + 10
+    while time.time() < t_end and (runtime._proc_stat(child.pid) or ("?",))[0] != "Z":
+      time.sleep(0.01)
+    assert runtime._proc_stat(child.pid)[0] == "Z"  # not reaped: still in the process table
+    os.kill(child.pid, 0)  # (what the lock used to ask: the zombie answers)
+    assert not runtime._alive(child.pid) and runtime._dying(child.pid)
+  finally:
+    child.wait()
+
+
+def test_a_resume_waits_for_an_exiting_holder_instead_of_refusing(tmp_path, monkeypatch):
+  """While the named holder is exiting (its lock not yet freed by the kernel), the next run looks again until
+  it is free; a holder that is not exiting is refused at once."""
+  from etils import epath
+  from wt_jax.train import runtime
+  holder = _lock_holder(tmp_path, 1.5)  # lets go by itself 1.5 s from now
+  monkeypatch.setattr(runtime, "_dying", lambda pid: pid == holder.pid)
+  t0 = time.time()
+  with runtime.workdir_lock(epath.Path(tmp_path), wait_s=20):
+    assert time.time() - t0 > 0.5 and json.loads((tmp_path / "run.lock").read_text())["pid"] == os.getpid()
+  holder.wait()
+  holder = _lock_holder(tmp_path, 60)
+  try:
+    with pytest.raises(runtime.WorkdirBusyError, match="in use by"):
+      with runtime.workdir_lock(epath.Path(tmp_path), wait_s=0.5):
+        pass
+  finally:
+    holder.kill()
+    holder.wait()
+
+
+def test_a_run_killed_with_sigkill_resumes_at_once_with_the_same_command(tiny_corpus, tmp_path):
+  """SIGKILL a training process mid-run and, without waiting for it (not even reaping it: it may be a zombie
+  for a while), run the same command again: it starts, resumes and finishes."""
+  import signal
+  _, root = tiny_corpus
+  args = ["--config=configs/small_tied.py", "--config.vocab_size=31", "--config.hidden_size=8",
+          "--config.batch_size=4", "--config.bptt=5", "--config.num_epochs=3", "--config.checkpoint_every_steps=20",
+          "--config.log_every=10", "--config.test_window=64", "--config.plot=false", f"--workdir={tmp_path}"]
+  env = dict(os.environ, WT_JAX_DATA=str(root), JAX_PLATFORMS="cpu")
+  proc = subprocess.Popen([sys.executable, "-m", "experiments.ptb", *args], cwd=REPO, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  try:
+    t_end = time.time() + 120
+    while time.time() < t_end and proc.poll() is None and not (tmp_path / "metrics.jsonl").exists():
+      time.sleep(0.02)
+    assert proc.poll() is None and (tmp_path / "run.lock").exists(), "the run ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    again = _run_entry(args, root, tmp_path)
+  finally:
+    proc.wait()
+  assert proc.returncode == -signal.SIGKILL
+  assert again.returncode == 0 and "in use by" not in again.stderr, again.stderr[-3000:]
+  res = json.loads((tmp_path / "results.json").read_text())
+  assert res["steps"] == 3 * res["steps_per_epoch"]
 
 
 def test_tensorboard_events_and_a_profile_are_written(tiny_corpus, tmp_path):
@@ -485,3 +569,50 @@ def test_a_run_folder_describes_itself_and_a_changed_config_does_not_resume(tiny
   assert [r["step"] for r in resumes] == [3, 6]
   assert resumes[1]["changed"]["learning_rate"] == [1.0, 0.5]
   assert json.loads((tmp_path / "run.json").read_text())["config"]["learning_rate"] == 1.0  # the first start's
+
+
+# --- deterministic GPU kernels: the setting reaches XLA_FLAGS and the records ----------------------
+
+def test_the_determinism_flag_is_set_replaced_and_read_as_xla_reads_it():
+  from wt_jax.train import runtime
+  assert runtime.xla_flags_with_determinism("", True) == "--xla_gpu_deterministic_ops=true"
+  assert runtime.xla_flags_with_determinism(
+      "--xla_gpu_deterministic_ops=false --xla_gpu_autotune_level=0", True) == \
+      "--xla_gpu_autotune_level=0 --xla_gpu_deterministic_ops=true"
+  assert runtime.determinism_in("--xla_gpu_deterministic_ops=true --xla_gpu_deterministic_ops=0") is False
+  assert runtime.determinism_in("--xla_gpu_deterministic_ops") is True
+  assert runtime.determinism_in("--xla_gpu_deterministic_ops_x=true") is None  # another flag
+
+
+def test_a_deterministic_run_whose_backend_started_without_the_flag_stops(tiny_corpus, tmp_path, monkeypatch):
+  """In this process JAX's backends have started (XLA has read XLA_FLAGS): asking for determinism now is an
+  error with one line, not a silently non-deterministic run."""
+  from wt_jax.train import runtime
+  jnp.zeros(1).block_until_ready()
+  monkeypatch.setenv("XLA_FLAGS", "")
+  with pytest.raises(RuntimeError, match="before JAX starts"):
+    runtime.apply_determinism(tiny_config(deterministic=True))
+  corpus, _ = tiny_corpus
+  with pytest.raises(RuntimeError, match="config.deterministic is set"):
+    lm.fit(tiny_config(max_steps=2, deterministic=True), corpus, tmp_path)
+  runtime.apply_determinism(tiny_config())  # not asked for: nothing to do
+
+
+def test_deterministic_reaches_xla_flags_and_the_records_through_the_entry_point(tiny_corpus, tmp_path):
+  _, root = tiny_corpus
+  args = ["--config=configs/small_tied.py", "--config.max_steps=3", "--config.vocab_size=31",
+          "--config.hidden_size=8", "--config.test_window=64", "--config.plot=false"]
+  env = dict(os.environ, WT_JAX_DATA=str(root), JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
+  for on in (True, False):
+    workdir = tmp_path / str(on)
+    proc = subprocess.run([sys.executable, "-m", "experiments.ptb", *args, f"--workdir={workdir}",
+                           f"--config.deterministic={on}"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = json.loads((workdir / "run.json").read_text())
+    res = json.loads((workdir / "results.json").read_text())
+    assert run["config"]["deterministic"] is on
+    for record in (run, res):
+      flags = record["host"]["xla_flags"]
+      assert flags.startswith("--xla_force_host_platform_device_count=1")  # the caller's flags are kept
+      assert ("--xla_gpu_deterministic_ops=true" in flags) is on

@@ -5,6 +5,7 @@
     programs["train_step"].memory.total                # bytes per chip
     batch_search.find_max_batch(lambda b: aot.compile_lm_train(config, dp, b).memory.total, dp.num_devices,
                                 aot.hbm_bytes("v5e:2x2"))
+    aot.compile_lm_members(config, aot.topology_devices("v5e:1x1"), 8)   # 8 seeds in one program, one chip
 
 How: with libtpu installed (`pip install "jax[tpu]==<your jax version>"`),
 `jax.experimental.topologies.get_topology_desc(platform="tpu", topology_name=...)` describes the chips of a
@@ -270,6 +271,31 @@ def compile_lm_eval(config, dp: parallel.DataParallel) -> Program:
   mask = jax.ShapeDtypeStruct((B, T), jnp.float32, sharding=rows)
   return compile_program("eval_step", eval_lib.make_eval_window(model), params, carry, ids, ids, mask,
                          batch_size=B)
+
+
+def compile_lm_members(config, devices, members: int, member_devices: int = 0) -> Program:
+  """The train step of `members` seeds of `config` in one program (`lm.make_member_train_step`, what a run
+  with --config.members trains), compiled for a [members, data] mesh over `devices` (`member_devices` along
+  the member axis; 0: gcd(members, devices)) at batch config.batch_size: its memory is how many members fit."""
+  from wt_jax import members as members_lib
+  from wt_jax.train import lm, trainer
+  config = config.copy_and_resolve_references()
+  with config.unlocked():
+    config.members, config.member_values = members, ""
+  group = members_lib.parse(config)
+  dp = parallel.DataParallel.from_devices(devices, members, member_devices)
+  dp.check_batch(config.batch_size)
+  template = group.template()
+  model, tx = _lm_setup(template)
+  one = jax.eval_shape(lambda k: lm.initial_state(template, model, tx, k), jax.random.key(0))
+  stacked = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct((members, *a.shape), a.dtype), one)
+  stacked[members_lib.DIVERGED] = jax.ShapeDtypeStruct((members,), jnp.int32)
+  shardings = lm.member_state_sharding(dp)
+  state = {k: _placed(v, lambda a, k=k: shardings[k]) for k, v in stacked.items()}
+  x = jax.ShapeDtypeStruct((config.batch_size, config.bptt), jnp.int32, sharding=dp.batch_sharding(0))
+  step_keys = jnp.stack([trainer.run_keys(seed)[1] for seed in group.seeds])
+  step = lm.make_member_train_step(group, 1000, step_keys, dp)
+  return compile_program("members_train_step", step, state, x, x, batch_size=members)
 
 
 def compile_lm(config, dp: parallel.DataParallel) -> dict[str, Program]:

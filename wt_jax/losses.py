@@ -19,7 +19,7 @@ import optax
 
 import numpy as np
 
-from wt_jax import precision, softmax, tying
+from wt_jax import hparams, precision, softmax, tying
 
 
 def token_nll(logits: jax.Array, targets: jax.Array) -> jax.Array:
@@ -51,7 +51,9 @@ def augmented_kl(logits: jax.Array, targets: jax.Array, embedding: jax.Array, ta
   gradient flows only through ŷ)."""
   u = jnp.take(embedding, targets, axis=0)                            # [B, T, D]
   target_logits = jnp.einsum("btd,vd->btv", u, embedding) / tau
-  if not target_gradient:
+  if hparams.dynamic(target_gradient):  # a per-member switch: the same values, the gradient where it is on
+    target_logits = jnp.where(target_gradient, target_logits, jax.lax.stop_gradient(target_logits))
+  elif not target_gradient:
     target_logits = jax.lax.stop_gradient(target_logits)
   log_y_tilde = jax.nn.log_softmax(target_logits.astype(jnp.float32), axis=-1)
   log_y_hat = jax.nn.log_softmax(logits.astype(jnp.float32) / tau, axis=-1)
@@ -82,21 +84,25 @@ def make_lm_cost(config, counts: np.ndarray | None = None) -> Callable:
   its unigram proposal needs.
   """
   al = config.al
-  if al.alpha < 0 or al.ce_weight < 0:
+  # (α, τ, w_ce, the target's gradient switch and wd may be traced per-member scalars, `wt_jax.hparams`: their
+  # ranges are then checked where the members are built, on each member's own config)
+  number = lambda v: v if hparams.dynamic(v) else float(v)
+  alpha, tau, ce_weight = number(al.alpha), number(al.tau), number(al.ce_weight)
+  if not hparams.dynamic(alpha) and not hparams.dynamic(ce_weight) and (alpha < 0 or ce_weight < 0):
     raise ValueError(f"al.alpha and al.ce_weight must be ≥ 0, not {al.alpha} and {al.ce_weight}.")
-  if al.alpha and al.tau <= 0:
+  if hparams.on(alpha) and not hparams.dynamic(tau) and tau <= 0:
     raise ValueError(f"al.tau must be positive, not {al.tau}.")
-  if al.alpha and al.embedding not in ("input", "output"):
+  if hparams.on(alpha) and al.embedding not in ("input", "output"):
     raise ValueError(f"Unknown al.embedding {al.embedding!r}; expected 'input' (Inan's L) or 'output'.")
   if config.weight_decay_mode not in ("decoupled", "loss"):
     raise ValueError(f"Unknown weight_decay_mode {config.weight_decay_mode!r}; expected 'decoupled' "
                      "(p ← (p + u)(1 − wd) after each step, Gal / Press & Wolf) or 'loss' "
                      "(wd·½‖θ‖² added to the cost, Zilly et al.).")
-  l2 = float(config.weight_decay) if config.weight_decay_mode == "loss" else 0.0
-  alpha, tau, ce_weight = float(al.alpha), float(al.tau), float(al.ce_weight)
-  which, target_gradient = al.embedding, bool(al.target_gradient)
+  l2 = number(config.weight_decay) if config.weight_decay_mode == "loss" else 0.0
+  which = al.embedding
+  target_gradient = al.target_gradient if hparams.dynamic(al.target_gradient) else bool(al.target_gradient)
   if softmax.kind_of(config) != "full":
-    if alpha:
+    if hparams.on(alpha):
       raise ValueError("The augmented loss (al.alpha > 0) compares full distributions over the vocabulary; "
                        "train it with softmax.kind='full'.")
     return approximate_lm_cost(config, counts, ce_weight, l2)
@@ -107,13 +113,13 @@ def make_lm_cost(config, counts: np.ndarray | None = None) -> Callable:
     chex.assert_equal_shape_prefix([logits_BxTxV, targets_BxT], 2)
     nll_BxT = token_nll(logits_BxTxV, targets_BxT)
     ce = zaremba_cost(nll_BxT)
-    if ce_weight != 1.0:
+    if hparams.dynamic(ce_weight) or ce_weight != 1.0:
       ce = ce_weight * ce
     total = ce + total_penalty(penalties) / targets_BxT.shape[0]
-    if alpha:
+    if hparams.on(alpha):
       kl_BxT = augmented_kl(logits_BxTxV, targets_BxT, tying.word_matrix(params, which), tau, target_gradient)
       total = total + alpha * zaremba_cost(kl_BxT)
-    if l2:
+    if hparams.on(l2):
       total = total + l2 * weight_l2(params)
     return total, nll_BxT
 
@@ -155,10 +161,10 @@ def approximate_lm_cost(config, counts: np.ndarray | None, ce_weight: float = 1.
       loss = nll = softmax.class_nll(z, w, b, words["class_embedding"], words.get("class_bias"), y, bounds,
                                      dtype)
     total = zaremba_cost(loss.reshape(B, T))
-    if ce_weight != 1.0:
+    if hparams.dynamic(ce_weight) or ce_weight != 1.0:
       total = ce_weight * total
     total = total + total_penalty(penalties) / B
-    if l2:
+    if hparams.on(l2):
       total = total + l2 * weight_l2(params)
     return total, nll.reshape(B, T)
 

@@ -16,10 +16,17 @@ Multi-host (TPU VM pods, several GPU hosts): `initialize_distributed()` calls `j
 when the environment asks for it; every host holds the same host-side arrays (the token stream of PTB is a
 few MB) and transfers only the rows its own devices hold (`jax.make_array_from_callback`). Only process 0
 writes files other than checkpoints (`is_writer`); orbax coordinates the checkpoint writes of all processes.
+
+Members (`wt_jax.members`: K models trained in one program) add a second mesh axis, 'members', in front:
+`DataParallel.create(members=K)` lays the devices out as [m, d] with m = gcd(K, devices) by default, every
+state leaf's leading member axis split over the m rows (`member_sharding`) and the batch over the d columns.
+With m equal to the device count (e.g. 8 members on 8 chips) every chip trains its own models on the whole
+batch, and no gradient crosses chips.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import Any
 
@@ -28,6 +35,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 DATA_AXIS = "data"
+MEMBER_AXIS = "members"
 
 
 def initialize_distributed() -> bool:
@@ -67,8 +75,9 @@ class DataParallel:
   mesh: Mesh
 
   @classmethod
-  def create(cls, num_devices: int = 0) -> "DataParallel":
-    """The first `num_devices` devices (0: all devices of all processes) in one mesh axis named 'data'."""
+  def create(cls, num_devices: int = 0, members: int = 0, member_devices: int = 0) -> "DataParallel":
+    """The first `num_devices` devices (0: all devices of all processes) in one mesh axis named 'data'; with
+    `members` = K > 0, in a [m, d] mesh ('members', 'data'), m = `member_devices` or, when 0, gcd(K, devices)."""
     devices = jax.devices()
     if num_devices:
       if num_devices > len(devices):
@@ -78,11 +87,41 @@ class DataParallel:
         raise ValueError(f"num_devices={num_devices}: with {jax.process_count()} processes data "
                          f"parallelism uses every device ({len(devices)}); set num_devices=0.")
       devices = devices[:num_devices]
-    return cls(Mesh(np.asarray(devices), (DATA_AXIS,)))
+    return cls.from_devices(devices, members, member_devices)
+
+  @classmethod
+  def from_devices(cls, devices, members: int = 0, member_devices: int = 0) -> "DataParallel":
+    """`create`'s mesh over the given devices (e.g. a TPU topology's, to compile for: `wt_jax.aot`)."""
+    if not members:
+      return cls(Mesh(np.asarray(devices), (DATA_AXIS,)))
+    n = len(devices)
+    m = member_devices or math.gcd(members, n)
+    if n % m or members % m:
+      raise ValueError(f"member_devices={m} must divide both the device count ({n}) and the number of members "
+                       f"({members}); leave it at 0 for gcd(members, devices) = {math.gcd(members, n)}.")
+    return cls(Mesh(np.asarray(devices).reshape(m, n // m), (MEMBER_AXIS, DATA_AXIS)))
 
   @property
   def num_devices(self) -> int:
     return self.mesh.size
+
+  @property
+  def data_devices(self) -> int:
+    """Devices the batch is split over (all of them without a members axis)."""
+    return self.mesh.shape[DATA_AXIS]
+
+  @property
+  def member_devices(self) -> int:
+    """Devices the member axis is split over (1 without one)."""
+    return self.mesh.shape.get(MEMBER_AXIS, 1)
+
+  def member_sharding(self, batch_axis: int | None = None) -> NamedSharding:
+    """A stacked leaf [K, ...]: its member axis split over the 'members' devices and, when `batch_axis` (counted
+    without the member axis) is given, that axis over the 'data' devices."""
+    if MEMBER_AXIS not in self.mesh.axis_names:
+      raise ValueError("member_sharding needs a mesh made with DataParallel.create(members=K).")
+    rest = [] if batch_axis is None else [*([None] * batch_axis), DATA_AXIS]
+    return NamedSharding(self.mesh, P(MEMBER_AXIS, *rest))
 
   @property
   def replicated(self) -> NamedSharding:
@@ -93,12 +132,12 @@ class DataParallel:
     return NamedSharding(self.mesh, P(*([None] * batch_axis), DATA_AXIS))
 
   def divides(self, batch_size: int) -> bool:
-    return batch_size % self.num_devices == 0
+    return batch_size % self.data_devices == 0
 
   def check_batch(self, batch_size: int, name: str = "batch_size") -> None:
     """Raise a clear ValueError unless `batch_size` splits evenly over the devices."""
     if not self.divides(batch_size):
-      d = self.num_devices
+      d = self.data_devices
       raise ValueError(
           f"{name}={batch_size} cannot be split over {d} devices (data parallelism shards the batch; it "
           f"must be a multiple of {d}). Use e.g. --config.{name}={max(d, batch_size // d * d)}, or fewer "

@@ -1,18 +1,24 @@
 """The word-level LM corpora by name (`config.dataset`), for the training entry point and the benchmark.
 
-Each module's `load(data_dir, download)` returns a corpus with `train` / `valid` / `test` id streams and its
+Each loader `(data_dir, download=...)` returns a corpus with `train` / `valid` / `test` id streams and its
 vocabulary; the data root is resolved as everywhere (`--config.data_dir`, then $WT_JAX_DATA, then the cache).
 """
+import functools
+
 from wt_jax.data import bbc, imdb, ptb, wikitext2
 
-CORPORA = {"ptb": ptb,              # Mikolov's PTB, 10k vocabulary
-           "wikitext2": wikitext2,  # Merity et al. (2017), 33,278 types (set --config.vocab_size=33278)
-           "bbc": bbc,              # BBC News, our split and 10k vocabulary (wt_jax/data/bbc.py)
-           "imdb": imdb}            # IMDB reviews, our split and 10k vocabulary (wt_jax/data/imdb.py)
+CORPORA = {"ptb": ptb.load,              # Mikolov's PTB, 10k vocabulary
+           "wikitext2": wikitext2.load,  # Merity et al. (2017), 33,278 types (set --config.vocab_size=33278)
+           # Inan et al. (2017) Table 2: the first / second half of WikiText-2's training text (cut at an
+           # article boundary, wt_jax/data/wikitext2.py); WikiText-2's valid, test and vocabulary (33,278)
+           "wikitext2_half1": functools.partial(wikitext2.load_half, 1),
+           "wikitext2_half2": functools.partial(wikitext2.load_half, 2),
+           "bbc": bbc.load,              # BBC News, our split and 10k vocabulary (wt_jax/data/bbc.py)
+           "imdb": imdb.load}            # IMDB reviews, our split and 10k vocabulary (wt_jax/data/imdb.py)
 
 
 def load_corpus(config):
   """The corpus named by `config.dataset`, read from `config.data_dir` (or the usual resolution)."""
   if config.dataset not in CORPORA:
     raise ValueError(f"Unknown dataset {config.dataset!r}; known: {', '.join(CORPORA)}.")
-  return CORPORA[config.dataset].load(config.data_dir or None, download=config.download)
+  return CORPORA[config.dataset](config.data_dir or None, download=config.download)

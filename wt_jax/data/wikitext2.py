@@ -6,17 +6,34 @@ vocabulary 33,278 (from the training split, `<eos>` and `<unk>` included).
 
 Files live in `<data root>/wikitext2/`, plain or gzipped; when missing they are downloaded from the
 canonical `wikitext-2-v1.zip` (members `wikitext-2/wiki.*.tokens`).
+
+Halves of the training text (`load_half`). Inan et al. (2017), Section 6.3, train their small networks "on the
+first and second halves of the Wikitext2 training set", two datasets "each about the same size as PTB (1044K
+vs 929K)". The paper does not say where it cut: 1044K is half of the 2,088K training tokens counted as here
+(one `<eos>` per line). We cut at the article boundary nearest the middle of the token stream, so that no
+article is split between the halves (two distinct sets of whole articles) and each half begins as the file
+does, with an empty line and an article's title. On the official file the first half holds 305 articles,
+1,044,532 tokens, and the second 295 articles, 1,044,096 tokens; a cut at exactly half the tokens would fall
+218 tokens earlier, near the end of the article before " = Arikamedu = ". Validation and test texts and the
+vocabulary stay WikiText-2's (33,278 words, the same ids as the whole corpus), so a half's perplexities are
+over the same words as the whole corpus's.
 """
 from __future__ import annotations
 
 import gzip
+import re
 from pathlib import Path
+
+import numpy as np
 
 from wt_jax.data import paths, ptb
 from wt_jax.data.vocab import Vocab
 
 URL = "https://wikitext.smerity.com/wikitext-2-v1.zip"
 SPLITS = ptb.SPLITS
+HALVES = (1, 2)  # load_half: the first or the second half of the training text
+# An article's title line, stripped: one '=' on each side (its sections' headings are `= = Heading = =`).
+_TITLE = re.compile(r"= [^=].* =")
 
 
 def split_file(folder: Path, split: str) -> Path | None:
@@ -47,6 +64,43 @@ def load(data_dir: str | None = None, download: bool = True, url: str = URL) -> 
   vocab = Vocab.from_tokens(streams["train"])
   return ptb.Corpus(*(vocab.encode(streams[s], unk="<unk>" if "<unk>" in vocab else None) for s in SPLITS),
                     vocab=vocab)
+
+
+def read_lines(path: Path) -> list[str]:
+  """The lines of a split file (.tokens or .tokens.gz) as `ptb.read_tokens` iterates them."""
+  opener = gzip.open if path.suffix == ".gz" else open
+  with opener(path, "rt", encoding="utf-8") as f:
+    return list(f)
+
+
+def article_starts(lines: list[str]) -> list[int]:
+  """Indices of the lines where an article begins: the empty line just before its title line (` = Title = `,
+  itself followed by an empty line). The official training file holds 600, Merity et al.'s article count."""
+  return [i - 1 for i in range(1, len(lines) - 1)
+          if _TITLE.fullmatch(lines[i].strip()) and not lines[i - 1].strip() and not lines[i + 1].strip()]
+
+
+def half_boundary(lines: list[str]) -> int:
+  """The index of the line that begins the second half: of the article starts, the one whose token offset
+  (each line's words and one `<eos>`) is nearest the middle of the token stream, the earlier one on a tie."""
+  offsets = np.concatenate([[0], np.cumsum([len(line.split()) + 1 for line in lines])])
+  starts = [s for s in article_starts(lines) if s > 0]
+  if not starts:
+    raise ValueError("The WikiText-2 training text has fewer than two articles (title lines ` = Title = ` "
+                     "between empty lines), so it cannot be cut into halves at an article boundary.")
+  return min(starts, key=lambda s: abs(2 * int(offsets[s]) - int(offsets[-1])))
+
+
+def load_half(half: int, data_dir: str | None = None, download: bool = True, url: str = URL) -> ptb.Corpus:
+  """WikiText-2 with the first (`half` 1) or second (2) half of its training text as `train` (cut at
+  `half_boundary`, see the module docstring); valid, test and the vocabulary (ids) of the whole corpus."""
+  if half not in HALVES:
+    raise ValueError(f"half must be one of {HALVES}, not {half!r}.")
+  corpus = load(data_dir, download, url)
+  lines = read_lines(split_file(ensure(data_dir, download, url), "train"))
+  cut = sum(len(line.split()) + 1 for line in lines[:half_boundary(lines)])
+  train = corpus.train[:cut] if half == 1 else corpus.train[cut:]
+  return ptb.Corpus(train, corpus.valid, corpus.test, vocab=corpus.vocab)
 
 
 def sentences(split: str = "train", data_dir: str | None = None, download: bool = True) -> list[list[str]]:

@@ -27,6 +27,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from wt_jax import softmax, tying
+from wt_jax.models import variational
 
 
 def _contexts(ids_BxT, carry, n_ctx: int):
@@ -70,7 +71,7 @@ class NNLM(nn.Module):
       self.out_proj = self.param("out_proj", init, (self.hidden, self.emb))
     if self.direct:
       self.direct_w = self.param("direct_w", init, (self.context * self.emb, self.vocab_size))
-    self.drop = nn.Dropout(self.dropout)
+    self.drop = variational.Dropout(self.dropout)
 
   def initial_carry(self, batch_size: int):
     return jnp.zeros((1, batch_size, self.context), jnp.int32)
@@ -112,7 +113,7 @@ class LBL(nn.Module):
     self.context_w = self.param(
         "context_w", lambda k, s: eye + tying.uniform_init(self.init_scale / self.emb ** 0.5)(k, s),
         (self.context, self.emb, self.emb))
-    self.drop = nn.Dropout(self.dropout)
+    self.drop = variational.Dropout(self.dropout)
 
   def initial_carry(self, batch_size: int):
     return jnp.zeros((1, batch_size, self.context), jnp.int32)

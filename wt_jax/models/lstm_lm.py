@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from wt_jax import precision, softmax, tying
+from wt_jax.models import variational
 
 Carry = tuple[jax.Array, jax.Array]  # (c[L, B, H], h[L, B, H])
 
@@ -230,7 +231,7 @@ class LSTMLM(nn.Module):
         logit_scale=self.logit_scale, dtype=self.dtype, class_bounds=self.class_bounds)
     self.layers = [LSTMLayer(self.hidden, self.init_scale, self.dtype, self.unroll, name=f"lstm_{l}")
                    for l in range(self.num_layers)]
-    self.drop = nn.Dropout(self.dropout)
+    self.drop = variational.Dropout(self.dropout)
 
   def initial_carry(self, batch_size: int) -> Carry:
     shape = (self.num_layers, batch_size, self.hidden)

@@ -31,7 +31,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from wt_jax import precision, softmax, tying
+from wt_jax import hparams, precision, softmax, tying
 from wt_jax.models import variational
 
 
@@ -243,7 +243,8 @@ class RHNLM(nn.Module):
   def __call__(self, ids_BxT: jax.Array, carry: jax.Array, *, train: bool = False, features: bool = False):
     B, L, H = ids_BxT.shape[0], self.num_layers, self.hidden
     x = self.words.embed(ids_BxT.T)  # [T, B, H]
-    masks_on = train and any(r > 0 for r in (self.dropout_x, self.dropout_i, self.dropout_h, self.dropout_o))
+    rates = (self.dropout_x, self.dropout_i, self.dropout_h, self.dropout_o)
+    masks_on = train and any(hparams.on(r) for r in rates)
     if masks_on:
       kx, ki, kh, ko = jax.random.split(self.make_rng("dropout"), 4)
       x = x * variational.word_type_mask(kx, self.dropout_x, ids_BxT, self.vocab_size).T[..., None]

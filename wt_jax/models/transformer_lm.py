@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 
 from wt_jax import precision, softmax, tying
+from wt_jax.models import variational
 
 
 class Dense(nn.Module):
@@ -67,7 +68,8 @@ class Block(nn.Module):
     B, S, D = x_BxSxD.shape
     H = self.num_heads
     Dh = D // H
-    drop = nn.Dropout(self.dropout, deterministic=not train)
+    dropout = variational.Dropout(self.dropout)  # one module, two calls (two masks)
+    drop = lambda v: dropout(v, deterministic=not train)
     h = nn.LayerNorm(name="ln_attn")(x_BxSxD)
     qkv_BxSx3D = Dense(3 * D, self.init_scale, self.dtype, name="qkv")(h)
     q, k, v = (a.reshape(B, S, H, Dh) for a in jnp.split(qkv_BxSx3D, 3, axis=-1))
@@ -119,7 +121,7 @@ class TransformerLM(nn.Module):
                          name=f"block_{l}") for l in range(self.num_layers)]
     self.positions = self.param("positions", tying.uniform_init(self.init_scale), (self.max_len, self.dim))
     self.ln_out = nn.LayerNorm()
-    self.drop = nn.Dropout(self.dropout)
+    self.drop = variational.Dropout(self.dropout)
 
   def initial_carry(self, batch_size: int):
     return jnp.full((1, batch_size, self.memory), -1, jnp.int32)  # −1: no token yet

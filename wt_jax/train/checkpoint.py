@@ -96,13 +96,13 @@ class Checkpoints:
                                                           meta=ocp.args.JsonRestore()))
     return restored["state"], restored["meta"]
 
-  def restore_intact(self, target: Any) -> tuple[Any, dict, str, int] | None:
-    """(state, meta, kind, step) of the newest readable checkpoint — `last` steps newest first, then `best` —
-    or None when there is none. A step that cannot be read is reported in one line and moved aside to
+  def restore_intact(self, target: Any, kinds: tuple[str, ...] = ("last", "best")) -> tuple[Any, dict, str, int] | None:
+    """(state, meta, kind, step) of the newest readable checkpoint of `kinds` — `last` steps newest first, then
+    `best` — or None when there is none. A step that cannot be read is reported in one line and moved aside to
     `<step>.unreadable` (so that training can write that step again); a checkpoint of another model
     (`CheckpointMismatchError`) is an error, not damage."""
     fell_back = False
-    for kind in ("last", "best"):
+    for kind in kinds:
       for step in reversed(self.steps(kind)):
         try:
           state, meta = self.restore(kind, target, step)

@@ -63,17 +63,37 @@ def _eval_stream(eval_window, params, carry, xs_NxBxT, ys_NxBxT, masks_NxBxT):
   return total, carry
 
 
+@functools.partial(jax.jit, static_argnums=(0,))
+def _eval_stream_members(eval_window, params_K, carry_K, xs_NxBxT, ys_NxBxT, masks_NxBxT):
+  """`_eval_stream` of K members' parameters (and carries) on one stream, vmapped: → (Σ NLL [K], carry)."""
+  one = lambda p, c: _eval_stream(eval_window, p, c, xs_NxBxT, ys_NxBxT, masks_NxBxT)
+  return jax.vmap(one)(params_K, carry_K)
+
+
 def evaluate(model, eval_window, params, stream: np.ndarray, batch_size: int, bptt: int,
-             drop_remainder: bool, dp: parallel.DataParallel | None = None) -> dict:
+             drop_remainder: bool, dp: parallel.DataParallel | None = None, members: int = 0) -> dict:
   """Perplexity of `params` on a token stream, state carried across windows. Returns {'ppl', 'nll', 'tokens'}.
 
   The whole stream is one compiled call (`lax.scan` over its windows, each `eval_window`): one dispatch and
   one transfer per evaluation, not one per window (on an accelerator, hundreds of host round trips for the
   batch-1 test). With `dp` the streams are split over the devices when batch_size divides by their number;
-  otherwise (e.g. the batch-1 test stream) every device computes the whole batch."""
+  otherwise (e.g. the batch-1 test stream) every device computes the whole batch.
+
+  With `members` = K, `params` are K members' (`wt_jax.members`: a leading member axis, placed by `dp`), the
+  stream is read by all of them in one program, and 'ppl' and 'nll' are lists of K."""
   w = batching.lm_windows(stream, batch_size, bptt, drop_remainder=drop_remainder)
   place = _placer(dp, batch_size)
-  carry = place(model.initial_carry(batch_size), models.CARRY_BATCH_AXIS)
+  carry = model.initial_carry(batch_size)
+  if members:
+    carry = jax.tree_util.tree_map(lambda x: np.broadcast_to(x, (members, *x.shape)), carry)
+    if dp is not None:
+      carry = dp.put(carry, dp.member_sharding(models.CARRY_BATCH_AXIS if dp.divides(batch_size) else None))
+    totals, _ = _eval_stream_members(eval_window, params, carry, *place((w.x, w.y, w.mask), 1))
+    if dp is not None:  # the members' sums gathered on every device (other processes' members included)
+      totals = jax.jit(lambda t: t, out_shardings=dp.replicated)(totals)
+    totals = [float(t) for t in jax.device_get(totals)]
+    return {"ppl": [perplexity(t, w.num_tokens) for t in totals], "nll": totals, "tokens": w.num_tokens}
+  carry = place(carry, models.CARRY_BATCH_AXIS)
   total, _ = _eval_stream(eval_window, params, carry, *place((w.x, w.y, w.mask), 1))
   total = float(total)
   return {"ppl": perplexity(total, w.num_tokens), "nll": total, "tokens": w.num_tokens}
@@ -105,21 +125,31 @@ def evaluate_mc(model, params, stream: np.ndarray, batch_size: int, bptt: int, s
   return {"ppl": perplexity(total, w.num_tokens), "nll": total, "tokens": w.num_tokens, "samples": samples}
 
 
-def test_perplexities(config, model, eval_window, params, test_stream: np.ndarray, mc_key: jax.Array,
-                      dp: parallel.DataParallel | None = None) -> dict:
+def test_perplexities(config, model, eval_window, params, test_stream: np.ndarray, mc_key,
+                      dp: parallel.DataParallel | None = None, group=None):
   """The test numbers a run reports for `params` (see the module docstring): {'test_ppl' (batch 1),
-  'test_ppl_batched', 'test_protocol', 'eval_dropout', and 'test_ppl_mc' with MC samples}."""
+  'test_ppl_batched', 'test_protocol', 'eval_dropout', and 'test_ppl_mc' with MC samples}.
+
+  With `group` (`wt_jax.members.Members`), `params` are its members' and `mc_key` a list of their keys: a
+  list of those dicts, one per member (the two deterministic passes read by all members in one program; MC
+  dropout member by member, each with its own model)."""
   B, T = config.eval_batch_size, config.bptt
-  batched = evaluate(model, eval_window, params, test_stream, B, T, drop_remainder=True, dp=dp)
+  K = group.size if group else 0
+  batched = evaluate(model, eval_window, params, test_stream, B, T, drop_remainder=True, dp=dp, members=K)
   single = evaluate(model, eval_window, params, test_stream, 1, config.test_window, drop_remainder=False,
-                    dp=dp)
-  out = {"test_ppl": single["ppl"], "test_ppl_batched": batched["ppl"],
-         "test_protocol": ("test_ppl: one stream (batch 1), all N-1 targets, as the reference reports it "
-                           f"(the README's tables use it); test_ppl_batched: {B} streams x {T}-step windows, "
-                           "tail dropped"),
-         "eval_dropout": "off (deterministic)"}
-  if config.eval_mc_samples:
-    mc = evaluate_mc(model, params, test_stream, 1, config.test_window, config.eval_mc_samples, mc_key, dp)
-    out["test_ppl_mc"] = mc["ppl"]
-    out["eval_dropout"] += f"; test_ppl_mc: MC dropout, {config.eval_mc_samples} samples, batch 1"
-  return out
+                    dp=dp, members=K)
+  out = [{"test_ppl": s, "test_ppl_batched": b} for s, b in
+         (zip(single["ppl"], batched["ppl"]) if K else [(single["ppl"], batched["ppl"])])]
+  for k, o in enumerate(out):
+    o.update(test_protocol=("test_ppl: one stream (batch 1), all N-1 targets, as the reference reports it "
+                            f"(the README's tables use it); test_ppl_batched: {B} streams x {T}-step windows, "
+                            "tail dropped"),
+             eval_dropout="off (deterministic)")
+    if config.eval_mc_samples:
+      own_model = models.build(group.configs[k]) if K else model
+      own_params = jax.tree_util.tree_map(lambda x: x[k], params) if K else params
+      mc = evaluate_mc(own_model, own_params, test_stream, 1, config.test_window, config.eval_mc_samples,
+                       mc_key[k] if K else mc_key, None if K else dp)
+      o["test_ppl_mc"] = mc["ppl"]
+      o["eval_dropout"] += f"; test_ppl_mc: MC dropout, {config.eval_mc_samples} samples, batch 1"
+  return out if K else out[0]

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from wt_jax import tying
+from wt_jax import hparams, tying
 
 
 def epoch_lr(epoch: int, base_lr: float, decay: float, decay_after_epoch: int) -> float:
@@ -113,7 +113,7 @@ def make_optimizer(config, steps_per_epoch: int) -> optax.GradientTransformation
   chain = [optax.clip_by_global_norm(config.clip_norm), opt]
   if config.words.lr_scale != 1.0:
     chain.append(scale_word_matrices(config.words.lr_scale))
-  if config.weight_decay > 0 and config.weight_decay_mode == "decoupled":
+  if (hparams.dynamic(config.weight_decay) or config.weight_decay > 0) and config.weight_decay_mode == "decoupled":
     chain.append(decay_after_update(config.weight_decay))
   if config.words.row_norm:
     chain.append(embedding_rows_at_norm(config.words.row_norm))

@@ -68,7 +68,8 @@ def code_revision() -> str | None:
 
 
 def host() -> dict:
-  """What the run ran on: CPU model and core count (for reports), platform of the JAX devices."""
+  """What the run ran on: CPU model and core count (for reports), platform of the JAX devices, and the
+  XLA_FLAGS of the process (e.g. XLA:GPU's deterministic kernels, `apply_determinism`)."""
   cpu = platform.processor() or platform.machine()
   try:
     for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -77,7 +78,66 @@ def host() -> dict:
         break
   except OSError:
     pass
-  return {"cpu": cpu, "cpu_count": os.cpu_count(), "platform": jax.default_backend()}
+  return {"cpu": cpu, "cpu_count": os.cpu_count(), "platform": jax.default_backend(),
+          "xla_flags": os.environ.get("XLA_FLAGS", "")}
+
+
+# XLA:GPU's run-to-run determinism (jaxlib 0.10–0.12: "Guarantees run-to-run determinism on GPU"): scatter-adds
+# (the embedding gradient among them) and reductions take fixed-order implementations instead of atomics, so
+# two runs of the same program on the same card give the same bits. The CPU backend is deterministic already
+# and accepts the flag.
+DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops"
+
+
+def xla_flags_with_determinism(flags: str, deterministic: bool) -> str:
+  """`flags` (an XLA_FLAGS value) with XLA:GPU's deterministic kernels set on or off: any earlier setting of
+  the flag is replaced, every other flag kept in order."""
+  kept = [f for f in flags.split() if f.split("=", 1)[0] != DETERMINISTIC_FLAG]
+  return " ".join(kept + [f"{DETERMINISTIC_FLAG}={'true' if deterministic else 'false'}"])
+
+
+def determinism_in(flags: str) -> bool | None:
+  """What an XLA_FLAGS value asks of the flag: True, False, or None when it does not name it (XLA: the last
+  setting wins; a bare flag is on)."""
+  value = None
+  for f in flags.split():
+    name, _, v = f.partition("=")
+    if name == DETERMINISTIC_FLAG:
+      value = v.lower() in ("", "true", "1")
+  return value
+
+
+def _backends_started() -> bool:
+  try:
+    from jax._src import xla_bridge
+    return bool(xla_bridge.backends_are_initialized())
+  except (ImportError, AttributeError):  # (a JAX without this function: assume started, the safe answer)
+    return True
+
+
+def apply_determinism(config) -> None:
+  """With `config.deterministic`, ask XLA:GPU for deterministic kernels (XLA_FLAGS) before JAX starts its
+  backends, which read XLA_FLAGS once; the flags end up in run.json and results.json (`host`). Raises with one
+  line if the backends have started without it. Without `config.deterministic`, nothing changes."""
+  if not config.get("deterministic", False):
+    return
+  flags = os.environ.get("XLA_FLAGS", "")
+  if determinism_in(flags):
+    return
+  if _backends_started():
+    raise RuntimeError("config.deterministic needs XLA_FLAGS=--xla_gpu_deterministic_ops=true before JAX starts "
+                       "its backends; they have started: set it in the environment, or call "
+                       "runtime.apply_determinism(config) before the first JAX computation.")
+  os.environ["XLA_FLAGS"] = xla_flags_with_determinism(flags, True)
+
+
+def check_determinism(config) -> None:
+  """A run asked to be deterministic (`config.deterministic`) stops with one line when its process's
+  XLA_FLAGS do not ask XLA for it (set too late, or turned off), instead of running non-deterministically."""
+  if config.get("deterministic", False) and not determinism_in(os.environ.get("XLA_FLAGS", "")):
+    raise RuntimeError("config.deterministic is set but XLA_FLAGS does not hold --xla_gpu_deterministic_ops=true; "
+                       "call runtime.apply_determinism(config) before the first JAX computation "
+                       "(experiments.ptb does).")
 
 
 def versions() -> dict:
@@ -117,6 +177,7 @@ def describe_run(config, run_versions: dict) -> dict:
   import shlex
   import sys
   from wt_jax import __version__
+  check_determinism(config)
   return {"what": "a wt_jax run: its config, command, code and machine (written at its first start)",
           "config": config.to_dict(), "command": " ".join(shlex.quote(a) for a in sys.argv),
           "cwd": os.getcwd(), "wt_jax_version": __version__, "versions": run_versions, "host": host(),
@@ -128,6 +189,7 @@ def check_resume(run_file: epath.Path, config, step: int) -> None:
   """Compare the config a run is resumed with against its folder's `run.json`: a change outside
   RESUMABLE_KEYS stops it with one line naming the keys (unless `config.allow_resume_changes`); every resume
   and its changes are appended to run.json. A folder without run.json (older runs) is not checked."""
+  check_determinism(config)
   if not run_file.exists():
     return
   record = json.loads(run_file.read_text())
@@ -162,48 +224,153 @@ class WorkdirBusyError(RuntimeError):
   """Another live run holds the workdir's lock."""
 
 
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+  """(state, flags) of a process from /proc/<pid>/stat, or None where there is no such file (no /proc, or no
+  such process). The command name, field 2, is in parentheses and may hold spaces or parentheses itself."""
+  try:
+    rest = Path(f"/proc/{int(pid)}/stat").read_text().rpartition(")")[2].split()
+    return rest[0], int(rest[6])
+  except (OSError, ValueError, IndexError):
+    return None
+
+
+def _sigkill_pending(pid: int) -> bool:
+  """Whether SIGKILL is queued for the process (/proc/<pid>/status, the pending-signal masks: bit 9 − 1)."""
+  try:
+    lines = Path(f"/proc/{int(pid)}/status").read_text().splitlines()
+  except (OSError, ValueError):
+    return False
+  masks = [int(line.split(":", 1)[1], 16) for line in lines if line.startswith(("SigPnd:", "ShdPnd:"))]
+  return any(m & (1 << (signal.SIGKILL - 1)) for m in masks)
+
+
+PF_EXITING = 0x4  # the kernel's flag of a process inside exit(): its files are being closed
+
+
 def _alive(pid) -> bool:
+  """Whether a process of this host with that PID can still hold a lock: it exists and is not a zombie (a
+  zombie has exited and closed its files; it waits only for its parent to read its status, which a container
+  whose init does not reap never does)."""
   try:
     os.kill(int(pid), 0)
   except ProcessLookupError:
     return False
   except (PermissionError, TypeError, ValueError):
     return pid is not None  # (a process we may not signal is alive)
-  return True
+  stat = _proc_stat(pid)
+  return stat is None or stat[0] not in ("Z", "X")
+
+
+def _dying(pid) -> bool:
+  """Whether the process is gone or on its way out (a zombie, inside exit(), or with SIGKILL queued): a lock
+  it holds will be free within moments, when the kernel has closed its files."""
+  if not _alive(pid):
+    return True
+  stat = _proc_stat(pid)
+  return stat is not None and bool(stat[1] & PF_EXITING) or _sigkill_pending(pid)
+
+
+LOCK_WAIT_S = 15.0  # seconds a run waits for an exiting holder's lock (a GPU process can take seconds to exit)
+
+
+def _read_lock(path) -> dict:
+  try:
+    return json.loads(Path(path).read_text())
+  except (OSError, ValueError):
+    return {}
+
+
+def _who(other: dict) -> str:
+  return f"PID {other.get('pid')} on {other.get('host')} (since {other.get('started')})"
 
 
 @contextlib.contextmanager
-def workdir_lock(workdir: epath.Path):
-  """Hold `<workdir>/run.lock` (host, PID, start time) for the run: a second run on a busy workdir stops with
-  `WorkdirBusyError`; the lock of a dead process on this host is taken over with a warning. Process 0 only.
-  (On a local disk the lock is created atomically; on a bucket, check-then-write.)"""
+def _local_lock(lock: Path, me: dict, wait_s: float):
+  """The kernel's advisory lock (flock) on `lock`, held for the body; see `workdir_lock`."""
+  import fcntl
+  t_end = time.monotonic() + wait_s
+  while True:
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)  # (not inherited by child processes: PEP 446)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      os.close(fd)
+      other = _read_lock(lock)
+      same_host = other.get("host") == me["host"]
+      # The holder is exiting (the kernel frees its lock once its files are closed), or has just taken the
+      # lock and not yet written who it is: look again shortly.
+      if (not other or same_host and _dying(other.get("pid"))) and time.monotonic() < t_end:
+        time.sleep(0.1)
+        continue
+      if same_host or not other:
+        raise WorkdirBusyError(f"{lock.parent} is in use by {_who(other)}; stop that run or use another "
+                               f"--workdir.") from None
+      raise WorkdirBusyError(f"{lock.parent} is locked by {_who(other)}; stop that run or use another "
+                             f"--workdir.") from None
+    try:
+      same_file = os.path.samestat(os.fstat(fd), os.stat(lock))
+    except FileNotFoundError:
+      same_file = False
+    if not same_file:  # the holder removed the file as we locked it: lock the file now at that path
+      os.close(fd)
+      continue
+    break
+  try:
+    other = _read_lock(lock)
+    if other.get("pid") not in (None, me["pid"]):
+      logging.warning("Taking over the lock of %s in %s: that process is gone (it holds no lock on the file).",
+                      _who(other), lock.parent)
+    os.ftruncate(fd, 0)
+    os.write(fd, json.dumps(me).encode())
+    yield
+  finally:
+    try:
+      if _read_lock(lock).get("pid") == me["pid"]:
+        lock.unlink()
+    except OSError:
+      pass
+    os.close(fd)  # (releases the lock; a killed process's is released the same way, by the kernel)
+
+
+@contextlib.contextmanager
+def workdir_lock(workdir: epath.Path, wait_s: float = LOCK_WAIT_S):
+  """Hold `<workdir>/run.lock` for the run; the file says who holds it (JSON: host, PID, start time). A second
+  run on a busy workdir stops with `WorkdirBusyError`. Process 0 only.
+
+  On a local disk the lock is the kernel's advisory lock on that file (`fcntl.flock`): the kernel releases it
+  when the holder's files close, so a run killed with SIGKILL leaves it free, and the same command resumes at
+  once. A holder on this host that is exiting (a zombie, inside exit(), SIGKILL queued) is waited for up to
+  `wait_s` seconds instead of refused. On a bucket (gs://, ...) there is no such lock: check-then-write, and the
+  lock of a dead (or zombie) process of this host is taken over with a warning."""
   if not parallel.is_writer():
     yield
     return
   lock = workdir / "run.lock"
   me = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
-  try:
-    if is_local(lock):
-      os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    elif lock.exists():
-      raise FileExistsError(lock)
-  except FileExistsError:
-    try:
-      other = json.loads(lock.read_text())
-    except (OSError, ValueError):
-      other = {}
-    who = f"PID {other.get('pid')} on {other.get('host')} (since {other.get('started')})"
+  if is_local(lock):
+    with _local_lock(Path(os.fspath(lock)), me, wait_s):
+      yield
+    return
+  if lock.exists():
+    other = _read_lock_bucket(lock)
     if other.get("host") == me["host"] and _alive(other.get("pid")):
-      raise WorkdirBusyError(f"{workdir} is in use by {who}; stop that run or use another --workdir.") from None
+      raise WorkdirBusyError(f"{workdir} is in use by {_who(other)}; stop that run or use another --workdir.")
     if other.get("host") not in (None, me["host"]):
-      raise WorkdirBusyError(f"{workdir} is locked by {who}; if that run is dead, delete {lock}.") from None
-    logging.warning("Taking over the lock of %s in %s: that process is gone.", who, workdir)
+      raise WorkdirBusyError(f"{workdir} is locked by {_who(other)}; if that run is dead, delete {lock}.")
+    logging.warning("Taking over the lock of %s in %s: that process is gone.", _who(other), workdir)
   lock.write_text(json.dumps(me))
   try:
     yield
   finally:
     try:
-      if json.loads(lock.read_text()).get("pid") == me["pid"]:
+      if _read_lock_bucket(lock).get("pid") == me["pid"]:
         lock.unlink()
     except (OSError, ValueError):
       pass
+
+
+def _read_lock_bucket(lock: epath.Path) -> dict:
+  try:
+    return json.loads(lock.read_text())
+  except (OSError, ValueError):
+    return {}

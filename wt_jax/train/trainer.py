@@ -30,14 +30,17 @@ from __future__ import annotations
 import math
 import os
 import signal
+import statistics
 import time
 from typing import Any, Iterator, Protocol
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from absl import logging
 from etils import epath
 
+from wt_jax import members as members_lib
 from wt_jax import parallel
 from wt_jax.train import metrics as metrics_lib
 from wt_jax.train.checkpoint import Checkpoints
@@ -144,31 +147,49 @@ def run(task: Task, config, workdir: str | os.PathLike) -> dict:
     return _run(task, config, workdir)
 
 
+def _lane_meta(members: int) -> dict:
+  """What the skeleton keeps per model: its per-epoch history, the epoch's sums so far, its best validation
+  metric and epoch (and, for a member, the step and reason it diverged)."""
+  lane = {"history": [], "epoch_sums": None, "best": None, "best_epoch": None}
+  return {**lane, "diverged": None} if members else lane
+
+
 def _run(task: Task, config, workdir: epath.Path) -> dict:
   t_start = time.time()
   run_versions = versions()  # taken now: the code this process runs, even if the checkout changes later
+  K = getattr(task, "members", 0)  # > 0: K models with a leading member axis on the state (wt_jax.members)
   ckpts = Checkpoints(workdir / "checkpoints")
-  writer = (metrics_lib.MetricsWriter(workdir / "metrics.jsonl", workdir) if parallel.is_writer()
-            else _NoWriter())
+  lane_dirs = [workdir] if not K else [workdir / MEMBERS_DIR / str(k) for k in range(K)]
+  if parallel.is_writer():
+    for d in lane_dirs:
+      d.mkdir(parents=True, exist_ok=True)
+  writers = [metrics_lib.MetricsWriter(d / "metrics.jsonl", d) if parallel.is_writer() else _NoWriter()
+             for d in lane_dirs]
   state = task.init_state()
-  meta = {"config": config.to_dict(), "epoch": 1, "pos": 0, "history": [], "epoch_sums": None, "best": None,
-          "best_epoch": None, "train_s": 0.0, "wall_s": 0.0}
+  meta = {"config": config.to_dict(), "epoch": 1, "pos": 0, "train_s": 0.0, "wall_s": 0.0,
+          **(_lane_meta(0) if not K else {"members": [_lane_meta(K) for _ in range(K)]})}
+  lanes = lambda: [meta] if not K else meta["members"]  # each model's part of `meta`
   resumed_from = None
-  restored = ckpts.restore_intact(state)
+  # (a members run resumes from `last` only: its `best` mixes the members' best epochs)
+  restored = ckpts.restore_intact(state, kinds=("last",) if K else ("last", "best"))
   if restored is not None:
     state, meta, kind, resumed_from = restored
     logging.info("Resumed from %s at step %d (epoch %d).", ckpts.directory / kind, resumed_from, meta["epoch"])
     if parallel.is_writer():
       check_resume(workdir / RUN_FILE, config, resumed_from)
-  elif parallel.is_writer():  # a first start: the folder describes itself
+  elif parallel.is_writer():  # a first start: the folder (and each member's) describes itself
     write_json(workdir / RUN_FILE, describe_run(config, run_versions))
+    for k, d in enumerate(lane_dirs if K else []):
+      write_json(d / RUN_FILE, {**describe_run(task.member_config(k), run_versions),
+                                "member": {"index": k, "of": K, "run": str(workdir)}})
     if hasattr(task, "write_run_files"):
-      task.write_run_files(workdir)
-  step, max_steps = int(state["step"]), task.max_steps
+      for d in lane_dirs:
+        task.write_run_files(d)
+  step, max_steps = int(np.max(jax.device_get(state["step"]))), task.max_steps
   wall_before = meta["wall_s"]
-  # The epoch's running sums: `sums` on device since this process started the epoch (or resumed), `base`
-  # on the host from before a resume.
-  sums, base = None, meta["epoch_sums"]
+  # The epoch's running sums: `sums` on device since this process started the epoch (or resumed), `bases`
+  # on the host (per model) from before a resume.
+  sums, bases = None, [lane["epoch_sums"] for lane in lanes()]
   clock = {"t0": time.time(), "step0": step, "last_line": None, "written": None}
   metric, mode = task.selection or (None, "min")
   profiler = _Profiler(workdir / "profile", config.profile_steps if is_local(workdir) else 0)
@@ -176,20 +197,52 @@ def _run(task: Task, config, workdir: epath.Path) -> dict:
     logging.warning("profile_steps: traces are written to local folders only; give a local --workdir.")
   done = lambda: meta["epoch"] > task.num_epochs or (max_steps and step >= max_steps)
   every_epochs = config.get("checkpoint_every_epochs", 1)
-  kept_best = None  # with checkpoint_every_epochs = 0: the best state, on the devices
+  kept_best = None  # with checkpoint_every_epochs = 0, or members: the best state, on the devices
+  if K and ckpts.latest_step("best") is not None and restored is not None:
+    kept_best = ckpts.restore("best", state)[0]
 
-  def epoch_sums() -> dict:
-    """The epoch's sums so far, on the host; raises NonFiniteLossError if any is not finite."""
-    now = {} if sums is None else {k: float(v) for k, v in jax.device_get(sums).items()}
-    before = base or {}
-    total = {k: before.get(k, 0.0) + now.get(k, 0.0) for k in {**before, **now}}
-    bad = [k for k, v in total.items() if not math.isfinite(v)]
-    if bad:
-      raise NonFiniteLossError(
-          f"The training {bad[0]} became non-finite before step {step} (epoch {meta['epoch']}); stopped "
-          f"without saving, the last good checkpoint (step {ckpts.latest_step()}) is kept in "
-          f"{ckpts.directory}. Try a lower learning rate or clip norm.")
-    return total
+  def diverge(k: int, why: str) -> None:
+    """Member k is frozen from now on (members runs); the run stops when none trains any more."""
+    nonlocal state
+    lane = meta["members"][k]
+    if lane["diverged"] is None:
+      lane["diverged"] = {"step": step, "epoch": meta["epoch"], "reason": why}
+      state = members_lib.mark_diverged(state, k, step)
+      logging.warning("Member %d (seed %s) diverged: %s; frozen at its last finite state, the others train on.",
+                      k, task.member_config(k).seed, why)
+    if all(lane["diverged"] is not None for lane in meta["members"]):
+      raise NonFiniteLossError(f"All {K} members diverged (the last: {why}); stopped without saving, the last "
+                               f"good checkpoint (step {ckpts.latest_step()}) is kept in {ckpts.directory}.")
+
+  def sync_diverged() -> None:
+    """Record the members the step itself froze (a non-finite sum: `members.guarded`)."""
+    if not K:
+      return
+    at = np.asarray(jax.device_get(state[members_lib.DIVERGED]))
+    for k, lane in enumerate(meta["members"]):
+      if at[k] >= 0 and lane["diverged"] is None:
+        diverge(k, f"a non-finite training loss or gradient at step {int(at[k])}")
+
+  def epoch_sums() -> list[dict]:
+    """Each model's epoch sums so far, on the host; for a plain run raises NonFiniteLossError if any is not
+    finite (a member's step zeroes its sums once it diverges)."""
+    now = {} if sums is None else jax.device_get(sums)
+    totals = []
+    for k, before in enumerate(bases):
+      mine = {key: float(v[k] if K else v) for key, v in now.items()}
+      before = before or {}
+      total = {key: before.get(key, 0.0) + mine.get(key, 0.0) for key in {**before, **mine}}
+      bad = [key for key, v in total.items() if not math.isfinite(v)]
+      if bad and not K:
+        raise NonFiniteLossError(
+            f"The training {bad[0]} became non-finite before step {step} (epoch {meta['epoch']}); stopped "
+            f"without saving, the last good checkpoint (step {ckpts.latest_step()}) is kept in "
+            f"{ckpts.directory}. Try a lower learning rate or clip norm.")
+      totals.append(total)
+    return totals
+
+  def lane_metrics(k: int, lane_sums: dict) -> dict:
+    return task.train_metrics(lane_sums, step, member=k) if K else task.train_metrics(lane_sums, step)
 
   def tick() -> float:
     """Close the current stretch of training time; returns its steps/s."""
@@ -200,22 +253,30 @@ def _run(task: Task, config, workdir: epath.Path) -> dict:
     clock.update(t0=now, step0=step)
     return rate
 
-  def checked_metrics() -> tuple[dict, dict]:
-    """(the epoch's sums, what they show), both finite, or NonFiniteLossError."""
+  def checked_metrics() -> tuple[list[dict], list[dict]]:
+    """(each model's epoch sums, what they show), finite; a plain run raises NonFiniteLossError, a member
+    whose numbers are not finite is frozen (`diverge`)."""
+    sync_diverged()
     sums_now = epoch_sums()
-    shown = task.train_metrics(sums_now, step)
-    bad = [k for k, v in shown.items() if not math.isfinite(v)]
-    if bad:  # e.g. a perplexity that overflowed although the summed NLL is still finite
-      raise NonFiniteLossError(
-          f"The training {bad[0]} is {shown[bad[0]]} at step {step} (epoch {meta['epoch']}): the model "
-          f"diverged. Stopped without saving; the last good checkpoint (step {ckpts.latest_step()}) is kept "
-          f"in {ckpts.directory}.")
+    shown = [lane_metrics(k, s) for k, s in enumerate(sums_now)]
+    for k, lane_shown in enumerate(shown):
+      bad = [key for key, v in lane_shown.items() if not math.isfinite(v)]
+      if bad and not K:  # e.g. a perplexity that overflowed although the summed NLL is still finite
+        raise NonFiniteLossError(
+            f"The training {bad[0]} is {lane_shown[bad[0]]} at step {step} (epoch {meta['epoch']}): the model "
+            f"diverged. Stopped without saving; the last good checkpoint (step {ckpts.latest_step()}) is kept "
+            f"in {ckpts.directory}.")
+      if bad and meta["members"][k]["diverged"] is None:
+        diverge(k, f"the training {bad[0]} is {lane_shown[bad[0]]} at step {step}")
     return sums_now, shown
 
   def save(kind: str) -> None:
-    meta.update(epoch_sums=checked_metrics()[0], wall_s=wall_before + time.time() - t_start)
-    ckpts.save(kind, step, state, meta)
-    writer.flush()
+    for lane, lane_sums in zip(lanes(), checked_metrics()[0]):
+      lane["epoch_sums"] = lane_sums
+    meta["wall_s"] = wall_before + time.time() - t_start
+    ckpts.save(kind, step, kept_best if kind == "best" and K else state, meta)
+    for w in writers:
+      w.flush()
 
   def progress(write: bool) -> None:
     shown = checked_metrics()[1]
@@ -225,18 +286,19 @@ def _run(task: Task, config, workdir: epath.Path) -> dict:
       speed["tokens_per_s"] = rate * task.tokens_per_step
     eta = ((max_steps or task.num_epochs * task.steps_per_epoch) - step) / max(rate, 1e-9)
     logging.info("epoch %d step %d (%.0f%% of epoch) %s  %s  ETA %.1f min", meta["epoch"], step,
-                 100 * meta["pos"] / task.steps_per_epoch, "  ".join(f"{k} {v:.4g}" for k, v in shown.items()),
+                 100 * meta["pos"] / task.steps_per_epoch, _summary_line(shown, lanes(), K),
                  "  ".join(f"{v:.3g} {k.replace('_per_s', '/s')}" for k, v in speed.items()), eta / 60)
     clock["last_line"] = time.time()
     if write:
       clock["written"] = step
-      writer.write(kind="train", step=step, epoch=meta["epoch"], **shown, **speed)
+      for w, lane_shown in zip(writers, shown):
+        w.write(kind="train", step=step, epoch=meta["epoch"], **lane_shown, **speed)
 
   with deferred_signals() as interrupted:
     while not done():
       epoch = meta["epoch"]
       if meta["pos"] == 0:
-        state, sums, base = task.start_epoch(state, epoch), None, None
+        state, sums, bases = task.start_epoch(state, epoch), None, [None] * len(bases)
       for batch, k in task.batches(epoch, meta["pos"]):
         state, step_sums = task.train_step(state, batch)
         profiler.after_step(state)
@@ -264,28 +326,39 @@ def _run(task: Task, config, workdir: epath.Path) -> dict:
       else:  # the epoch's batches are done
         if clock["written"] != step:
           progress(write=True)
-        record = {"epoch": epoch, "step": step, **task.train_metrics(epoch_sums(), step)}
+        records = [{"epoch": epoch, "step": step, **shown} for shown in checked_metrics()[1]]
         t0 = time.time()
-        record.update(task.validate(state, epoch))
-        logging.info("epoch %d done: %s (eval %.1fs)", epoch, ", ".join(
-            f"{k} {v:.4g}" for k, v in record.items() if isinstance(v, float)), time.time() - t0)
-        bad = [k for k, v in record.items() if isinstance(v, float) and not math.isfinite(v)]
-        if bad:
-          raise NonFiniteLossError(
-              f"{bad[0]} is {record[bad[0]]} after epoch {epoch}: the model diverged. Stopped without saving; "
-              f"the last good checkpoint (step {ckpts.latest_step()}) is kept in {ckpts.directory}.")
-        record["train_s"] = meta["train_s"]
-        writer.write(kind="epoch", **record)
-        meta["history"].append(record)
-        is_best = metric is not None and _better(record[metric], meta["best"], mode)
-        if is_best:
-          meta.update(best=record[metric], best_epoch=epoch)
+        validation = task.validate(state, epoch)
+        for record, values in zip(records, validation if K else [validation]):
+          record.update(values)
+        logging.info("epoch %d done: %s (eval %.1fs)", epoch, _summary_line(
+            [{k: v for k, v in r.items() if isinstance(v, float)} for r in records], lanes(), K), time.time() - t0)
+        improved = []
+        for k, (record, lane, writer) in enumerate(zip(records, lanes(), writers)):
+          bad = [key for key, v in record.items() if isinstance(v, float) and not math.isfinite(v)]
+          if bad and not K:
+            raise NonFiniteLossError(
+                f"{bad[0]} is {record[bad[0]]} after epoch {epoch}: the model diverged. Stopped without saving; "
+                f"the last good checkpoint (step {ckpts.latest_step()}) is kept in {ckpts.directory}.")
+          if bad and lane["diverged"] is None:
+            diverge(k, f"{bad[0]} is {record[bad[0]]} after epoch {epoch}")
+          record["train_s"] = meta["train_s"]
+          writer.write(kind="epoch", **record)
+          lane["history"].append(record)
+          better = (metric is not None and (not K or lane["diverged"] is None)
+                    and _better(record[metric], lane["best"], mode))
+          if better:
+            lane.update(best=record[metric], best_epoch=epoch)
+          improved.append(better)
         meta.update(epoch=epoch + 1, pos=0)
+        if K and any(improved):  # each member's best state, gathered on the devices
+          copy = jax.tree_util.tree_map(jnp.copy, state)
+          kept_best = copy if kept_best is None else members_lib.select(np.asarray(improved), copy, kept_best)
         if every_epochs and (epoch % every_epochs == 0 or done()):
           save("last")
-          if is_best:
+          if any(improved):
             save("best")
-        elif is_best:  # checkpoint_every_epochs = 0: the best state stays in device memory
+        elif any(improved) and not K:  # checkpoint_every_epochs = 0: the best state stays in device memory
           kept_best = jax.tree_util.tree_map(jnp.copy, state)
         clock.update(t0=time.time(), step0=step)
         continue
@@ -298,15 +371,91 @@ def _run(task: Task, config, workdir: epath.Path) -> dict:
   best_state = kept_best
   if best_state is None and metric is not None and ckpts.latest_step("best") is not None:
     best_state = ckpts.restore("best", state)[0]
-  results = common_results(config, state, meta, task, t_start, wall_before, resumed_from, run_versions)
-  results.update(task.final(state, best_state, meta, final_sums))
+  if not K:
+    results = common_results(config, state, meta, task, t_start, wall_before, resumed_from, run_versions)
+    results.update(task.final(state, best_state, meta, final_sums[0]))
+    per_lane = [results]
+  else:
+    sync_diverged()
+    finals = task.final(state, best_state, [{**meta, **lane} for lane in lanes()], final_sums)
+    per_lane = []
+    for k, (lane, final) in enumerate(zip(lanes(), finals)):
+      mine = members_lib.member(state, k)
+      results = common_results(task.member_config(k), mine, {**meta, **lane}, task, t_start, wall_before,
+                               resumed_from, run_versions)
+      results.update(final)
+      results["member"] = {"index": k, "of": K, "run": str(workdir), "diverged": lane["diverged"]}
+      per_lane.append(results)
   if parallel.is_writer():
-    write_json(workdir / "results.json", results)
-    if config.plot:
-      metrics_lib.plot_curves(workdir / "metrics.jsonl", workdir / "curves.png", title=config.name)
+    for d, results in zip(lane_dirs, per_lane):
+      write_json(d / "results.json", results)
+      if config.plot:
+        metrics_lib.plot_curves(d / "metrics.jsonl", d / "curves.png", title=results["config"])
+  if K:  # each member's folder holds its own final (and best) checkpoint: a run folder like a plain run's
+    for k, d in enumerate(lane_dirs):
+      _save_member(d, k, step, state, best_state, meta, lanes()[k], task.member_config(k))
+    summary = members_summary(per_lane)
+    if parallel.is_writer():
+      write_json(workdir / SUMMARY_FILE, summary)
+    logging.info("%s", summary["line"])
   ckpts.close()
-  writer.close()
-  return results
+  for w in writers:
+    w.close()
+  return per_lane[0] if not K else summary
+
+
+MEMBERS_DIR = "members"  # <workdir>/members/<k>/: member k's run folder
+SUMMARY_FILE = "summary.json"  # <workdir>/summary.json: the members' numbers, mean and standard deviation
+
+
+def _summary_line(shown: list[dict], lanes: list[dict], K: int) -> str:
+  """A progress line's metrics: one model's values, or the members' mean and range over those training."""
+  if not K:
+    return "  ".join(f"{k} {v:.4g}" for k, v in shown[0].items())
+  live = [s for s, lane in zip(shown, lanes) if lane["diverged"] is None] or shown
+  parts = [f"members {K} ({K - len(live)} diverged)"]
+  for key in live[0]:
+    vals = [s[key] for s in live if isinstance(s.get(key), float)]
+    if vals:
+      parts.append(f"{key} {statistics.fmean(vals):.4g}" +
+                   (f" [{min(vals):.4g}–{max(vals):.4g}]" if len(vals) > 1 and min(vals) != max(vals) else ""))
+  return "  ".join(parts)
+
+
+def _save_member(lane_dir, k: int, step: int, state, best_state, meta: dict, lane: dict, config) -> None:
+  """Member k's final state (and its best, if any) as the checkpoints of a plain run of its config."""
+  strip = lambda tree: {key: v for key, v in members_lib.member(tree, k).items() if key != members_lib.DIVERGED}
+  own = {"config": config.to_dict(), "epoch": meta["epoch"], "pos": meta["pos"], "train_s": meta["train_s"],
+         "wall_s": meta["wall_s"], **{key: v for key, v in lane.items() if key != "diverged"}}
+  ckpts = Checkpoints(lane_dir / "checkpoints")
+  ckpts.save("last", step, strip(state), own)
+  if best_state is not None and lane["best_epoch"] is not None:
+    ckpts.save("best", step, strip(best_state), own)
+  ckpts.close()
+
+
+def members_summary(per_member: list[dict]) -> dict:
+  """The members' results side by side: for every number they all report, each member's value and the mean
+  and standard deviation over the members that did not diverge; how many diverged; a closing log line."""
+  live = [r for r in per_member if r["member"]["diverged"] is None]
+  numbers = [key for key, v in per_member[0].items()
+             if isinstance(v, (int, float)) and not isinstance(v, bool)
+             and all(isinstance(r.get(key), (int, float)) for r in per_member)]
+  stats = {}
+  for key in numbers:
+    vals = [float(r[key]) for r in live]
+    stats[key] = {"each": [r[key] for r in per_member],
+                  "mean": statistics.fmean(vals) if vals else None,
+                  "sd": statistics.stdev(vals) if len(vals) > 1 else None}
+  shown = [key for key in ("test_ppl", "valid_ppl", "best_valid_ppl") if key in stats] or numbers[:2]
+  line = f"{len(per_member)} members, {len(per_member) - len(live)} diverged" + "".join(
+      f"; {key} {stats[key]['mean']:.2f}" + (f" ± {stats[key]['sd']:.2f}" if stats[key]["sd"] is not None else "")
+      for key in shown if stats[key]["mean"] is not None)
+  return {"what": "the members of one run (wt_jax.members): each member's folder is members/<k>/",
+          "config": per_member[0]["config"], "members": len(per_member),
+          "seeds": [r["seed"] for r in per_member],
+          "diverged": [r["member"]["index"] for r in per_member if r["member"]["diverged"] is not None],
+          "stats": stats, "line": line}
 
 
 def common_results(config, state, meta, task, t_start, wall_before, resumed_from, run_versions) -> dict:

@@ -1,22 +1,40 @@
-"""Train a priority list of LM configs on one accelerator inside a wall-clock budget, and keep a record of
-each that a caller can collect at any moment (Press & Wolf Table 5 on a lent GPU).
+"""Train a priority list of runs (any study's configs) on one accelerator inside a wall-clock budget, and keep a
+record of each that a caller can collect at any moment.
 
-    python -m experiments.gpu_table5 --jobs=large_tied,large --parallel=1 --budget_s=700 \\
+    python -m experiments.gpu_queue --jobs=large_bd_wd,large_bd_wd_tied --budget_s=700 \\
         --run_dir=/tmp/wt/runs --record_dir=/tmp/wt/records
-    python -m experiments.gpu_table5 --dry_run --run_dir=/tmp/d/runs --record_dir=/tmp/d/records   # CPU, tiny shapes
+    python -m experiments.gpu_queue --job_file=experiments/gpu_jobs_next.txt --budget_s=700 ...
+    python -m experiments.gpu_queue --job=inan.py:medium,al --job=large_bd_wd_tied:seed=1 ...
+    python -m experiments.gpu_queue --dry_run --jobs=small_tied --run_dir=/tmp/d/runs --record_dir=/tmp/d/records
+    python -m experiments.gpu_queue --stamp=.gpu          # before a GPU call: the commit the records will name
 
-A job is a config of `configs/` with optional overrides, `large_tied` or `large:seed=1:bptt=35`; each runs as
-its own `python -m experiments.ptb` process (`--set` overrides apply to all). Jobs start in the order given,
-at most `--parallel` at once, while at least `--min_start_s` of the budget is left.
+A job is a config of `configs/`, its argument if the config takes one, and overrides:
+`CONFIG[.py][:ARGUMENT][:key=value...]`, e.g. `large_tied`, `large:seed=1:bptt=35`, `inan.py:medium,al`,
+`inan:small,vd,wikitext2:seed=1` (folder `inan_small_vd_wikitext2_seed1`). Each runs as its own
+`python -m experiments.ptb --config=configs/CONFIG.py[:ARGUMENT]` process (`--set` overrides apply to all).
+Jobs come from `--jobs` (comma-separated: for jobs without a comma), `--job` (repeatable) or `--job_file` (one
+a line, `#` comments), in that order, and start in that order, at most `--parallel` at once, while at least
+`--min_start_s` of the budget is left. Before the driver starts, every job's config is built and its corpus
+read (without downloading), so a misspelt job or a corpus the machine lacks stops it with one line;
+`--check_jobs` does only that.
+
+A job whose folder already holds a run counts as that run only if its `run.json` config is the job's (outside
+the keys a resume may change, `runtime.RESUMABLE_KEYS`; the precision may be any rung of the ladder): finished
+if it has `results.json`, resumed otherwise. A folder holding another run's record is moved aside
+(`<job>.<n>.set_aside`, said in one line and in `status.json`) and the job starts afresh.
 
 Precision ladder. A job starts at the first of `--precisions` (`config.matmul_precision`; the papers' GPUs
 computed true float32). After `--check_steps` steps its measured rate gives a projected end; if that end is
 past the deadline and a lower rung exists, the job is stopped and restarted from scratch one rung down
-(`tensorfloat32`), its probe kept in the record. If the job already runs on the last rung and still cannot end
-in time while a lower-priority job shares the device, the lowest-priority running job is stopped (shed) and the
-check repeats. The lowest-priority job, late on its own, runs on to the deadline and keeps its curve: the way
-to give a run longer than the window (the 500-epoch main job) whatever the others leave. The decisions, with
-the rates they used, are in `status.json`.
+(`tensorfloat32`), its probe kept in the record. If a job other than the lowest-priority one is late on its
+last rung while sharing the device, the lowest-priority running job is stopped (shed) and the check repeats.
+The lowest-priority job, late on its own, runs on to the deadline and keeps its curve: the way to give a run
+longer than the window whatever the others leave. Every check (step, rate, projection) is kept in
+`status.json`, and each decision names the checks that made it.
+
+`--deterministic` runs every job with `config.deterministic` (XLA:GPU's deterministic kernels, recorded in each
+run's run.json and results.json). `--expect_backend=gpu` stops the driver with one line if JAX's backend is
+another (a machine whose GPU JAX cannot use would otherwise train on its CPU).
 
 Probe. With `--probe=CONFIG`, before any job, CONFIG's train step is timed (`experiments.bench`, one process
 per variant) with each of `--probe_variants`: time steps per compiled loop iteration (`scan_unroll`) and XLA's
@@ -24,12 +42,17 @@ command buffers over while loops; the fastest variant whose first-step loss matc
 then used by every job (`probe.json`). The deadline can be moved while the driver runs: write a UNIX time to
 `<records>/deadline_at`.
 
-Records (`--record_dir`): `env.json` (device, driver, jax/jaxlib, CUDA and cuDNN versions), `status.json`
-(every job's state, projections and decisions; rewritten after each change) and per job `<job>/`:
-`results.json`, `curve.jsonl` (the epoch records), `metrics.jsonl`, `log.txt` and any `probe_<precision>.jsonl`.
-Every file is written to a temporary name and renamed, so a killed driver never leaves half a file; a job
-stopped at the deadline keeps its curve so far and is marked unfinished. At the deadline every job gets
-SIGTERM (the trainer saves and exits) and the driver exits.
+Records (`--record_dir`): `env.json` (device, driver, jax/jaxlib, CUDA and cuDNN versions, the commit),
+`status.json` (every job's state, checks and decisions; rewritten after each change) and per job `<job>/`:
+`results.json`, `run.json`, `curve.jsonl` (the epoch records), `metrics.jsonl`, `log.txt` and any
+`probe_<precision>.jsonl`. Every file is written to a temporary name and renamed, so a killed driver never
+leaves half a file; a job stopped at the deadline keeps its curve so far and is marked unfinished. At the
+deadline every job gets SIGTERM (the trainer saves and exits) and the driver exits.
+
+The commit. A copy of the checkout on another machine may carry a `.git` that is not its own, so the commit
+is stamped before the copy is made (`--stamp=DIR`: `DIR/commit`, HEAD with "+dirty" if tracked code differs
+from it, and `DIR/source`, a digest of the code files). On the machine, `commit_of(DIR)` compares the digest
+with the copy's files and adds "+dirty" if they differ; `experiments/gpu_setup.sh` exports it as WT_JAX_COMMIT.
 """
 from __future__ import annotations
 
@@ -47,7 +70,17 @@ from pathlib import Path
 
 from absl import app, flags
 
-_JOBS = flags.DEFINE_list("jobs", ["large_tied", "large"], "Configs (with :key=value overrides), by priority.")
+_JOBS = flags.DEFINE_list("jobs", [], "Jobs by priority, comma-separated (CONFIG[:ARGUMENT][:key=value...]); a "
+                          "job whose argument holds a comma goes in --job or --job_file.")
+_JOB = flags.DEFINE_multi_string("job", [], "One job (repeatable), after --jobs.")
+_JOB_FILE = flags.DEFINE_string("job_file", "", "A file of jobs, one a line (# comments), after --job.")
+_CHECK_JOBS = flags.DEFINE_bool("check_jobs", False, "Build every job's config and read its corpus, print each "
+                                "job's steps, and exit.")
+_DETERMINISTIC = flags.DEFINE_bool("deterministic", False, "Every job with config.deterministic (XLA:GPU's "
+                                   "deterministic kernels).")
+_EXPECT_BACKEND = flags.DEFINE_string("expect_backend", "", "Stop with one line unless JAX's backend is this "
+                                      "(gpu on a GPU machine); empty: any.")
+_STAMP = flags.DEFINE_string("stamp", "", "Write DIR/commit and DIR/source for a copy of this checkout, and exit.")
 _SET = flags.DEFINE_multi_string("set", [], "key=value overrides for every job (e.g. checkpoint_every_epochs=0).")
 _PARALLEL = flags.DEFINE_integer("parallel", 1, "Jobs running at once on the device (two large recurrences can "
                                  "run slower side by side than one after the other: BUILD_NOTES §26).")
@@ -71,7 +104,6 @@ _PROBE_VARIANTS = flags.DEFINE_list("probe_variants", ["u1", "u5", "u35", "u1+wh
 _PROBE_STEPS = flags.DEFINE_integer("probe_steps", 100, "Timed steps per repeat of each probe variant.")
 _PROBE_TIMEOUT = flags.DEFINE_float("probe_timeout_s", 150.0, "Seconds one probe variant may take (compilation "
                                     "included) before it is abandoned.")
-flags.mark_flags_as_required(["run_dir", "record_dir"])
 
 # --dry_run: every job shrunk to seconds on a CPU, with every part of a real run (epochs, validation, test).
 DRY_RUN_SET = ("hidden_size=16", "batch_size=4", "bptt=5", "train_max_tokens=1200", "num_epochs=2",
@@ -86,31 +118,118 @@ VARIANT_XLA = {"": "", "+while": "--xla_gpu_enable_command_buffer=+WHILE",
 
 @dataclasses.dataclass
 class Job:
-  """One entry of the list: its label (folder name), config and overrides, and where it stands."""
+  """One entry of the list: its label (folder name), config file, the file's argument, overrides, and where it
+  stands."""
 
   label: str
-  config: str
+  config: str  # the file's stem: configs/<config>.py
   overrides: list[str]
+  arg: str | None = None  # the config file's argument (configs/inan.py:medium,al → "medium,al")
   rung: int = 0  # index into the precision ladder
   state: str = "queued"  # queued | running | finished | failed | stopped (deadline) | shed
   proc: subprocess.Popen | None = dataclasses.field(default=None, repr=False)
   started: float | None = None
   ended: float | None = None
   checked_at_step: int = 0
-  last_check: dict | None = None  # the latest rate and projection (every check; events keep the first)
+  last_check: dict | None = None  # the latest rate and projection
+  checks: list[dict] = dataclasses.field(default_factory=list)  # every one, in order
   events: list[dict] = dataclasses.field(default_factory=list)
+
+  @property
+  def config_arg(self) -> str:
+    """experiments.ptb's --config value."""
+    return f"configs/{self.config}.py" + (f":{self.arg}" if self.arg else "")
 
 
 def parse_job(spec: str) -> Job:
-  """'large:seed=1:bptt=35' → Job(label='large_seed1_bptt35', config='large', overrides=[...])."""
-  config, *overrides = spec.split(":")
-  if not (REPO / "configs" / f"{config}.py").exists():
+  """'large:seed=1:bptt=35' → Job(label='large_seed1_bptt35', config='large', overrides=[...]);
+  'inan.py:medium,al' → Job(label='inan_medium_al', config='inan', arg='medium,al'). The first part after the
+  config without '=' is the config file's argument."""
+  config, *rest = spec.strip().split(":")
+  config = config[:-3] if config.endswith(".py") else config
+  if not config or not (REPO / "configs" / f"{config}.py").exists():
     raise app.UsageError(f"Unknown job {spec!r}: no configs/{config}.py.")
-  bad = [o for o in overrides if "=" not in o]
-  if bad:
-    raise app.UsageError(f"Job {spec!r}: overrides are key=value, got {bad[0]!r}.")
-  label = "_".join([config] + [o.replace("=", "").replace(".", "") for o in overrides])
-  return Job(label=label, config=config, overrides=overrides)
+  arg = rest.pop(0) if rest and "=" not in rest[0] else None
+  bad = [o for o in rest if "=" not in o]
+  if bad or arg == "":
+    raise app.UsageError(f"Job {spec!r}: expected CONFIG[:ARGUMENT][:key=value...], got {(bad or [''])[0]!r}.")
+  parts = [config] + ([arg.replace(",", "_")] if arg else []) + [o.replace("=", "").replace(".", "") for o in rest]
+  label = re.sub(r"[^A-Za-z0-9_.-]", "", "_".join(parts))
+  return Job(label=label, config=config, overrides=rest, arg=arg)
+
+
+def read_job_specs(jobs: list[str], job: list[str], job_file: str) -> list[str]:
+  """The job specs of --jobs, --job and --job_file (one a line; '#' starts a comment), in that order."""
+  specs = list(jobs) + list(job)
+  if job_file:
+    try:
+      lines = Path(job_file).read_text().splitlines()
+    except OSError as e:
+      raise app.UsageError(f"--job_file: cannot read {job_file}: {e.strerror}.") from None
+    specs += [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()]
+  return specs
+
+
+def _set_override(config, override: str) -> None:
+  key, value = override.split("=", 1)
+  node = config
+  *path, leaf = key.split(".")
+  try:
+    for part in path:
+      node = node[part]
+    old = node[leaf]
+  except (KeyError, AttributeError, TypeError):
+    raise app.UsageError(f"Override {override!r}: the config has no key {key!r}.") from None
+  if isinstance(old, bool):
+    if value.lower() not in ("1", "true", "yes", "0", "false", "no"):
+      raise app.UsageError(f"Override {override!r}: {key} is true or false.")
+    node[leaf] = value.lower() in ("1", "true", "yes")
+  elif isinstance(old, (int, float, str)):
+    try:
+      node[leaf] = type(old)(value)
+    except ValueError:
+      raise app.UsageError(f"Override {override!r}: {key} is a {type(old).__name__}.") from None
+  else:
+    raise app.UsageError(f"Override {override!r}: {key} ({type(old).__name__}) cannot be set here.")
+
+
+def job_config(job: Job, common: list[str], precision: str | None = None):
+  """The config the job's process will run (experiments.ptb builds the same from the same file, argument and
+  overrides): `common` then the job's own overrides, and `precision` if given."""
+  module = importlib.import_module(f"configs.{job.config}")
+  try:
+    config = module.get_config(job.arg) if job.arg is not None else module.get_config()
+  except (TypeError, ValueError) as e:
+    raise app.UsageError(f"Job {job.label}: configs/{job.config}.py:{job.arg}: {e}") from None
+  if precision is not None:  # (before the overrides: the job's command line gives it first too)
+    config.matmul_precision = precision
+  for o in common + job.overrides:
+    _set_override(config, o)
+  return config
+
+
+IGNORED_IN_MATCH = {"matmul_precision", "class_bounds"}  # the ladder's choice; filled in by the run itself
+
+
+def record_mismatch(run_config: dict, expected: dict, ladder: list[str], results: dict | None) -> str | None:
+  """Why a workdir's record is not the job's, or None if it is: `run_config` (its run.json's config) against
+  `expected` (`job_config(...).to_dict()`), outside the keys a resume may change; its precision must be a rung
+  of `ladder`; `results` (its results.json, if any) must name the same config, seed and precision."""
+  from wt_jax.train import runtime
+  changes = {k: v for k, v in runtime.config_changes(run_config, expected).items()
+             if k.split(".")[-1] not in runtime.RESUMABLE_KEYS | IGNORED_IN_MATCH}
+  if changes:
+    shown = ", ".join(f"{k} {a!r} (job: {b!r})" for k, (a, b) in list(changes.items())[:4])
+    return f"its run.json has {shown}{', …' if len(changes) > 4 else ''}"
+  precision = run_config.get("matmul_precision")
+  if precision not in ladder:
+    return f"its run.json has matmul_precision {precision!r}, not one of {ladder}"
+  if results is not None:
+    for key, want in (("config", expected.get("name")), ("seed", expected.get("seed")),
+                      ("matmul_precision", precision)):
+      if key in results and results[key] != want:
+        return f"its results.json has {key} {results[key]!r} (job: {want!r})"
+  return None
 
 
 def projected_end(now: float, step: int, steps_per_s: float, total_steps: int, eval_share: float,
@@ -184,9 +303,9 @@ def choose_variant(results: dict[str, dict], rtol: float = 1e-3) -> str | None:
   return min(same, key=lambda k: same[k]["train_ms_per_step"])
 
 
-def probe(config: str, variants: list[str], common: list[str], precision: str, records: Path,
+def probe(job: Job, variants: list[str], common: list[str], precision: str, records: Path,
           deadline: float) -> tuple[int, str] | None:
-  """Time `config`'s train step under each variant (one `experiments.bench` process each: XLA_FLAGS is
+  """Time the job's train step under each variant (one `experiments.bench` process each: XLA_FLAGS is
   read once per process), write probe.json and return the chosen (scan_unroll, XLA_FLAGS)."""
   results = {}
   overrides = [o for o in common if o.split("=", 1)[0] in DRY_RUN_KEYS]  # shapes only, not run settings
@@ -195,10 +314,10 @@ def probe(config: str, variants: list[str], common: list[str], precision: str, r
       results[name] = {"skipped": "deadline"}
       continue
     unroll, xla = parse_variant(name)
-    cmd = [sys.executable, "-m", "experiments.bench", f"--config=configs/{config}.py",
+    cmd = [sys.executable, "-m", "experiments.bench", f"--config={job.config_arg}",
            f"--config.matmul_precision={precision}", f"--config.scan_unroll={unroll}", "--peak=false",
            f"--steps={_PROBE_STEPS.value}", "--warmup=10", "--repeats=3", "--eval_windows=0"]
-    cmd += [f"--config.{o}" for o in overrides]
+    cmd += [f"--config.{o}" for o in overrides + job.overrides]
     env = {**os.environ, "XLA_FLAGS": xla}
     t0 = time.time()
     try:
@@ -210,11 +329,60 @@ def probe(config: str, variants: list[str], common: list[str], precision: str, r
       out = {"error": repr(e)[:300]}
     out["wall_s"] = round(time.time() - t0, 1)
     results[name] = out
-    _write_atomic(records / "probe.json", json.dumps({"config": config, "variants": results}, indent=1))
+    _write_atomic(records / "probe.json", json.dumps({"config": job.config_arg, "variants": results}, indent=1))
   chosen = choose_variant(results)
-  _write_atomic(records / "probe.json", json.dumps({"config": config, "variants": results, "chosen": chosen},
+  _write_atomic(records / "probe.json", json.dumps({"config": job.config_arg, "variants": results, "chosen": chosen},
                                                    indent=1))
   return parse_variant(chosen) if chosen else None
+
+
+# The code a copy of the checkout runs: every file of these folders with these suffixes (and setup.py).
+SOURCE_DIRS, SOURCE_SUFFIXES = ("wt_jax", "configs", "experiments"), (".py", ".sh")
+
+
+def source_digest(root: Path) -> str:
+  """A digest (sha256) of the code under `root`: each file's path and content, in path order. The same on
+  this machine and on a copy of the tree, whatever each copy's `.git` says."""
+  import hashlib
+  files = [p for d in SOURCE_DIRS for p in (root / d).rglob("*")
+           if p.is_file() and p.suffix in SOURCE_SUFFIXES and "__pycache__" not in p.parts]
+  files += [root / "setup.py"] if (root / "setup.py").exists() else []
+  digest = hashlib.sha256()
+  for path in sorted(files, key=lambda q: q.relative_to(root).as_posix()):
+    digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+    digest.update(hashlib.sha256(path.read_bytes()).hexdigest().encode() + b"\n")
+  return digest.hexdigest()
+
+
+def stamp(folder: Path, root: Path = REPO) -> str:
+  """Write `folder/commit` (this checkout's HEAD, "+dirty" if tracked code differs from it: runtime's
+  code_revision) and `folder/source` (`source_digest`) before the tree is copied to another machine."""
+  from wt_jax.train import runtime
+  saved = os.environ.pop("WT_JAX_COMMIT", None)  # this checkout's own commit, not one handed down
+  try:
+    commit = runtime.code_revision()
+  finally:
+    if saved is not None:
+      os.environ["WT_JAX_COMMIT"] = saved
+  if not commit:
+    raise app.UsageError(f"--stamp: {root} is not a git checkout (or git is missing): no commit to stamp.")
+  folder.mkdir(parents=True, exist_ok=True)
+  _write_atomic(folder / "commit", commit + "\n")
+  _write_atomic(folder / "source", source_digest(root) + "\n")
+  return commit
+
+
+def commit_of(folder: Path, root: Path = REPO) -> str:
+  """The commit a copy of the tree runs: `folder/commit`, with "+dirty" added when the copy's code differs
+  from the stamped digest (edited after the stamp), "+unverified" when there is no digest to compare."""
+  commit = (folder / "commit").read_text().strip()
+  try:
+    stamped = (folder / "source").read_text().strip()
+  except OSError:
+    return commit + "+unverified"
+  if stamped != source_digest(root) and not commit.endswith("+dirty"):
+    return commit + "+dirty"
+  return commit
 
 
 def environment() -> dict:
@@ -270,13 +438,43 @@ class Driver:
   def precision(self, job: Job) -> str:
     return _PRECISIONS.value[job.rung]
 
-  def start(self, job: Job) -> None:
+  def adopt(self, job: Job) -> bool:
+    """Before a start: look at what the job's folder already holds. Returns True if it holds the job's
+    finished run (then recorded, not rerun). A run of the job not yet finished stays, to be resumed, at its
+    own precision; a folder holding another run's record is moved aside and the job starts afresh."""
     wd = self.workdir(job)
-    if (wd / "results.json").exists():  # finished by an earlier driver: just record it
+    run_json, results_json = wd / "run.json", wd / "results.json"
+    if not (run_json.exists() or results_json.exists() or (wd / "checkpoints").exists()):
+      return False
+    try:
+      run_config = json.loads(run_json.read_text())["config"]
+      results = json.loads(results_json.read_text()) if results_json.exists() else None
+      why = record_mismatch(run_config, job_config(job, self.common).to_dict(), _PRECISIONS.value, results)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+      why = f"its run.json cannot be read ({type(e).__name__}): whose run it is cannot be told"
+    if why is None:
+      job.rung = _PRECISIONS.value.index(run_config["matmul_precision"])
+      if results is None:
+        return False
       job.state = "finished"
+      job.events.append({"t": round(time.time() - self.t0, 1), "event": "finished earlier",
+                         "precision": self.precision(job)})
       self.collect(job)
+      return True
+    n = 1 + sum(1 for _ in self.runs.glob(f"{job.label}.*.set_aside"))
+    aside = wd.with_name(f"{job.label}.{n}.set_aside")
+    shutil.move(str(wd), str(aside))
+    print(f"{job.label}: {wd} holds another run's record ({why}); moved to {aside.name}, starting afresh.",
+          file=sys.stderr, flush=True)
+    job.events.append({"t": round(time.time() - self.t0, 1), "event": "set aside", "why": why,
+                       "moved_to": aside.name})
+    return False
+
+  def start(self, job: Job) -> None:
+    if job.state == "queued" and self.adopt(job):
       return
-    cmd = [sys.executable, "-m", "experiments.ptb", f"--config=configs/{job.config}.py", f"--workdir={wd}",
+    wd = self.workdir(job)
+    cmd = [sys.executable, "-m", "experiments.ptb", f"--config={job.config_arg}", f"--workdir={wd}",
            f"--config.matmul_precision={self.precision(job)}", "--alsologtostderr"]
     cmd += [f"--config.{o}" for o in self.common + job.overrides]
     wd.mkdir(parents=True, exist_ok=True)
@@ -288,9 +486,10 @@ class Driver:
     job.events.append({"t": round(job.started - self.t0, 1), "event": "start", "precision": self.precision(job),
                        "cmd": " ".join(cmd[1:]), "xla_flags": self.xla_flags})
 
-  def stop(self, job: Job, state: str, why: str, sig: int = signal.SIGTERM) -> None:
+  def stop(self, job: Job, state: str, why: str, sig: int = signal.SIGTERM, checks: list[dict] | None = None
+           ) -> None:
     """SIGTERM (the trainer saves `last` and exits; SIGKILL for a run that is thrown away), then record what
-    the job has."""
+    the job has; `checks`, the rate checks behind the decision, go into its event."""
     if job.proc is not None and job.proc.poll() is None:
       job.proc.send_signal(sig)
       try:
@@ -299,17 +498,20 @@ class Driver:
         job.proc.kill()
         job.proc.wait()
     job.state, job.ended = state, time.time()
-    job.events.append({"t": round(job.ended - self.t0, 1), "event": state, "why": why})
+    event = {"t": round(job.ended - self.t0, 1), "event": state, "why": why}
+    if checks:
+      event["checks"] = checks
+    job.events.append(event)
     self.collect(job)
 
-  def restart_lower(self, job: Job, why: str) -> None:
+  def restart_lower(self, job: Job, why: str, checks: list[dict] | None = None) -> None:
     """Stop the job, keep its probe, and start it again from scratch one precision rung down."""
-    self.stop(job, "stopped", why, signal.SIGKILL)  # (its checkpoint would never be resumed)
+    self.stop(job, "stopped", why, signal.SIGKILL, checks)  # (its checkpoint would never be resumed)
     wd = self.workdir(job)
     out = self.records / job.label
     _copy_atomic(wd / "metrics.jsonl", out / f"probe_{self.precision(job)}.jsonl")
     shutil.move(str(wd), str(wd.with_name(f"{job.label}.{self.precision(job)}.abandoned")))
-    for name in ("metrics.jsonl", "curve.jsonl", "log.txt"):  # the record describes the new run only
+    for name in ("metrics.jsonl", "curve.jsonl", "log.txt", "run.json"):  # the record describes the new run only
       (out / name).unlink(missing_ok=True)
     job.rung += 1
     self.start(job)
@@ -318,7 +520,7 @@ class Driver:
     """Copy the job's small files into the records (atomically)."""
     wd, out = self.workdir(job), self.records / job.label
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("results.json", "metrics.jsonl", "log.txt"):
+    for name in ("results.json", "run.json", "metrics.jsonl", "log.txt"):
       _copy_atomic(wd / name, out / name)
     epochs = _records_of(wd / "metrics.jsonl", "epoch")
     if epochs:
@@ -337,8 +539,9 @@ class Driver:
     status = {"elapsed_s": round(now - self.t0, 1), "deadline_s": round(self.deadline - self.t0, 1),
               "done": done, "events": self.events, "jobs": []}
     for job in self.jobs:
-      entry = {"label": job.label, "config": job.config, "overrides": job.overrides, "state": job.state,
-               "matmul_precision": self.precision(job), "last_check": job.last_check, "events": job.events}
+      entry = {"label": job.label, "config": job.config_arg, "overrides": job.overrides, "state": job.state,
+               "matmul_precision": self.precision(job), "last_check": job.last_check, "checks": job.checks,
+               "events": job.events}
       if job.started:
         entry["wall_s"] = round((job.ended or now) - job.started, 1)
       if job.proc is not None and job.proc.poll() is not None:
@@ -347,8 +550,10 @@ class Driver:
     _write_atomic(self.records / "status.json", json.dumps(status, indent=1))
 
   def judge(self, steps_of: dict[str, int]) -> None:
+    """Check each running job due for it (every `--check_steps` steps), then act on `decide`. Every check is
+    appended to its job's `checks`; a restart or shed event carries the checks that made it."""
     running = [j for j in self.jobs if j.state == "running"]
-    ends = []
+    ends, made = [], []
     now = time.time()
     for job in running:
       p = self.progress(job)
@@ -356,22 +561,24 @@ class Driver:
       if p is not None and p[0] >= _CHECK_STEPS.value and p[0] >= job.checked_at_step + _CHECK_STEPS.value:
         step, rate = p
         end = projected_end(now, step, rate, steps_of[job.label], _EVAL_SHARE.value, _TEST_S.value)
-        first = job.checked_at_step == 0
         job.checked_at_step = step
-        job.last_check = {"t": round(now - self.t0, 1), "event": "check", "step": step,
+        job.last_check = {"t": round(now - self.t0, 1), "event": "check", "label": job.label, "step": step,
                           "steps_per_s": round(rate, 2), "ms_per_step": round(1000 / max(rate, 1e-9), 3),
-                          "projected_end_s": round(end - self.t0, 1), "deadline_s": round(self.deadline - self.t0, 1)}
-        if first or (end > self.deadline and job.events[-1].get("event") != "check"):
-          job.events.append(job.last_check)  # the first measurement of a start, and the first late one
+                          "projected_end_s": round(end - self.t0, 1), "deadline_s": round(self.deadline - self.t0, 1),
+                          "sharing_with": [j.label for j in running if j is not job]}
+        job.checks.append(job.last_check)
+        made.append(job.last_check)
       ends.append((job.label, job.rung, len(_PRECISIONS.value) - 1, end))
     action, label = decide(ends, self.deadline)
     if action == "keep":
       return
     job = next(j for j in self.jobs if j.label == label)
+    late = [lab for lab, _, _, end in ends if end is not None and end > self.deadline]
     if action == "restart":
-      self.restart_lower(job, f"projected past the deadline at {self.precision(job)}")
+      self.restart_lower(job, f"projected past the deadline at {self.precision(job)}", made)
     else:
-      self.stop(job, "shed", f"gives the device to {ends[0][0]}, projected past the deadline")
+      self.stop(job, "shed", f"{', '.join(late)} projected past the deadline while sharing the device; "
+                f"{label}, the lowest-priority running job, is stopped", checks=made)
 
   def read_deadline(self) -> None:
     """A caller may move the deadline while the driver runs: `<records>/deadline_at` holds a UNIX time (e.g.
@@ -421,19 +628,16 @@ class Driver:
 
 
 def steps_of_job(job: Job, common: list[str]) -> int:
-  """The job's total train steps (epochs × steps per epoch), from its config and the corpus, in this
-  process (cheap: no device work)."""
-  from wt_jax.data import batching, lm_corpora  # (after flag parsing: the corpus readers are not needed before)
-  config = importlib.import_module(f"configs.{job.config}").get_config()
-  for o in common + job.overrides:
-    key, value = o.split("=", 1)
-    node = config
-    *path, leaf = key.split(".")
-    for p in path:
-      node = node[p]
-    old = node[leaf]
-    node[leaf] = type(old)(value) if not isinstance(old, bool) else value.lower() in ("1", "true", "yes")
-  corpus = lm_corpora.load_corpus(config)
+  """The job's total train steps (epochs × steps per epoch), from its config and the corpus, read here without
+  downloading (cheap: no device work). A corpus the machine lacks stops the driver with one line."""
+  from wt_jax.data import batching, lm_corpora, paths  # (after flag parsing: not needed before)
+  config = job_config(job, common)
+  config.download = False
+  try:
+    corpus = lm_corpora.load_corpus(config)
+  except (OSError, ValueError, KeyError, paths.DataUnavailableError) as e:
+    raise SystemExit(f"Job {job.label}: its corpus ({config.dataset}) cannot be read: {e} (a GPU machine has "
+                     f"no network: carry it, e.g. in .gpu/data).") from None
   train = corpus.train[:config.train_max_tokens] if config.train_max_tokens else corpus.train
   per_epoch = len(batching.lm_windows(train, config.batch_size, config.bptt))
   return per_epoch * config.num_epochs if not config.max_steps else min(config.max_steps,
@@ -443,24 +647,44 @@ def steps_of_job(job: Job, common: list[str]) -> int:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  if _STAMP.value:
+    print(stamp(Path(_STAMP.value)))
+    return
   unknown = [p for p in _PRECISIONS.value if p not in ("default", "float32", "tensorfloat32")]
   if unknown:
     raise app.UsageError(f"Unknown precision {unknown[0]!r} in --precisions.")
   common = list(_SET.value) + (list(DRY_RUN_SET) if _DRY_RUN.value else [])
-  jobs = [parse_job(s) for s in _JOBS.value]
+  common += ["deterministic=true"] if _DETERMINISTIC.value else []
+  specs = read_job_specs(_JOBS.value, _JOB.value, _JOB_FILE.value)
+  if not specs:
+    raise app.UsageError("No jobs: name them with --jobs, --job or --job_file.")
+  jobs = [parse_job(s) for s in specs]
   if len({j.label for j in jobs}) != len(jobs):
     raise app.UsageError("Two jobs have the same label; give them different overrides.")
+  steps_of = {j.label: steps_of_job(j, common) for j in jobs}  # (every config built, every corpus read)
+  if _CHECK_JOBS.value:
+    for j in jobs:
+      print(f"{j.label}: --config={j.config_arg}", *(f"--config.{o}" for o in j.overrides),
+            f"({steps_of[j.label]} steps)")
+    return
+  if not (_RUNS.value and _RECORDS.value):
+    raise app.UsageError("--run_dir and --record_dir are required.")
   records = Path(_RECORDS.value)
   records.mkdir(parents=True, exist_ok=True)
-  _write_atomic(records / "env.json", json.dumps(environment(), indent=1))
-  steps_of = {j.label: steps_of_job(j, common) for j in jobs}
+  env = environment()
+  from wt_jax.train import runtime
+  env["wt_jax_commit"] = runtime.code_revision()
+  _write_atomic(records / "env.json", json.dumps(env, indent=1))
+  if _EXPECT_BACKEND.value and env.get("backend") != _EXPECT_BACKEND.value:
+    raise SystemExit(f"JAX's backend is {env.get('backend')!r}, not {_EXPECT_BACKEND.value!r} "
+                     f"({env.get('jax_probe_error') or env.get('device_kind')}): no job started.")
   t0 = time.time()
   xla_flags = _XLA_FLAGS.value
   if _PROBE.value:
-    parse_job(_PROBE.value)  # (a clear error for an unknown config)
+    probe_job = parse_job(_PROBE.value)  # (a clear error for an unknown config)
     for v in _PROBE_VARIANTS.value:
       parse_variant(v)
-    chosen = probe(_PROBE.value, _PROBE_VARIANTS.value, common, _PRECISIONS.value[0], records,
+    chosen = probe(probe_job, _PROBE_VARIANTS.value, common, _PRECISIONS.value[0], records,
                    t0 + _BUDGET.value - _MIN_START.value)
     if chosen is not None:
       unroll, xla_flags = chosen

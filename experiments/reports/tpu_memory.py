@@ -1,0 +1,73 @@
+"""TPU memory per chip of every paper config, from experiments.compile's AOT records (not a paper table)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from absl import logging
+
+from experiments.reports.pages import splice_readme, write_page
+
+AOT_PREFIX = "AOT_JSON "  # experiments.compile's machine-readable line
+AOT_ORDER = ("small", "small_tied", "medium", "medium_tied", "large", "large_tied", "large_bd_wd",
+             "large_bd_wd_tied", "rhn", "rhn_tied", "nmt_multi30k_none", "nmt_multi30k_three_way")
+
+
+def import_compiles(src: Path, dest: Path) -> list[str]:
+  """Each file of `src` holding an `AOT_JSON` line (experiments.compile's stdout) → dest/<config>_<topology>.json."""
+  names = []
+  for f in sorted(src.iterdir()):
+    lines = [l for l in f.read_text(errors="replace").splitlines() if l.startswith(AOT_PREFIX)] if f.is_file() else []
+    if lines:
+      rec = json.loads(lines[-1][len(AOT_PREFIX):])
+      name = f"{rec['config']}_{rec['topology'].replace(':', '_')}"
+      (dest / f"{name}.json").write_text(json.dumps(rec, indent=1) + "\n")
+      names.append(name)
+  return names
+
+
+def tpu_memory_table(records: list[dict]) -> str:
+  mib = lambda b: f"{b / 2**20:,.1f}"
+  order = {c: i for i, c in enumerate(AOT_ORDER)}
+  rows = ["| config | topology | batch (global) | train step total / chip (temporaries), MiB | eval / beam search "
+          "total / chip, MiB | fits | compile s (train, eval) | largest batch per chip (global; smallest refused) |",
+          "|---|---|---|---|---|---|---|---|"]
+  for r in sorted(records, key=lambda r: (order.get(r["config"], len(order)), r["chips"], r["config"])):
+    train = r["programs"]["train_step"]
+    other = next(p for n, p in r["programs"].items() if n != "train_step")
+    if "max_batch" in r:
+      refused = f"{r['smallest_not_fitting']:,}" if r.get("smallest_not_fitting") else "—"
+      largest = (f"{r['max_batch_per_chip']:,} ({r['max_batch']:,}; {refused})"
+                 + (" (search cap)" if r.get("max_batch_capped") else ""))
+    else:
+      largest = "not searched"
+    rows.append(f"| {r['config']} | {r['topology']} | {train['batch_size']} | {mib(train['total_bytes'])} "
+                f"({mib(train['temp_bytes'])}) | {mib(other['total_bytes'])} | {'yes' if r['fits'] else 'no'} | "
+                f"{train['compile_s']}, {other['compile_s']} | {largest} |")
+  return "\n".join(rows)
+
+
+def build_tpu_memory(name: str, out_root: Path, runs_dir: Path | None = None, readme: Path | None = None) -> str:
+  """results/tpu_memory/: the compile records (imported from `runs_dir`'s compile outputs), the table."""
+  report_dir = out_root / name
+  report_dir.mkdir(parents=True, exist_ok=True)
+  if runs_dir is not None:
+    logging.info("imported %s", import_compiles(runs_dir, report_dir))
+  records = [json.loads(f.read_text()) for f in sorted(report_dir.glob("*.json"))]
+  if not records:
+    raise FileNotFoundError(f"no compile records in {report_dir}; pass --runs=DIR of experiments.compile outputs")
+  tab = tpu_memory_table(records)
+  vers = sorted({f"jax {r['versions']['jax']} / libtpu {r['versions']['libtpu']}" for r in records if "versions" in r})
+  intro = ("TPU v5e memory per chip (16 GiB HBM) from `python -m experiments.compile --config=configs/<config>.py "
+           "--topology=<topology> --find_max_batch --batch_rel_tol=0.25` on a CPU-only machine "
+           f"({', '.join(vers) or 'versions not recorded'}). \"total\" is arguments + outputs − donated + "
+           "temporaries; the largest batch is the largest global batch the search compiled that fits (within 25% "
+           "of the smallest that does not), divided by the chip count. Compile times are this 2-core machine's, "
+           "with other jobs running; the NMT rows use the longest training bucket and the BPE vocabulary size "
+           "as an upper bound for both sides; `nmt_multi30k_none` is `configs/nmt_multi30k_baseline.py`.")
+  title = "Compile for a TPU before you rent one: memory per chip of every paper config"
+  write_page(report_dir / "README.md", name, title,
+             f"{intro}\n\n{tab}\n\nRebuild: `python -m experiments.report {name}`")
+  if readme is not None and not splice_readme(readme, name, f"{intro}\n\n{tab}"):
+    logging.warning("%s has no <!-- report:%s:begin/end --> markers; README not updated", readme, name)
+  return tab

@@ -1,0 +1,337 @@
+"""experiments/gpu_queue.py: the driver that fits a priority list of runs (any study's configs) into a GPU
+window. Its decisions (pure functions), its reading of what a job's folder already holds, its record of every
+rate check, the commit it names, and its whole path as a CPU dry run: probe, two jobs side by side, records,
+a second driver on the same folders, and experiments/gpu_window.sh as a lent machine runs it."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from absl import flags
+
+from experiments import gpu_queue as g
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_projection_counts_the_steps_left_validation_and_test():
+  # 1,000 steps left at 100 steps/s: 10 s, + 10% validation, + 60 s test
+  assert g.projected_end(1000.0, 500, 100.0, 1500, 0.1, 60.0) == pytest.approx(1000 + 11 + 60)
+
+
+def test_decide_restarts_a_late_job_one_rung_down_before_shedding_anything():
+  deadline = 100.0
+  assert g.decide([("a", 0, 1, 90.0), ("b", 0, 1, 95.0)], deadline) == ("keep", None)
+  assert g.decide([("a", 0, 1, 90.0), ("b", 0, 1, 150.0)], deadline) == ("restart", "b")
+  assert g.decide([("a", 0, 1, 150.0), ("b", 1, 1, 150.0)], deadline) == ("restart", "a")
+  # on the last rung: the top job late → the lowest-priority other job is shed
+  assert g.decide([("a", 1, 1, 150.0), ("b", 1, 1, None), ("c", 1, 1, 80.0)], deadline) == ("shed", "c")
+  # any late job but the lowest-priority one sheds the lowest: it frees the device for the others
+  assert g.decide([("a", 1, 1, 90.0), ("b", 1, 1, 150.0), ("c", 1, 1, 999.0)], deadline) == ("shed", "c")
+  # the lowest-priority job late alone runs on to the deadline (a run longer than the window, kept partial)
+  assert g.decide([("a", 1, 1, 90.0), ("b", 1, 1, 95.0), ("c", 1, 1, 999.0)], deadline) == ("keep", None)
+  # a late lower-priority job on its last rung does not shed the top one; a lone late job is kept
+  assert g.decide([("a", 1, 1, 90.0), ("b", 1, 1, 150.0)], deadline) == ("keep", None)
+  assert g.decide([("a", 1, 1, 150.0)], deadline) == ("keep", None)
+  assert g.decide([("a", 0, 1, None), ("b", 0, 1, None)], deadline) == ("keep", None)  # not measured yet
+
+
+def _parsed_flags():
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()  # (the defaults: --precisions=float32,tensorfloat32, --check_steps=400)
+
+
+def test_job_and_variant_specs(tmp_path):
+  job = g.parse_job("large:seed=1:bptt=35")
+  assert (job.label, job.config, job.arg, job.overrides) == ("large_seed1_bptt35", "large", None, ["seed=1", "bptt=35"])
+  job = g.parse_job("inan.py:medium,al")  # a config file's argument, as experiments.ptb's --config takes it
+  assert (job.label, job.config, job.arg, job.config_arg) == ("inan_medium_al", "inan", "medium,al",
+                                                               "configs/inan.py:medium,al")
+  job = g.parse_job("inan:small,vd,wikitext2:seed=1")
+  assert (job.label, job.arg, job.overrides) == ("inan_small_vd_wikitext2_seed1", "small,vd,wikitext2", ["seed=1"])
+  with pytest.raises(Exception, match="no configs/nope.py"):
+    g.parse_job("nope")
+  with pytest.raises(Exception, match="key=value"):
+    g.parse_job("large:seed=1:bptt")
+  _parsed_flags()
+  assert g.job_config(g.parse_job("inan.py:medium,al:seed=3"), ["num_epochs=2"]).to_dict()["name"] == \
+      "inan_medium_al_keep"
+  assert g.job_config(g.parse_job("inan.py:medium,al:seed=3"), ["num_epochs=2"]).seed == 3
+  with pytest.raises(Exception, match="SIZE,VARIANT"):
+    g.job_config(g.parse_job("inan.py:huge,al"), [])
+  with pytest.raises(Exception, match="no key 'sed'"):
+    g.job_config(g.parse_job("large:sed=1"), [])
+  listed = tmp_path / "jobs.txt"
+  listed.write_text("# Table 5\nlarge_bd_wd   # first\n\ninan.py:medium,vd\n")
+  assert g.read_job_specs(["a"], ["b"], str(listed)) == ["a", "b", "large_bd_wd", "inan.py:medium,vd"]
+  assert g.parse_variant("u5") == (5, "")
+  assert g.parse_variant("u1+while") == (1, "--xla_gpu_enable_command_buffer=+WHILE")
+  assert g.parse_variant("u35-cb") == (35, "--xla_gpu_enable_command_buffer=")
+  with pytest.raises(Exception, match="Unknown probe variant"):
+    g.parse_variant("unroll5")
+
+
+def test_the_next_windows_job_list_names_configs_that_build():
+  specs = g.read_job_specs([], [], str(REPO / "experiments" / "gpu_jobs_next.txt"))
+  assert specs[:2] == ["large_bd_wd", "large_bd_wd_tied"] and len(specs) == 10
+  _parsed_flags()
+  names = [g.job_config(g.parse_job(s), []).name for s in specs]
+  assert len(set(names)) == 10 and sum("wikitext2" in n for n in names) == 4
+
+
+def test_a_record_counts_as_the_jobs_only_if_its_config_is_the_jobs():
+  _parsed_flags()
+  job = g.parse_job("large_bd_tied:seed=1")
+  expected = g.job_config(job, ["checkpoint_every_epochs=0"]).to_dict()
+  ladder = ["float32", "tensorfloat32"]
+  mine = {**expected, "matmul_precision": "tensorfloat32", "log_every": 50}  # (how it reports: may differ)
+  results = {"config": expected["name"], "seed": 1, "matmul_precision": "tensorfloat32"}
+  assert g.record_mismatch(mine, expected, ladder, results) is None
+  assert g.record_mismatch(mine, expected, ladder, None) is None  # a run not finished yet: resumed
+  other_seed = {**mine, "seed": 0}
+  assert "seed 0 (job: 1)" in g.record_mismatch(other_seed, expected, ladder, results)
+  assert "matmul_precision 'tensorfloat32', not one of ['float32']" in g.record_mismatch(mine, expected, ["float32"],
+                                                                                         None)
+  untied = g.job_config(g.parse_job("large_bd:seed=1"), ["checkpoint_every_epochs=0"]).to_dict()
+  assert "words.mode" in g.record_mismatch({**untied, "matmul_precision": "float32"}, expected, ladder, None)
+  assert "results.json has seed 0" in g.record_mismatch(mine, expected, ladder, {**results, "seed": 0})
+
+
+def _folder_with_record(wd: Path, config: dict, results: dict | None) -> None:
+  wd.mkdir(parents=True)
+  (wd / "run.json").write_text(json.dumps({"config": config}))
+  if results is not None:
+    (wd / "results.json").write_text(json.dumps(results))
+
+
+def test_a_finished_record_of_another_run_is_set_aside_and_the_jobs_own_is_kept(tmp_path, capfd):
+  _parsed_flags()
+  jobs = [g.parse_job("large_tied"), g.parse_job("large")]
+  driver = g.Driver(jobs, tmp_path / "runs", tmp_path / "records", 100.0, [])
+  own = {**g.job_config(jobs[0], []).to_dict(), "matmul_precision": "tensorfloat32"}
+  _folder_with_record(tmp_path / "runs" / "large_tied", own,
+                      {"config": "large_tied", "seed": 0, "matmul_precision": "tensorfloat32", "test_ppl": 74.4})
+  other = {**g.job_config(jobs[1], ["seed=5"]).to_dict(), "matmul_precision": "float32"}  # another seed
+  _folder_with_record(tmp_path / "runs" / "large", other, {"config": "large", "seed": 5, "test_ppl": 79.0})
+  assert driver.adopt(jobs[0]) is True
+  assert jobs[0].state == "finished" and driver.precision(jobs[0]) == "tensorfloat32"  # the record's, not rung 0
+  assert json.loads((tmp_path / "records" / "large_tied" / "results.json").read_text())["test_ppl"] == 74.4
+  assert driver.adopt(jobs[1]) is False and jobs[1].state == "queued"
+  assert not (tmp_path / "runs" / "large").exists() and (tmp_path / "runs" / "large.1.set_aside" / "results.json").exists()
+  assert jobs[1].events[-1]["event"] == "set aside" and "seed 5 (job: 0)" in jobs[1].events[-1]["why"]
+  err = capfd.readouterr().err
+  assert "large: " in err and "holds another run's record" in err and len(err.strip().splitlines()) == 1
+  _folder_with_record(tmp_path / "runs" / "large", {"no": "config"}, {"config": "large"})  # unreadable
+  assert driver.adopt(jobs[1]) is False and (tmp_path / "runs" / "large.2.set_aside").exists()
+
+
+def test_every_rate_check_and_the_ones_behind_a_shed_are_kept(tmp_path, monkeypatch):
+  """Two jobs on their last precision rung; at the second check the first is late while sharing the device,
+  so the second is shed. Both checks of each job stay in status.json, and the shed names the checks (and the
+  late job) that caused it."""
+  _parsed_flags()
+  jobs = [g.parse_job("large_tied"), g.parse_job("large")]
+  driver = g.Driver(jobs, tmp_path / "runs", tmp_path / "records", 1000.0, [])
+  for job in jobs:
+    job.state, job.rung = "running", 1
+  rates = {"large_tied": iter([(400, 1000.0), (800, 10.0)]), "large": iter([(400, 1000.0), (800, 1000.0)])}
+  monkeypatch.setattr(driver, "progress", lambda job: next(rates[job.label]))
+  steps_of = {"large_tied": 100_000, "large": 1_000}
+  driver.judge(steps_of)  # both in time: large_tied ends ≈ 170 s, large ≈ 61 s after now (deadline 1,000 s)
+  assert [j.state for j in jobs] == ["running", "running"]
+  driver.judge(steps_of)  # large_tied now at 10 steps/s: ≈ 10,900 s
+  driver.write_status()
+  status = json.loads((tmp_path / "records" / "status.json").read_text())
+  tied, untied = status["jobs"]
+  assert untied["state"] == "shed"
+  shed = untied["events"][-1]
+  assert shed["event"] == "shed" and "large_tied projected past the deadline" in shed["why"]
+  behind = {c["label"]: c for c in shed["checks"]}
+  assert behind["large_tied"]["projected_end_s"] > 100 and behind["large_tied"]["sharing_with"] == ["large"]
+  assert [c["step"] for c in tied["checks"]] == [400, 800] and [c["step"] for c in untied["checks"]] == [400, 800]
+  assert tied["checks"][0]["steps_per_s"] == 1000.0 and tied["checks"][-1] == behind["large_tied"]
+
+
+def test_the_commit_is_stamped_and_a_copy_whose_code_differs_is_dirty(tmp_path):
+  import shutil
+  stamped = g.stamp(tmp_path / "stamp")  # this checkout: HEAD, +dirty if its tracked code differs
+  assert stamped == (tmp_path / "stamp" / "commit").read_text().strip() and len(stamped.split("+")[0]) == 40
+  assert (tmp_path / "stamp" / "source").read_text().strip() == g.source_digest(REPO)
+  copy = tmp_path / "copy"  # the tree as it travels to another machine (without .git)
+  for d in g.SOURCE_DIRS:
+    shutil.copytree(REPO / d, copy / d, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+  shutil.copy(REPO / "setup.py", copy / "setup.py")
+  (tmp_path / "stamp" / "commit").write_text("0123abc\n")  # (a clean commit, whatever this checkout's state)
+  assert g.commit_of(tmp_path / "stamp", copy) == "0123abc"  # the same code as stamped
+  (copy / "configs" / "large.py").write_text((copy / "configs" / "large.py").read_text() + "\n# edited\n")
+  assert g.commit_of(tmp_path / "stamp", copy) == "0123abc+dirty"
+  (tmp_path / "stamp" / "commit").write_text("0123abc+dirty\n")
+  assert g.commit_of(tmp_path / "stamp", copy) == "0123abc+dirty"  # (said once)
+  (tmp_path / "stamp" / "source").unlink()
+  assert g.commit_of(tmp_path / "stamp", copy) == "0123abc+dirty+unverified"
+
+
+def test_a_cpu_backend_is_refused_where_the_gpu_is_expected(tmp_path, shared_data_root):
+  env = {**os.environ, "WT_JAX_DATA": str(shared_data_root), "JAX_PLATFORMS": "cpu"}
+  res = subprocess.run([sys.executable, "-m", "experiments.gpu_queue", "--jobs=small_tied", "--expect_backend=gpu",
+                        f"--run_dir={tmp_path / 'runs'}", f"--record_dir={tmp_path / 'records'}"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert res.returncode != 0 and res.stderr.strip().splitlines()[-1].startswith("JAX's backend is 'cpu', not 'gpu'")
+  assert not (tmp_path / "runs" / "small_tied").exists()
+
+
+def test_the_fastest_variant_is_chosen_only_if_its_loss_matches():
+  v = lambda ms, nll: {"train_ms_per_step": ms, "warmup_nll": [nll, 1.0]}
+  results = {"u1": v(7.0, 9.2100), "u5": v(5.0, 9.2101), "u35": v(3.0, 9.5), "u1+while": {"error": "boom"}}
+  assert g.choose_variant(results) == "u5"  # u35 is faster but computed another loss
+  assert g.choose_variant({"u1": {"error": "x"}}) is None
+
+
+def test_a_deadline_file_moves_the_deadline(tmp_path):
+  driver = g.Driver([], tmp_path / "runs", tmp_path / "records", 100.0, [])
+  (tmp_path / "records" / "deadline_at").write_text(str(driver.t0 + 250.0))
+  driver.read_deadline()
+  assert driver.deadline == pytest.approx(driver.t0 + 250.0)
+  assert driver.events[-1]["event"] == "deadline moved"
+  (tmp_path / "records" / "deadline_at").write_text("garbage")
+  driver.read_deadline()  # unreadable: unchanged
+  assert driver.deadline == pytest.approx(driver.t0 + 250.0)
+
+
+def _queue(args, env, timeout=600):
+  return subprocess.run([sys.executable, "-m", "experiments.gpu_queue", *args], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=timeout)
+
+
+def test_dry_run_probes_trains_two_jobs_side_by_side_and_leaves_whole_records(tmp_path, shared_data_root):
+  """The whole path on the CPU at tiny shapes: a probe, two jobs side by side (one from a config file with
+  an argument, Inan et al.'s), deterministic kernels asked for, and the records. A second driver on the same
+  folders records the finished runs without rerunning them, and sets aside one whose config is no longer
+  the job's."""
+  env = {**os.environ, "WT_JAX_DATA": str(shared_data_root), "WT_JAX_COMMIT": "0123abc", "JAX_PLATFORMS": "cpu"}
+  t0 = time.time()
+  folders = [f"--run_dir={tmp_path / 'runs'}", f"--record_dir={tmp_path / 'records'}"]
+  res = _queue(["--dry_run", "--jobs=small_tied", "--job=inan.py:small,al:seed=1", "--parallel=2",
+                "--budget_s=600", "--min_start_s=5", "--poll_s=0.5", "--probe=large_tied", "--probe_variants=u1,u5",
+                "--probe_steps=3", "--deterministic", "--set=checkpoint_every_epochs=0", *folders], env)
+  assert res.returncode == 0, res.stderr[-3000:]
+  labels = ("small_tied", "inan_small_al_seed1")
+  assert json.loads(res.stdout.strip().splitlines()[-1]) == {label: "finished" for label in labels}
+  rec = tmp_path / "records"
+  assert not list(rec.rglob("*.tmp"))  # every file renamed into place
+  env_json = json.loads((rec / "env.json").read_text())
+  assert env_json["backend"] == "cpu" and env_json["jax"] and env_json["driver_wall_s"] <= time.time() - t0
+  assert env_json["wt_jax_commit"] == "0123abc"
+  probe = json.loads((rec / "probe.json").read_text())
+  assert probe["chosen"] in ("u1", "u5") and all(v["train_ms_per_step"] > 0 for v in probe["variants"].values())
+  status = json.loads((rec / "status.json").read_text())
+  assert status["done"] and [j["state"] for j in status["jobs"]] == ["finished", "finished"]
+  assert status["jobs"][1]["config"] == "configs/inan.py:small,al"
+  unroll = g.parse_variant(probe["chosen"])[0]
+  for label in labels:
+    results = json.loads((rec / label / "results.json").read_text())
+    assert results["matmul_precision"] == "float32" and results["steps"] == results["steps_per_epoch"] * 2
+    assert results["versions"]["wt_jax_commit"] == "0123abc"
+    assert results["test_ppl"] > 1 and results["device_kind"] == "cpu"
+    assert "--xla_gpu_deterministic_ops=true" in results["host"]["xla_flags"]
+    run = json.loads((rec / label / "run.json").read_text())
+    assert run["config"]["deterministic"] is True
+    curve = [json.loads(line) for line in (rec / label / "curve.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in curve] == [1, 2] and all(r["valid_ppl"] > 1 for r in curve)
+    job = next(j for j in status["jobs"] if j["label"] == label)
+    assert f"--config.scan_unroll={unroll}" in job["events"][0]["cmd"]  # the probe's choice reached the job
+  inan = json.loads((rec / "inan_small_al_seed1" / "run.json").read_text())["config"]
+  assert inan["name"] == "inan_small_al_keep" and inan["seed"] == 1 and inan["al"]["alpha"] > 0
+  # checkpoint_every_epochs = 0: one checkpoint, of the final step only
+  steps = sorted(p.name for p in (tmp_path / "runs" / "small_tied" / "checkpoints" / "last").iterdir()
+                 if p.name.isdigit())
+  assert len(steps) == 1
+
+  # A second driver with another init_scale for every job (--set): the same folder names, but the records in
+  # them are not these jobs' runs: each is set aside and trained afresh. A third, with the second's settings,
+  # finds small_tied's record its own: recorded, not rerun.
+  res = _queue(["--dry_run", "--jobs=small_tied", "--job=inan.py:small,al:seed=1", "--budget_s=600",
+                "--min_start_s=5", "--poll_s=0.5", "--deterministic", "--set=checkpoint_every_epochs=0",
+                "--set=init_scale=0.05", f"--run_dir={tmp_path / 'runs'}", f"--record_dir={tmp_path / 'records2'}"],
+               env)
+  assert res.returncode == 0, res.stderr[-3000:]
+  status = json.loads((tmp_path / "records2" / "status.json").read_text())
+  tied, inan = status["jobs"]
+  assert [e["event"] for e in tied["events"]][:2] == ["set aside", "start"]
+  assert "init_scale 0.1 (job: 0.05)" in tied["events"][0]["why"]
+  assert "holds another run's record (its run.json has init_scale" in res.stderr
+  assert (tmp_path / "runs" / "small_tied.1.set_aside" / "results.json").exists()
+  assert tied["state"] == inan["state"] == "finished"
+  res = _queue(["--dry_run", "--jobs=small_tied", "--budget_s=600", "--min_start_s=5", "--poll_s=0.5",
+                "--deterministic", "--set=checkpoint_every_epochs=0", "--set=init_scale=0.05",
+                f"--run_dir={tmp_path / 'runs'}", f"--record_dir={tmp_path / 'records3'}"], env)
+  assert res.returncode == 0, res.stderr[-3000:]
+  status = json.loads((tmp_path / "records3" / "status.json").read_text())
+  assert [e["event"] for e in status["jobs"][0]["events"]] == ["finished earlier"]  # its own record: not rerun
+  assert (tmp_path / "records3" / "small_tied" / "results.json").exists()
+
+
+def test_gpu_window_script_leaves_the_driver_running_past_its_call_and_later_calls_collect_and_start_anew(
+    tmp_path, shared_data_root):
+  """experiments/gpu_window.sh as a lent machine runs it (tiny shapes on the CPU, allowed by WT_GPU_BACKEND).
+  A first call with no time to wait (WAIT_S counts from the script's start, so the preflight has used it up)
+  sets up, passes the preflight, starts the driver in a session of its own and returns while it trains; a
+  second call without flags starts nothing, moves the deadline, waits for the driver and packs its records; a
+  third call with other jobs starts a second driver for them."""
+  import tarfile
+  root = tmp_path / "root"
+  (root / "site").mkdir(parents=True)
+  (root / "site" / ".installed").touch()  # the carried wheels (absent here) count as installed
+  env = {**os.environ, "WT_GPU_ROOT": str(root), "WT_JAX_DATA": str(shared_data_root), "JAX_PLATFORMS": "cpu",
+         "WT_GPU_BACKEND": "cpu", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+  out1, out2, out3 = tmp_path / "out1", tmp_path / "out2", tmp_path / "out3"
+  res = subprocess.run(
+      ["bash", "experiments/gpu_window.sh", "1", str(out1), "--dry_run", "--jobs=small_tied", "--parallel=1",
+       "--budget_s=300", "--min_start_s=1", "--poll_s=0.5", "--precisions=tensorfloat32"],
+      cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+  assert "preflight passed" in res.stdout and "driver still running" in res.stdout, res.stdout[-3000:]
+  assert (out1 / "records.tgz").exists()
+  res = subprocess.run(["bash", "experiments/gpu_window.sh", "300", str(out2)], cwd=REPO,
+                       env={**env, "EXTEND_TO": "240"}, capture_output=True, text=True, timeout=600)
+  assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+  assert "preflight" not in res.stdout and "driver finished" in res.stdout, res.stdout[-3000:]
+  assert float((root / "records" / "deadline_at").read_text()) > time.time()
+  with tarfile.open(out2 / "records.tgz") as tar:
+    names = set(tar.getnames())
+  assert {"records/env.json", "records/status.json", "records/small_tied/results.json",
+          "records/small_tied/run.json", "records/small_tied/curve.jsonl"} <= names
+  status = json.loads((out2 / "status.json").read_text())
+  assert status["jobs"][0]["state"] == "finished"
+  assert any(e["event"] == "deadline moved" for e in status["events"])
+  res = subprocess.run(
+      ["bash", "experiments/gpu_window.sh", "300", str(out3), "--dry_run", "--jobs=small_tied,small:seed=1",
+       "--budget_s=300", "--min_start_s=1", "--poll_s=0.5", "--precisions=tensorfloat32"],
+      cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+  assert "driver 2 started" in res.stdout and "driver finished" in res.stdout, res.stdout[-3000:]
+  status = json.loads((out3 / "status.json").read_text())
+  assert [(j["label"], j["state"]) for j in status["jobs"]] == [("small_tied", "finished"), ("small_seed1", "finished")]
+  assert [e["event"] for e in status["jobs"][0]["events"]] == ["finished earlier"]
+  with tarfile.open(out3 / "records.tgz") as tar:
+    names = set(tar.getnames())
+  assert {"records/small_tied/results.json", "records/driver2/status.json",
+          "records/driver2/small_seed1/results.json"} <= names
+
+
+def test_gpu_window_script_refuses_a_machine_whose_jax_backend_is_not_the_gpu(tmp_path, shared_data_root):
+  root = tmp_path / "root"
+  (root / "site").mkdir(parents=True)
+  (root / "site" / ".installed").touch()
+  env = {**os.environ, "WT_GPU_ROOT": str(root), "WT_JAX_DATA": str(shared_data_root), "JAX_PLATFORMS": "cpu",
+         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+  env.pop("WT_GPU_BACKEND", None)
+  res = subprocess.run(["bash", "experiments/gpu_window.sh", "60", str(tmp_path / "out"), "--jobs=small_tied"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  assert res.returncode == 1, res.stdout[-3000:]
+  assert "preflight failed: JAX's backend is 'cpu', not 'gpu'" in res.stdout, res.stdout[-3000:]
+  assert not (root / "driver.pid").exists()

@@ -1,0 +1,240 @@
+"""Members (wt_jax.members): K models in one compiled program, each equal to a run trained alone.
+
+Member k of a K-member run must train what a run of member k's config (its seed and values) trains alone: the
+step is the same function, vmapped over a member axis, with the member's values bound as traced scalars. The
+only allowed difference is the order of float32 sums inside batched matmuls (XLA may block a batched dot
+differently from a single one): a few ulps per product (relative ~1e-7), carried through a handful of SGD
+steps. The bound is the one tests/test_parallel.py argues for the same kind of difference: the parameter
+vector within 1e-5 of its norm, each parameter within 1e-4 of the largest magnitude. A wrong value reaching a
+member (another member's dropout rate, α, learning rate, key) moves parameters by whole update sizes, far
+outside it.
+"""
+import json
+import math
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from tests.conftest import REPO, tiny_config, write_corpus
+from wt_jax import members
+from wt_jax.data import ptb
+from wt_jax.train import lm, trainer
+from wt_jax.train.checkpoint import Checkpoints
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+  root = tmp_path_factory.mktemp("data")
+  write_corpus(root / "ptb")
+  return ptb.load(str(root), download=False)
+
+
+# One config per model family; member_values gives the two members different values of keys that enter the
+# step as traced scalars (and different seeds: seed, seed + 1).
+FAMILIES = {
+    "lstm": dict(model="lstm_lm", words=dict(mode="tied"),
+                 member_values="dropout=0.2,0.4;learning_rate=1.0,0.5;clip_norm=5,0.5"),
+    "vd_lstm_al": dict(model="bd_lstm_lm", mask_per_gate=False, tie_state_masks=True, init_scale=0.1,
+                       words=dict(mode="untied"), al=dict(alpha=2.0, tau=10.0),
+                       member_values="al.alpha=2,6;al.tau=10,20;al.target_gradient=false,true;"
+                                     "dropout_h=0.2,0.4;dropout_x=0.1,0.2;lr_decay=0.5,0.8"),
+    "lstm_sampled": dict(model="lstm_lm", words=dict(mode="untied"),
+                         softmax=dict(kind="sampled", num_samples=8, proposal="unigram"),
+                         member_values="learning_rate=1.0,0.7"),  # (each member draws its own candidates)
+    "rhn": dict(model="rhn_lm", words=dict(mode="tied"), num_layers=1, depth=2, init_scale=0.1,
+                member_values="dropout_i=0.2,0.3;dropout_h=0.2,0.3;dropout_o=0.1,0.2;weight_decay=1e-3,2e-3"),
+    "transformer": dict(model="transformer_lm", words=dict(mode="tied"), num_heads=2, mlp_size=32, test_window=5,
+                        init_scale=0.05, optimizer="adam", learning_rate=1e-3, weight_decay_mode="loss",
+                        member_values="dropout=0.1,0.3;learning_rate=1e-3,3e-3;weight_decay=1e-3,0"),
+}
+STEPS = 5
+
+
+def _config(corpus, **overrides):
+  return tiny_config(**{"vocab_size": corpus.vocab_size, "num_epochs": 1, **overrides})
+
+
+def _train(task, steps=STEPS):
+  """`steps` train steps of `task` from its initial state → (state on the host, [the steps' sums])."""
+  state, all_sums = task.init_state(), []
+  for (batch, _), _ in zip(task.batches(1, 0), range(steps)):
+    state, sums = task.train_step(state, batch)
+    all_sums.append(jax.device_get(sums))
+  return jax.device_get(state), all_sums
+
+
+def _flat(params):
+  return np.concatenate([np.ravel(np.asarray(p)) for p in jax.tree_util.tree_leaves(params)])
+
+
+def _assert_same_training(got, want):
+  g, w = _flat(got), _flat(want)
+  assert np.linalg.norm(g - w) <= 1e-5 * np.linalg.norm(w), np.linalg.norm(g - w) / np.linalg.norm(w)
+  np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * np.abs(w).max())
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_member_k_trains_what_a_run_of_its_config_trains_alone(corpus, family):
+  overrides = dict(FAMILIES[family])
+  config = _config(corpus, seed=3, **overrides)
+  task = lm.LMTask(config, corpus)
+  assert task.members == 2 and [c.seed for c in task.group.configs] == [3, 4]
+  state, sums = _train(task)
+  for k in range(2):
+    alone_config = task.member_config(k)
+    assert alone_config.members == 0 and alone_config.member_values == ""
+    alone = lm.LMTask(alone_config, corpus)
+    assert alone.members == 0
+    alone_state, alone_sums = _train(alone)
+    _assert_same_training(members.member(state["params"], k), alone_state["params"])
+    np.testing.assert_allclose([s["nll"][k] for s in sums], [s["nll"] for s in alone_sums], rtol=1e-5)
+  # the two members really differ (different seeds and values): not one model twice
+  assert not np.allclose(_flat(members.member(state["params"], 0)), _flat(members.member(state["params"], 1)))
+
+
+def test_the_members_values_reach_the_members(corpus):
+  """Members that differ only in one traced value (α) train differently, and each as its config alone: the
+  value is read per member, not the template's for all."""
+  config = _config(corpus, **FAMILIES["vd_lstm_al"])
+  config.member_values = "al.alpha=0,8;seed=5,5"
+  task = lm.LMTask(config, corpus)
+  assert task.group.seeds == [5, 5] and task.group.varying == {"al.alpha": [0.0, 8.0]}
+  state, _ = _train(task, 3)
+  p0, p1 = (_flat(members.member(state["params"], k)) for k in range(2))
+  assert np.linalg.norm(p0 - p1) > 1e-3 * np.linalg.norm(p0)
+  alone, _ = _train(lm.LMTask(task.member_config(0), corpus), 3)  # α = 0: a run without the AL at all
+  _assert_same_training(members.member(state["params"], 0), alone["params"])
+
+
+def test_member_values_are_parsed_and_checked():
+  c = tiny_config()
+  c.member_values = "al.alpha=1,2,3; dropout=0.1,0.2,0.3;al.target_gradient=true,false,1"
+  group = members.parse(c)
+  assert group.size == 3 and group.seeds == [0, 1, 2]
+  assert [m.al.alpha for m in group.configs] == [1.0, 2.0, 3.0]
+  assert [m.al.target_gradient for m in group.configs] == [True, False, True]
+  assert group.template().dropout == 0.1 and group.template().al.alpha == 1.0
+  assert members.parse(tiny_config()) is None
+  assert members.parse(tiny_config(members=4)).seeds == [0, 1, 2, 3]
+  for spec, match in [("hidden_size=8,16", "cannot differ between members"),
+                      ("al.alpha=1,2;dropout=0.1", "one value per member"),
+                      ("al.alpha", "is not KEY=V1,V2"),
+                      ("dropout=0.1,1.5", "must be in \\[0, 1\\)"),
+                      ("al.target_gradient=yes,no", "is not a bool"),
+                      ("al.alpha=1,2;al.alpha=3,4", "given twice")]:
+    c = tiny_config()
+    c.member_values = spec
+    with pytest.raises(ValueError, match=match):
+      members.parse(c)
+  c = tiny_config(members=3)
+  c.member_values = "al.alpha=1,2"
+  with pytest.raises(ValueError, match="members=3 but member_values lists 2"):
+    members.parse(c)
+
+
+@pytest.mark.parametrize("how", ["nan_in_step", "overflowing_perplexity"])
+def test_a_diverging_member_leaves_the_others_unchanged(corpus, tmp_path, how):
+  """Member 1 diverges — a NaN gradient in its first step (the AL at τ = 1e-30), or a learning rate that sends
+  its perplexity past float range while its loss stays finite (found by the skeleton's check) — and is frozen
+  and recorded; member 0's numbers are bit for bit those of member 0 beside a healthy partner (the same
+  program), and the run finishes."""
+  values = {"nan_in_step": ("al.tau=20,10", "al.tau=20,1e-30"),
+            "overflowing_perplexity": ("learning_rate=1,2", "learning_rate=1,1e30")}[how]
+  al = dict(alpha=1.0 if how == "nan_in_step" else 0.0)
+  runs = {}
+  for name, spec in zip(("healthy", "sick"), values):
+    runs[name] = lm.fit(_config(corpus, member_values=spec, al=al), corpus, tmp_path / name)
+  assert runs["healthy"]["diverged"] == [] and runs["sick"]["diverged"] == [1]
+  r0a, r0b, r1 = (json.loads((tmp_path / run / "members" / k / "results.json").read_text())
+                  for run, k in (("healthy", "0"), ("sick", "0"), ("sick", "1")))
+  for key in ("train_ppl", "valid_ppl", "test_ppl"):
+    assert r0a[key] == r0b[key], key
+  assert r0b["member"]["diverged"] is None
+  assert runs["sick"]["stats"]["test_ppl"]["mean"] == r0b["test_ppl"]  # the mean is over the live member
+  assert "2 members, 1 diverged" in runs["sick"]["line"]
+  frozen = _flat(Checkpoints(tmp_path / "sick" / "members" / "1" / "checkpoints",
+                             read_only=True).restore_saved("last")[0]["params"])
+  assert np.all(np.isfinite(frozen))
+  diverged = r1["member"]["diverged"]
+  if how == "nan_in_step":  # frozen by the step itself, at its initial parameters
+    assert diverged["step"] == 1 and "step 1" in diverged["reason"]
+    alone = lm.LMTask(members.parse(_config(corpus, member_values=values[1], al=al)).configs[1], corpus)
+    np.testing.assert_array_equal(frozen, _flat(jax.device_get(alone.init_state()["params"])))
+  else:  # found at the first progress check (the epoch's end here), frozen there
+    assert "train_ppl is inf" in diverged["reason"] and diverged["step"] > 1
+
+
+def test_a_run_stops_when_every_member_diverged(corpus, tmp_path):
+  config = _config(corpus, member_values="learning_rate=1e30,1e31")
+  with pytest.raises(trainer.NonFiniteLossError, match="All 2 members diverged"):
+    lm.fit(config, corpus, tmp_path)
+
+
+def test_a_members_run_resumed_mid_epoch_ends_with_the_same_numbers(corpus, tmp_path):
+  overrides = dict(num_epochs=3, dropout=0.3, member_values="dropout=0.2,0.4", test_params="best")
+  config = _config(corpus, **overrides)
+  spe = (len(corpus.train) // config.batch_size - 1) // config.bptt
+  full = lm.fit(config, corpus, tmp_path / "full")
+  lm.fit(_config(corpus, max_steps=spe + spe // 2, **overrides), corpus, tmp_path / "resumed")
+  resumed = lm.fit(config, corpus, tmp_path / "resumed")
+  for key in ("train_ppl", "valid_ppl", "test_ppl", "test_ppl_batched", "best_valid_ppl"):
+    assert resumed["stats"][key]["each"] == pytest.approx(full["stats"][key]["each"], rel=1e-5), key
+  for k in range(2):
+    r = json.loads((tmp_path / "resumed" / "members" / str(k) / "results.json").read_text())
+    f = json.loads((tmp_path / "full" / "members" / str(k) / "results.json").read_text())
+    assert r["resumed_from_step"] == spe + spe // 2
+    assert [h["valid_ppl"] for h in r["history"]] == pytest.approx([h["valid_ppl"] for h in f["history"]], rel=1e-5)
+    assert r["test_params"] == f["test_params"]
+
+
+def test_each_member_folder_is_a_run_folder(corpus, tmp_path):
+  """A member's folder holds what a run alone writes — run.json with the member's own config, vocab.txt,
+  metrics.jsonl, results.json, checkpoints — and export reads it; the run's summary has mean and sd."""
+  config = _config(corpus, members=3, num_epochs=2)
+  summary = lm.fit(config, corpus, tmp_path / "run")
+  assert summary["members"] == 3 and summary["seeds"] == [0, 1, 2]
+  tests = [json.loads((tmp_path / "run" / "members" / str(k) / "results.json").read_text())["test_ppl"]
+           for k in range(3)]
+  assert summary["stats"]["test_ppl"]["each"] == tests
+  assert summary["stats"]["test_ppl"]["mean"] == pytest.approx(np.mean(tests))
+  assert summary["stats"]["test_ppl"]["sd"] == pytest.approx(np.std(tests, ddof=1))
+  assert json.loads((tmp_path / "run" / "summary.json").read_text())["stats"] == summary["stats"]
+  for k in range(3):
+    folder = tmp_path / "run" / "members" / str(k)
+    run = json.loads((folder / "run.json").read_text())
+    assert run["config"]["seed"] == k and run["config"]["members"] == 0 and run["member"]["index"] == k
+    assert (folder / "vocab.txt").read_text().split() == list(corpus.vocab.words)
+    epochs = [json.loads(l) for l in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in epochs if r["kind"] == "epoch"] == [1, 2]
+    result = json.loads((folder / "results.json").read_text())
+    assert result["seed"] == k and result["epochs"] == 2
+    assert result["num_params"] == summary["stats"]["num_params"]["each"][0]
+  out = subprocess.run([sys.executable, "-m", "experiments.export", f"--workdir={tmp_path / 'run' / 'members' / '1'}",
+                        f"--out={tmp_path / 'export'}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-2000:]
+  manifest = json.loads((tmp_path / "export" / "manifest.json").read_text())
+  assert manifest["step"] == summary["stats"]["steps"]["each"][1]
+  member_state, _ = Checkpoints(tmp_path / "run" / "members" / "1" / "checkpoints", read_only=True).restore_saved()
+  exported = np.load(tmp_path / "export" / "embeddings.npz")
+  np.testing.assert_array_equal(exported[sorted(k for k in exported.files if k != "words")[0]].shape,
+                                member_state["params"]["words"]["embedding"].shape)
+
+
+def test_members_run_through_the_entry_point(tmp_path):
+  root = tmp_path / "data"
+  write_corpus(root / "ptb")
+  corpus = ptb.load(str(root), download=False)
+  cmd = [sys.executable, "-m", "experiments.ptb", "--config=configs/small_tied.py", f"--workdir={tmp_path / 'run'}",
+         f"--config.data_dir={root}", f"--config.vocab_size={corpus.vocab_size}", "--config.hidden_size=8",
+         "--config.num_epochs=1", "--config.max_steps=6", "--config.batch_size=4", "--config.bptt=5",
+         "--config.member_values=learning_rate=1,0.5", "--config.plot=false"]
+  out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert "2 members, 0 diverged" in out.stderr
+  lr = [json.loads((tmp_path / "run" / "members" / k / "run.json").read_text())["config"]["learning_rate"]
+        for k in "01"]
+  assert lr == [1.0, 0.5]
+  assert math.isfinite(json.loads((tmp_path / "run" / "summary.json").read_text())["stats"]["test_ppl"]["mean"])
