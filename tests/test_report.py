@@ -344,14 +344,17 @@ def test_softmax_study_table_reads_the_runs_table6_the_bench_and_table4(tmp_path
   for config, seed, test in (("small", 0, 117.0), ("small_tied", 0, 113.0)):
     _fake_run(tmp_path / "t6" / f"{config}_seed{seed}", config, seed, test)
   records.import_runs(tmp_path / "t6", out / "ptb_table6")
+  settings = {"num_samples": 1000, "proposal": "log_uniform"}
   for config, tying, test, rows in (("small", "untied", 121.0, {"embedding": 230.0, "out_embedding": 680.0}),
                                     ("small_tied", "tied", 116.0, {"embedding": 690.0})):
     folder = runs / f"{config}_sampled_seed0"
     _fake_run(folder, config, 0, test)
     res = json.loads((folder / "results.json").read_text())
-    (folder / "results.json").write_text(json.dumps({**res, "softmax": "sampled", "tying": tying}))
+    (folder / "results.json").write_text(json.dumps(
+        {**res, "softmax": "sampled", "softmax_settings": settings, "tying": tying}))
     (folder / "metrics.jsonl").write_text(json.dumps(
-        {"kind": "epoch", "epoch": 1, "valid_ppl": 150.0, **{f"rows/grad/words/{k}": v for k, v in rows.items()}}) + "\n")
+        {"kind": "epoch", "epoch": 1, "valid_ppl": 150.0, **{f"rows/grad/words/{k}": v for k, v in rows.items()},
+         **{f"norm/grad/words/{k}": v / 200 for k, v in rows.items()}}) + "\n")
   (out / "softmax_study").mkdir(parents=True)
   (out / "softmax_study" / "bench.jsonl").write_text("".join(
       json.dumps({"softmax": kind, "train_ms_per_step": ms}) + "\n"
@@ -369,7 +372,13 @@ def test_softmax_study_table_reads_the_runs_table6_the_bench_and_table4(tmp_path
   sampled_tied = row("| sampled softmax | tied |")
   assert "| -5.0 |" in sampled_tied and "| 690 (one matrix) |" in sampled_tied and "| 0.300 / 0.700 |" in sampled_tied
   assert "| 20.5 (×0.32) |" in sampled_tied  # medians over the rounds: 20.5 against 65.0
-  assert "| 680 | 230 |" in row("| sampled softmax | untied |")
+  assert "| 3.45 (one matrix) |" in sampled_tied  # the curve's gradient norm
+  assert "| 680 | 230 | 3.40 / 1.15 |" in row("| sampled softmax | untied |")  # rows; gradient norms out / in
+  assert "| all 10,000 | the batch's distinct words | — |" in row("| full softmax | untied |")  # not recorded
+  page = (out / "softmax_study" / "README.md").read_text()
+  assert "K = 1,000 draws (≈ 537 distinct) per step" in page  # with replacement, on a 10,000-word log-uniform Q
+  assert "settings: num_samples=1000, proposal=log_uniform (recorded)" in page
+  assert "concurrency not recorded" in page  # imported without a run.json
   assert row("| NCE | untied |").startswith("| NCE | untied | none yet |")
   assert "--config.softmax.kind=sampled --config.seed=0" in (out / "softmax_study" / "README.md").read_text()
 
@@ -392,7 +401,7 @@ def test_the_wikitext2_softmax_study_reads_only_its_corpus_and_gives_its_flags(t
 
   assert "full softmax" not in tab and "Table 6" not in tab
   row = next(l for l in tab.splitlines()
-             if l.startswith("| sampled softmax, log-uniform proposal, K = 3,300 | tied |"))
+             if l.startswith("| sampled softmax, log-uniform proposal, K = 3,300 draws (≈ 1,610 distinct) | tied |"))
   assert "| -5.5 |" in row
   assert ("--config=configs/small_tied.py --config.dataset=wikitext2 --config.vocab_size=33278 "
           "--config.softmax.kind=sampled --config.softmax.proposal=log_uniform --config.softmax.num_samples=3300 "
@@ -414,7 +423,7 @@ def test_a_sampled_run_with_another_proposal_or_k_is_a_cell_of_its_own(tmp_path)
         {**res, "softmax": "sampled", "softmax_settings": settings, "tying": tying}))
   (out / "softmax_study").mkdir(parents=True)
   tab = softmax_study.build_softmax_study("softmax_study", out, runs)
-  row = next(l for l in tab.splitlines() if l.startswith("| sampled softmax, unigram proposal (power 1), K = 100 | tied |"))
+  row = next(l for l in tab.splitlines() if l.startswith("| sampled softmax, unigram proposal (power 1), K = 100 draws | tied |"))
   assert "| -3.0 |" in row
   assert "| sampled softmax | tied | none yet |" in tab  # the study's own sampled cell stays apart
   assert ("--config.softmax.kind=sampled --config.softmax.proposal=unigram --config.softmax.unigram_power=1 "
@@ -531,3 +540,54 @@ def test_a_members_run_is_imported_member_by_member_and_shown_as_mean_sd(tmp_pat
   row = next(l for l in tab.splitlines() if l.startswith("| small + WT |"))
   assert "| 0, 1 |" in row and "111.0 ± 1.4 (110.0, 112.0)" in row
   assert records.seeds_cell([]) == "—" and records.seeds_cell([3.14159]) == "3.1"
+
+
+def test_softmax_runs_without_recorded_settings_take_them_from_their_commit_or_are_refused(tmp_path):
+  """A run from before results.json recorded `softmax_settings` gets the settings its commit ran with
+  (softmax_study.UNRECORDED_SOFTMAX_SETTINGS), and the runs list says where they come from; a run from a commit the
+  table does not know is refused rather than given the study's settings."""
+  out, runs = tmp_path / "results", tmp_path / "runs"
+  for config, tying, test in (("small", "untied", 121.0), ("small_tied", "tied", 116.0)):
+    folder = runs / f"{config}_sampled_seed0"
+    _fake_run(folder, config, 0, test)
+    res = json.loads((folder / "results.json").read_text())
+    (folder / "results.json").write_text(json.dumps(
+        {**res, "softmax": "sampled", "tying": tying,
+         "versions": {"wt_jax_commit": "95e93b48e5361abddb101a6f629e9f71b1f1d9b7"}}))
+  (out / "softmax_study").mkdir(parents=True)
+  tab = softmax_study.build_softmax_study("softmax_study", out, runs)
+  assert "| sampled softmax | tied | 0 |" in tab
+  assert ("settings: num_samples=1000, proposal=log_uniform (not recorded: commit 95e93b4's configs/lm_base.py "
+          "defaults") in (out / "softmax_study" / "README.md").read_text()
+  folder = runs / "small_nce_seed0"
+  _fake_run(folder, "small", 0, 110.0)  # commit abc123: not in the table
+  res = json.loads((folder / "results.json").read_text())
+  (folder / "results.json").write_text(json.dumps({**res, "softmax": "nce", "tying": "untied"}))
+  with pytest.raises(ValueError, match="small_nce_seed0: softmax 'nce' without softmax_settings"):
+    softmax_study.build_softmax_study("softmax_study", out, runs)
+
+
+def test_softmax_study_gives_the_gap_seed_by_seed_and_which_runs_shared_the_machine(tmp_path):
+  """Seeds 0 and 1 of a pair: the table's gap is between the means, the line under it gives each seed's; the
+  runs list says, from each run.json's start and the wall time, which study runs overlapped."""
+  out, runs = tmp_path / "results", tmp_path / "runs"
+  settings = {"num_samples": 1000, "proposal": "log_uniform"}
+  starts = {("small", 0): "2026-01-01T10:00:00Z", ("small_tied", 0): "2026-01-01T10:05:00Z",  # overlap
+            ("small", 1): "2026-01-01T12:00:00Z", ("small_tied", 1): "2026-01-01T12:20:00Z"}  # 10 min each: apart
+  for (config, seed), test in {("small", 0): 121.0, ("small_tied", 0): 116.0,
+                               ("small", 1): 120.0, ("small_tied", 1): 116.6}.items():
+    folder = runs / f"{config}_sampled_seed{seed}"
+    _fake_run(folder, config, seed, test)
+    res = json.loads((folder / "results.json").read_text())
+    (folder / "results.json").write_text(json.dumps(
+        {**res, "softmax": "sampled", "softmax_settings": settings, "tying": "tied" if "tied" in config else "untied"}))
+    (folder / "run.json").write_text(json.dumps({"started_utc": starts[(config, seed)], "resumes": []}))
+  (out / "softmax_study").mkdir(parents=True)
+  tab = softmax_study.build_softmax_study("softmax_study", out, runs)
+  assert "| sampled softmax | tied | 0, 1 |" in tab and "| -4.2 |" in tab  # 116.3 − 120.5
+  page = (out / "softmax_study" / "README.md").read_text()
+  assert "sampled softmax -5.0 (seed 0), -3.4 (seed 1)." in page
+  assert "started 2026-01-01T10:00:00Z, beside `small_tied_sampled_seed0`" in page
+  assert ("`small_tied_sampled_seed1`: " in page and "started 2026-01-01T12:20:00Z, no other run of this study "
+          "beside it") in page
+  assert (out / "softmax_study" / "small_sampled_seed1" / "run.json").exists()  # imported with the run
