@@ -589,5 +589,5 @@ def test_softmax_study_gives_the_gap_seed_by_seed_and_which_runs_shared_the_mach
   assert "sampled softmax -5.0 (seed 0), -3.4 (seed 1)." in page
   assert "started 2026-01-01T10:00:00Z, beside `small_tied_sampled_seed0`" in page
   assert ("`small_tied_sampled_seed1`: " in page and "started 2026-01-01T12:20:00Z, no other run of this study "
-          "beside it") in page
+          "with a recorded start beside it") in page
   assert (out / "softmax_study" / "small_sampled_seed1" / "run.json").exists()  # imported with the run

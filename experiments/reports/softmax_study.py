@@ -219,7 +219,7 @@ def concurrency(r: dict, runs: dict[tuple[str, str], list[dict]]) -> str:
                   if o is not r and (other := _span(o)) and other[0] < span[1] and span[0] < other[1])
   return (f"started {r['_run']['started_utc']}, "
           + (f"beside {', '.join(f'`{b}`' for b in beside)}" if beside
-             else "no other run of this study beside it (the runs one after another)"))
+             else "no other run of this study with a recorded start beside it"))
 
 
 def softmax_provenance(runs: dict[tuple[str, str], list[dict]], name: str,
