@@ -10,6 +10,9 @@
 #   unroll       ours alone with other recurrence settings
 #   profile      a jax.profiler trace of a few train steps of each config (experiments.ptb
 #                --config.profile_steps), packed as OUT_DIR/profiles.tgz (TensorBoard's profile plugin reads it)
+#   members      K models in one program (wt_jax.members): each of MEMBERS_CONFIGS timed by `experiments.bench
+#                --members_sweep=MEMBERS_K --rounds=MEMBERS_ROUNDS` (each K in its own process, interleaved; its ms
+#                per step and its ratio to one model alone), one `<config> members` line each
 # Stops starting new work after BUDGET_S seconds.
 #
 #   bash experiments/gpu_prepare.sh                                                 # here, before the call
@@ -24,6 +27,15 @@
 # the machine's python3; each config's reference (bench.torch_reference): .gpu/bench/torch_small_lm.py
 # (cuDNN's LSTM), .gpu/bench/torch_rhn_lm.py beside it, and experiments/bench_helpers/torch_vd_lstm.py for
 # the BD rows.
+# The members section: MEMBERS_CONFIGS (default configs/inan.py:medium,vd, the config the next Inan jobs train
+# two seeds of; a name without '/' is configs/NAME.py, a file may take its argument: configs/inan.py:medium,vd),
+# MEMBERS_K (default 0,2: 0 is one model alone, the baseline), MEMBERS_ROUNDS (default 2), MEMBERS_FLAGS
+# (default --steps=50 --warmup=10 --repeats=3). Each K's process costs its start and compilation (about 20-40 s
+# on a GPU) and 160 steps (at most K times one model's step), so the default, 2 K x 2 rounds = 4 processes, should
+# take about 2 minutes on an H200 (an estimate, not yet measured); e.g. MEMBERS_CONFIGS="small_tied
+# configs/inan.py:medium,vd rhn_tied large_tied medium_tied" MEMBERS_K=0,1,2,4,8 is 50 processes, 17-33 min.
+# A CPU smoke run:
+# SECTIONS=members NUMERICS=0 BENCH_FLAGS="--config.hidden_size=16 --steps=2 --warmup=1 --repeats=1".
 set -u
 cd "$(dirname "$0")/.."
 BUDGET_S=$1
@@ -31,7 +43,7 @@ OUT_DIR=$2
 PRECISION=${3:-tensorfloat32}
 shift $(($# < 3 ? $# : 3))
 CONFIGS=${*:-small_tied large_tied large_bd_wd_tied rhn_tied}
-SECTIONS=${SECTIONS:-determinism interleaved compiled unroll profile}
+SECTIONS=${SECTIONS:-determinism interleaved compiled unroll profile members}
 DET_CONFIGS=${DET_CONFIGS:-large_bd_wd_tied rhn_tied}
 want() { case " $SECTIONS " in *" $1 "*) return 0 ;; esac; return 1; }
 . experiments/gpu_setup.sh
@@ -112,5 +124,18 @@ if want profile; then
   done
   [ -d "$ROOT/profiles" ] && tar czf "$OUT_DIR/profiles.tgz" -C "$ROOT" \
     $(cd "$ROOT" && ls -d profiles/*/profile 2>/dev/null)
+fi
+if want members; then
+  MEMBERS_K=${MEMBERS_K:-0,2}
+  MEMBERS_ROUNDS=${MEMBERS_ROUNDS:-2}
+  processes=$(( $(echo "$MEMBERS_K" | tr ',' '\n' | grep -c .) * MEMBERS_ROUNDS ))
+  for c in ${MEMBERS_CONFIGS:-configs/inan.py:medium,vd}; do
+    left || { echo "budget spent before the members sweep of $c"; break; }
+    case $c in */*) cfg=$c ;; *) cfg="configs/$c.py" ;; esac
+    # (no matmul peak, no evaluation: the train step alone; flags given later win, so BENCH_FLAGS can shrink it)
+    record "$c members $MEMBERS_K" timeout $((60 * processes + 60)) python3 -m experiments.bench --config="$cfg" \
+      --config.matmul_precision="$PRECISION" --peak=false --eval_windows=0 --members_sweep="$MEMBERS_K" \
+      --rounds="$MEMBERS_ROUNDS" ${MEMBERS_FLAGS:---steps=50 --warmup=10 --repeats=3} ${BENCH_FLAGS:-}
+  done
 fi
 echo "done at $SECONDS s"

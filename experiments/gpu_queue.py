@@ -12,6 +12,9 @@ A job is a config of `configs/`, its argument if the config takes one, and overr
 `CONFIG[.py][:ARGUMENT][:key=value...]`, e.g. `large_tied`, `large:seed=1:bptt=35`, `inan.py:medium,al`,
 `inan:small,vd,wikitext2:seed=1` (folder `inan_small_vd_wikitext2_seed1`). Each runs as its own
 `python -m experiments.ptb --config=configs/CONFIG.py[:ARGUMENT]` process (`--set` overrides apply to all).
+A job with `members=K` (or `member_values=...`, `wt_jax.members`) trains K models in that one program, e.g.
+`inan.py:medium,vd:members=2` (seeds 0 and 1); a job whose member_values hold ',' or ';' goes in --job or
+--job_file.
 Jobs come from `--jobs` (comma-separated: for jobs without a comma), `--job` (repeatable) or `--job_file` (one
 a line, `#` comments), in that order, and start in that order, at most `--parallel` at once, while at least
 `--min_start_s` of the budget is left. Before the driver starts, every job's config is built and its corpus
@@ -19,9 +22,11 @@ read (without downloading), so a misspelt job or a corpus the machine lacks stop
 `--check_jobs` does only that.
 
 A job whose folder already holds a run counts as that run only if its `run.json` config is the job's (outside
-the keys a resume may change, `runtime.RESUMABLE_KEYS`; the precision may be any rung of the ladder): finished
-if it has `results.json`, resumed otherwise. A folder holding another run's record is moved aside
-(`<job>.<n>.set_aside`, said in one line and in `status.json`) and the job starts afresh.
+the keys a resume may change, `runtime.RESUMABLE_KEYS`; the precision may be any rung of the ladder; a members
+job's keys are part of that config): finished if it has `results.json` (a members job: `summary.json`, which
+the trainer writes last, after every member's results), resumed otherwise. A folder holding another run's
+record is moved aside (`<job>.<n>.set_aside`, said in one line and in `status.json`) and the job starts
+afresh.
 
 Precision ladder. A job starts at the first of `--precisions` (`config.matmul_precision`; the papers' GPUs
 computed true float32). After `--check_steps` steps its measured rate gives a projected end; if that end is
@@ -30,7 +35,9 @@ past the deadline and a lower rung exists, the job is stopped and restarted from
 last rung while sharing the device, the lowest-priority running job is stopped (shed) and the check repeats.
 The lowest-priority job, late on its own, runs on to the deadline and keeps its curve: the way to give a run
 longer than the window whatever the others leave. Every check (step, rate, projection) is kept in
-`status.json`, and each decision names the checks that made it.
+`status.json`, and each decision names the checks that made it. A members job is judged as one run: its
+members share the step (and the program's rate), read from member 0's `members/0/metrics.jsonl`, and it
+has the steps of one run.
 
 `--deterministic` runs every job with `config.deterministic` (XLA:GPU's deterministic kernels, recorded in each
 run's run.json and results.json). `--expect_backend=gpu` stops the driver with one line if JAX's backend is
@@ -39,15 +46,19 @@ another (a machine whose GPU JAX cannot use would otherwise train on its CPU).
 Probe. With `--probe=CONFIG`, before any job, CONFIG's train step is timed (`experiments.bench`, one process
 per variant) with each of `--probe_variants`: time steps per compiled loop iteration (`scan_unroll`) and XLA's
 command buffers over while loops; the fastest variant whose first-step loss matches the first variant's is
-then used by every job (`probe.json`). The deadline can be moved while the driver runs: write a UNIX time to
-`<records>/deadline_at`.
+then used by every job (`probe.json`). A members probe (`--probe=CONFIG:members=K`, or members set for every
+job by `--set`) times the members' program; its variants must agree on every member's first loss. The
+deadline can be moved while the driver runs: write a UNIX time to `<records>/deadline_at`.
 
 Records (`--record_dir`): `env.json` (device, driver, jax/jaxlib, CUDA and cuDNN versions, the commit),
 `status.json` (every job's state, checks and decisions; rewritten after each change) and per job `<job>/`:
 `results.json`, `run.json`, `curve.jsonl` (the epoch records), `metrics.jsonl`, `log.txt` and any
-`probe_<precision>.jsonl`. Every file is written to a temporary name and renamed, so a killed driver never
-leaves half a file; a job stopped at the deadline keeps its curve so far and is marked unfinished. At the
-deadline every job gets SIGTERM (the trainer saves and exits) and the driver exits.
+`probe_<precision>.jsonl`; a members job: `run.json` (the whole config), `summary.json`, `log.txt`, the probes
+and per member `members/<k>/` with its `results.json`, `run.json`, `metrics.jsonl` and `curve.jsonl` (the
+layout `experiments.report --runs` imports as runs `<job>_m<k>`; no checkpoints). Every file is written to a
+temporary name and renamed, so a killed driver never leaves half a file; a job stopped at the deadline keeps
+its curve so far and is marked unfinished. At the deadline every job gets SIGTERM (the trainer saves and
+exits) and the driver exits.
 
 The commit. A copy of the checkout on another machine may carry a `.git` that is not its own, so the commit
 is stamped before the copy is made (`--stamp=DIR`: `DIR/commit`, HEAD with "+dirty" if tracked code differs
@@ -110,6 +121,12 @@ DRY_RUN_SET = ("hidden_size=16", "batch_size=4", "bptt=5", "train_max_tokens=120
                "eval_max_tokens=400", "test_window=20", "log_every=10", "eval_batch_size=4", "plot=False")
 DRY_RUN_KEYS = {"hidden_size", "batch_size", "bptt", "eval_batch_size"}  # what a dry-run probe shrinks
 REPO = Path(__file__).resolve().parents[1]
+# A members run's folder (wt_jax/train/trainer.py: MEMBERS_DIR, SUMMARY_FILE): members/<k>/ is member k's run
+# folder; summary.json, written after every member's results.json, marks the run finished.
+MEMBERS_DIR, SUMMARY_FILE = "members", "summary.json"
+# What a probe takes from the settings common to every job: the shapes a dry run shrinks, and the members (K
+# models in one program is another program to time).
+PROBE_KEYS = DRY_RUN_KEYS | {"members", "member_values"}
 # XLA:GPU flags of the probe's variants: command buffers (CUDA graphs) extended to while loops (the loop then
 # runs on the device, without a host round trip per iteration), or turned off.
 VARIANT_XLA = {"": "", "+while": "--xla_gpu_enable_command_buffer=+WHILE",
@@ -126,6 +143,7 @@ class Job:
   overrides: list[str]
   arg: str | None = None  # the config file's argument (configs/inan.py:medium,al → "medium,al")
   rung: int = 0  # index into the precision ladder
+  members: int = 0  # K > 0: K models in one program (wt_jax.members); set from its config (`job_members`)
   state: str = "queued"  # queued | running | finished | failed | stopped (deadline) | shed
   proc: subprocess.Popen | None = dataclasses.field(default=None, repr=False)
   started: float | None = None
@@ -208,13 +226,31 @@ def job_config(job: Job, common: list[str], precision: str | None = None):
   return config
 
 
+def members_of(config) -> int:
+  """K of a config that trains K members in one program (`config.members`, or the length of
+  `config.member_values`' lists: `wt_jax.members.parse`), 0 for a plain run. Raises ValueError for a bad
+  spelling."""
+  from wt_jax import members
+  group = members.parse(config)
+  return group.size if group else 0
+
+
+def job_members(job: Job, common: list[str]) -> int:
+  """The job's K (`members_of` its config): 0 for a plain run; a bad spelling stops with one line."""
+  try:
+    return members_of(job_config(job, common))
+  except ValueError as e:
+    raise app.UsageError(f"Job {job.label}: {e}") from None
+
+
 IGNORED_IN_MATCH = {"matmul_precision", "class_bounds"}  # the ladder's choice; filled in by the run itself
 
 
 def record_mismatch(run_config: dict, expected: dict, ladder: list[str], results: dict | None) -> str | None:
   """Why a workdir's record is not the job's, or None if it is: `run_config` (its run.json's config) against
   `expected` (`job_config(...).to_dict()`), outside the keys a resume may change; its precision must be a rung
-  of `ladder`; `results` (its results.json, if any) must name the same config, seed and precision."""
+  of `ladder`; `results` (its results.json, if any) must name the same config, seed and precision — for a
+  members run, its summary.json: the same config and the members' seeds."""
   from wt_jax.train import runtime
   changes = {k: v for k, v in runtime.config_changes(run_config, expected).items()
              if k.split(".")[-1] not in runtime.RESUMABLE_KEYS | IGNORED_IN_MATCH}
@@ -225,10 +261,15 @@ def record_mismatch(run_config: dict, expected: dict, ladder: list[str], results
   if precision not in ladder:
     return f"its run.json has matmul_precision {precision!r}, not one of {ladder}"
   if results is not None:
-    for key, want in (("config", expected.get("name")), ("seed", expected.get("seed")),
-                      ("matmul_precision", precision)):
+    checks = [("config", expected.get("name")), ("seed", expected.get("seed")), ("matmul_precision", precision)]
+    if "seeds" in results:  # a members run's summary.json
+      import ml_collections
+      from wt_jax import members
+      group = members.parse(ml_collections.ConfigDict(expected))
+      checks.append(("seeds", group.seeds if group else None))
+    for key, want in checks:
       if key in results and results[key] != want:
-        return f"its results.json has {key} {results[key]!r} (job: {want!r})"
+        return f"its {'summary' if 'seeds' in results else 'results'}.json has {key} {results[key]!r} (job: {want!r})"
   return None
 
 
@@ -294,12 +335,15 @@ def parse_variant(name: str) -> tuple[int, str]:
 
 def choose_variant(results: dict[str, dict], rtol: float = 1e-3) -> str | None:
   """The fastest variant whose first training step's loss matches the first variant's (the same arithmetic,
-  so the same loss to rounding: TF32 rounding is ~1e-3 relative), or None if none ran."""
+  so the same loss to rounding: TF32 rounding is ~1e-3 relative) — for a members probe every member's loss
+  (`warmup_nll[0]` is then a list of K) —, or None if none ran."""
   ran = {k: v for k, v in results.items() if v.get("train_ms_per_step")}
   if not ran:
     return None
-  base = next(iter(ran.values()))["warmup_nll"][0]
-  same = {k: v for k, v in ran.items() if abs(v["warmup_nll"][0] - base) <= rtol * abs(base)}
+  first = lambda v: v["warmup_nll"][0] if isinstance(v["warmup_nll"][0], list) else [v["warmup_nll"][0]]
+  base = first(next(iter(ran.values())))
+  same = {k: v for k, v in ran.items()
+          if len(first(v)) == len(base) and all(abs(a - b) <= rtol * abs(b) for a, b in zip(first(v), base))}
   return min(same, key=lambda k: same[k]["train_ms_per_step"])
 
 
@@ -308,7 +352,7 @@ def probe(job: Job, variants: list[str], common: list[str], precision: str, reco
   """Time the job's train step under each variant (one `experiments.bench` process each: XLA_FLAGS is
   read once per process), write probe.json and return the chosen (scan_unroll, XLA_FLAGS)."""
   results = {}
-  overrides = [o for o in common if o.split("=", 1)[0] in DRY_RUN_KEYS]  # shapes only, not run settings
+  overrides = [o for o in common if o.split("=", 1)[0] in PROBE_KEYS]  # the program's shape, not run settings
   for name in variants:
     if time.time() > deadline:
       results[name] = {"skipped": "deadline"}
@@ -425,6 +469,8 @@ class Driver:
   def __init__(self, jobs: list[Job], runs: Path, records: Path, budget_s: float, common: list[str],
                xla_flags: str = "", t0: float | None = None):
     self.jobs, self.runs, self.records, self.common, self.xla_flags = jobs, runs, records, common, xla_flags
+    for job in jobs:
+      job.members = job_members(job, common)
     self.t0 = time.time() if t0 is None else t0
     self.deadline = self.t0 + budget_s
     self.events: list[dict] = []
@@ -438,12 +484,22 @@ class Driver:
   def precision(self, job: Job) -> str:
     return _PRECISIONS.value[job.rung]
 
+  def done_file(self, job: Job) -> Path:
+    """The file a finished run has: results.json, or a members run's summary.json (written after every
+    member's results)."""
+    return self.workdir(job) / (SUMMARY_FILE if job.members else "results.json")
+
+  def metrics_file(self, job: Job) -> Path:
+    """The metrics.jsonl whose progress records give the job's step and rate: a members run's member 0's
+    (every member's records carry the run's step and rate)."""
+    return self.workdir(job) / (f"{MEMBERS_DIR}/0/metrics.jsonl" if job.members else "metrics.jsonl")
+
   def adopt(self, job: Job) -> bool:
     """Before a start: look at what the job's folder already holds. Returns True if it holds the job's
     finished run (then recorded, not rerun). A run of the job not yet finished stays, to be resumed, at its
     own precision; a folder holding another run's record is moved aside and the job starts afresh."""
     wd = self.workdir(job)
-    run_json, results_json = wd / "run.json", wd / "results.json"
+    run_json, results_json = wd / "run.json", self.done_file(job)
     if not (run_json.exists() or results_json.exists() or (wd / "checkpoints").exists()):
       return False
     try:
@@ -509,26 +565,37 @@ class Driver:
     self.stop(job, "stopped", why, signal.SIGKILL, checks)  # (its checkpoint would never be resumed)
     wd = self.workdir(job)
     out = self.records / job.label
-    _copy_atomic(wd / "metrics.jsonl", out / f"probe_{self.precision(job)}.jsonl")
+    _copy_atomic(self.metrics_file(job), out / f"probe_{self.precision(job)}.jsonl")
     shutil.move(str(wd), str(wd.with_name(f"{job.label}.{self.precision(job)}.abandoned")))
     for name in ("metrics.jsonl", "curve.jsonl", "log.txt", "run.json"):  # the record describes the new run only
       (out / name).unlink(missing_ok=True)
+    shutil.rmtree(out / MEMBERS_DIR, ignore_errors=True)  # (a members run's: its members' records)
     job.rung += 1
     self.start(job)
 
   def collect(self, job: Job) -> None:
-    """Copy the job's small files into the records (atomically)."""
+    """Copy the job's small files into the records (atomically): a run's results.json, run.json,
+    metrics.jsonl, curve.jsonl (its epoch records) and log.txt; a members run's run.json, summary.json and
+    log.txt, and each member's results.json, run.json, metrics.jsonl and curve.jsonl in members/<k>/."""
     wd, out = self.workdir(job), self.records / job.label
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("results.json", "run.json", "metrics.jsonl", "log.txt"):
+    for name in ("run.json", "log.txt", SUMMARY_FILE) if job.members else ("run.json", "log.txt"):
       _copy_atomic(wd / name, out / name)
-    epochs = _records_of(wd / "metrics.jsonl", "epoch")
-    if epochs:
-      _write_atomic(out / "curve.jsonl", "".join(json.dumps(r) + "\n" for r in epochs))
+    runs = [(wd, out)] if not job.members else [(wd / MEMBERS_DIR / str(k), out / MEMBERS_DIR / str(k))
+                                                for k in range(job.members)]
+    for src, dst in runs:
+      if not src.is_dir():  # (a member's folder appears when the run starts)
+        continue
+      dst.mkdir(parents=True, exist_ok=True)
+      for name in ("results.json", "metrics.jsonl") + (("run.json",) if job.members else ()):
+        _copy_atomic(src / name, dst / name)
+      epochs = _records_of(src / "metrics.jsonl", "epoch")
+      if epochs:
+        _write_atomic(dst / "curve.jsonl", "".join(json.dumps(r) + "\n" for r in epochs))
 
   def progress(self, job: Job) -> tuple[int, float] | None:
     """(step, steps/s) of the job's latest progress record, or None before its second one."""
-    train = _records_of(self.workdir(job) / "metrics.jsonl", "train")
+    train = _records_of(self.metrics_file(job), "train")
     if len(train) < 2:
       return None
     return train[-1]["step"], train[-1]["steps_per_s"]
@@ -539,9 +606,9 @@ class Driver:
     status = {"elapsed_s": round(now - self.t0, 1), "deadline_s": round(self.deadline - self.t0, 1),
               "done": done, "events": self.events, "jobs": []}
     for job in self.jobs:
-      entry = {"label": job.label, "config": job.config_arg, "overrides": job.overrides, "state": job.state,
-               "matmul_precision": self.precision(job), "last_check": job.last_check, "checks": job.checks,
-               "events": job.events}
+      entry = {"label": job.label, "config": job.config_arg, "overrides": job.overrides, "members": job.members,
+               "state": job.state, "matmul_precision": self.precision(job), "last_check": job.last_check,
+               "checks": job.checks, "events": job.events}
       if job.started:
         entry["wall_s"] = round((job.ended or now) - job.started, 1)
       if job.proc is not None and job.proc.poll() is not None:
@@ -600,7 +667,7 @@ class Driver:
       for job in self.jobs:
         if job.state == "running" and job.proc.poll() is not None:
           job.ended = time.time()
-          ok = job.proc.returncode == 0 and (self.workdir(job) / "results.json").exists()
+          ok = job.proc.returncode == 0 and self.done_file(job).exists()
           job.state = "finished" if ok else "failed"
           job.events.append({"t": round(job.ended - self.t0, 1), "event": job.state,
                              "returncode": job.proc.returncode})
@@ -629,7 +696,8 @@ class Driver:
 
 def steps_of_job(job: Job, common: list[str]) -> int:
   """The job's total train steps (epochs × steps per epoch), from its config and the corpus, read here without
-  downloading (cheap: no device work). A corpus the machine lacks stops the driver with one line."""
+  downloading (cheap: no device work). A corpus the machine lacks stops the driver with one line. A members
+  job has the steps of one run: its members share every step (and its batches)."""
   from wt_jax.data import batching, lm_corpora, paths  # (after flag parsing: not needed before)
   config = job_config(job, common)
   config.download = False
@@ -662,10 +730,12 @@ def main(argv):
   if len({j.label for j in jobs}) != len(jobs):
     raise app.UsageError("Two jobs have the same label; give them different overrides.")
   steps_of = {j.label: steps_of_job(j, common) for j in jobs}  # (every config built, every corpus read)
+  for j in jobs:  # (and every members spelling checked)
+    j.members = job_members(j, common)
   if _CHECK_JOBS.value:
     for j in jobs:
       print(f"{j.label}: --config={j.config_arg}", *(f"--config.{o}" for o in j.overrides),
-            f"({steps_of[j.label]} steps)")
+            f"({steps_of[j.label]} steps{f', {j.members} members' if j.members else ''})")
     return
   if not (_RUNS.value and _RECORDS.value):
     raise app.UsageError("--run_dir and --record_dir are required.")

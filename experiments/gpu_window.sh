@@ -23,7 +23,9 @@
 # machine's own fail the preflight), .gpu/data/{ptb,wikitext2} (WT_JAX_DATA, if set, wins) and .gpu/commit +
 # .gpu/source (experiments/gpu_prepare.sh). WT_GPU_ROOT (default /tmp/wt_gpu) is the machine's scratch folder.
 # Leaves in OUT_DIR: records.tgz (every driver's env.json, status.json, and per job results.json, run.json,
-# curve.jsonl, metrics.jsonl, log.txt), the latest driver's status.json, and driver.log.
+# curve.jsonl, metrics.jsonl, log.txt; a members job's run.json, summary.json, log.txt and members/<k>/ with each
+# member's results.json, run.json, metrics.jsonl and curve.jsonl; no checkpoints), the latest driver's
+# status.json, and driver.log.
 set -u
 cd "$(dirname "$0")/.."
 WAIT_S=$1

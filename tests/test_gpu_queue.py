@@ -14,6 +14,7 @@ import pytest
 from absl import flags
 
 from experiments import gpu_queue as g
+from wt_jax.train import trainer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,6 +66,11 @@ def test_job_and_variant_specs(tmp_path):
     g.job_config(g.parse_job("inan.py:huge,al"), [])
   with pytest.raises(Exception, match="no key 'sed'"):
     g.job_config(g.parse_job("large:sed=1"), [])
+  # members: K models in one program, from members=K or from member_values' lists
+  assert g.job_members(g.parse_job("large"), []) == 0 and g.job_members(g.parse_job("large"), ["members=3"]) == 3
+  assert g.job_members(g.parse_job("inan.py:medium,al:member_values=al.alpha=6.5,13;dropout_h=0.4,0.5"), []) == 2
+  with pytest.raises(Exception, match="Job small_tied_member_valuesdropout0102learning_rate1: .*one value per member"):
+    g.job_members(g.parse_job("small_tied:member_values=dropout=0.1,0.2;learning_rate=1"), [])
   listed = tmp_path / "jobs.txt"
   listed.write_text("# Table 5\nlarge_bd_wd   # first\n\ninan.py:medium,vd\n")
   assert g.read_job_specs(["a"], ["b"], str(listed)) == ["a", "b", "large_bd_wd", "inan.py:medium,vd"]
@@ -81,6 +87,10 @@ def test_the_next_windows_job_list_names_configs_that_build():
   _parsed_flags()
   names = [g.job_config(g.parse_job(s), []).name for s in specs]
   assert len(set(names)) == 10 and sum("wikitext2" in n for n in names) == 4
+  # Table 5's rows are single runs (the paper's rows are single seeds); each Inan row trains seeds 0 and 1 in
+  # one program
+  assert [g.job_members(g.parse_job(s), []) for s in specs] == [0, 0] + [2] * 8
+  assert all(g.members_of(g.job_config(g.parse_job(s), [])) == 2 and "inan" in n for s, n in zip(specs[2:], names[2:]))
 
 
 def test_a_record_counts_as_the_jobs_only_if_its_config_is_the_jobs():
@@ -127,6 +137,93 @@ def test_a_finished_record_of_another_run_is_set_aside_and_the_jobs_own_is_kept(
   assert "large: " in err and "holds another run's record" in err and len(err.strip().splitlines()) == 1
   _folder_with_record(tmp_path / "runs" / "large", {"no": "config"}, {"config": "large"})  # unreadable
   assert driver.adopt(jobs[1]) is False and (tmp_path / "runs" / "large.2.set_aside").exists()
+
+
+def _members_folder(wd: Path, config: dict, seeds: list[int], summary: bool) -> None:
+  """A members run's folder as wt_jax/train/trainer.py leaves it: run.json (the whole config), per member
+  members/<k>/ with run.json, metrics.jsonl, results.json, vocab.txt and checkpoints, and summary.json last."""
+  wd.mkdir(parents=True)
+  (wd / "run.json").write_text(json.dumps({"config": config}))
+  (wd / "checkpoints" / "last" / "118").mkdir(parents=True)
+  for k, seed in enumerate(seeds):
+    lane = wd / "members" / str(k)
+    (lane / "checkpoints" / "last" / "118").mkdir(parents=True)
+    (lane / "checkpoints" / "last" / "118" / "state").write_bytes(b"\0" * 1000)
+    (lane / "vocab.txt").write_text("a\nb\n")
+    (lane / "run.json").write_text(json.dumps({"config": {**config, "members": 0, "seed": seed},
+                                               "member": {"index": k, "of": len(seeds)}}))
+    steps = [(10, 30.0 + k), (20, 40.0 + k)]  # (every member's records carry the run's step)
+    lines = [{"kind": "train", "step": st, "epoch": 1, "train_ppl": 900.0, "steps_per_s": rate} for st, rate in steps]
+    lines += [{"kind": "epoch", "epoch": e, "step": 10 * e, "valid_ppl": 800.0 - 10 * e - k} for e in (1, 2)]
+    (lane / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    (lane / "results.json").write_text(json.dumps({
+        "config": config["name"], "seed": seed, "matmul_precision": config["matmul_precision"], "test_ppl": 700.0 + k,
+        "member": {"index": k, "of": len(seeds), "run": str(wd), "diverged": None}}))
+  if summary:
+    (wd / "summary.json").write_text(json.dumps({"config": config["name"], "members": len(seeds), "seeds": seeds,
+                                                 "diverged": []}))
+
+
+def test_a_members_run_is_finished_by_its_summary_judged_by_member_0_and_collected_member_by_member(tmp_path):
+  """A members job (members=2): its folder's run is resumed while it has no summary.json (the members'
+  results.json alone do not make it finished), adopted once it has one, and recorded as the report imports it:
+  run.json, summary.json and members/<k>/ with results.json, run.json, metrics.jsonl and curve.jsonl, without
+  checkpoints. Its step and rate come from member 0's metrics. A summary of other seeds, or a plain run's
+  finished folder, is set aside."""
+  _parsed_flags()
+  job = g.parse_job("small_tied:members=2")
+  driver = g.Driver([job], tmp_path / "runs", tmp_path / "records", 100.0, [])
+  assert job.members == 2
+  wd = tmp_path / "runs" / job.label
+  own = {**g.job_config(job, []).to_dict(), "matmul_precision": "tensorfloat32"}
+  _members_folder(wd, own, [0, 1], summary=False)
+  assert driver.progress(job) == (20, 40.0)  # member 0's latest progress record
+  assert driver.adopt(job) is False and job.state == "queued" and wd.exists()  # resumed, at its own precision
+  assert driver.precision(job) == "tensorfloat32"
+  (wd / "summary.json").write_text(json.dumps({"config": "small_tied", "members": 2, "seeds": [0, 1]}))
+  assert driver.adopt(job) is True and job.state == "finished"
+  rec = tmp_path / "records" / job.label
+  files = sorted(p.relative_to(rec).as_posix() for p in rec.rglob("*") if p.is_file())
+  assert files == [f"members/{k}/{name}" for k in (0, 1)
+                   for name in ("curve.jsonl", "metrics.jsonl", "results.json", "run.json")] + ["run.json",
+                                                                                               "summary.json"]
+  curve = [json.loads(line) for line in (rec / "members" / "1" / "curve.jsonl").read_text().splitlines()]
+  assert [(r["epoch"], r["valid_ppl"]) for r in curve] == [(1, 789.0), (2, 779.0)]  # member 1's own
+  assert json.loads((rec / "members" / "1" / "results.json").read_text())["seed"] == 1
+
+  # another job's summary: the same config but other seeds (member_values listing them)
+  job2 = g.parse_job("small_tied:members=2:seed=4")
+  driver2 = g.Driver([job2], tmp_path / "runs2", tmp_path / "records2", 100.0, [])
+  wd2 = tmp_path / "runs2" / job2.label
+  mine = {**g.job_config(job2, []).to_dict(), "matmul_precision": "float32"}
+  _members_folder(wd2, mine, [0, 1], summary=True)
+  assert driver2.adopt(job2) is False and (tmp_path / "runs2" / f"{job2.label}.1.set_aside").exists()
+  assert "seeds [0, 1] (job: [4, 5])" in job2.events[-1]["why"]
+  # a plain run's finished folder is not the members job's
+  plain = {**g.job_config(g.parse_job("small_tied"), []).to_dict(), "matmul_precision": "float32"}
+  _folder_with_record(wd2, plain, {"config": "small_tied", "seed": 4, "matmul_precision": "float32"})
+  assert driver2.adopt(job2) is False and "members 0 (job: 2)" in job2.events[-1]["why"]
+  assert g.MEMBERS_DIR == trainer.MEMBERS_DIR and g.SUMMARY_FILE == trainer.SUMMARY_FILE
+
+
+def test_a_members_job_restarted_one_rung_down_keeps_member_0s_probe_and_starts_a_clean_record(tmp_path,
+                                                                                             monkeypatch):
+  _parsed_flags()
+  job = g.parse_job("small_tied:members=2")
+  driver = g.Driver([job], tmp_path / "runs", tmp_path / "records", 100.0, [])
+  wd = tmp_path / "runs" / job.label
+  _members_folder(wd, {**g.job_config(job, []).to_dict(), "matmul_precision": "float32"}, [0, 1], summary=False)
+  job.state = "running"
+  driver.collect(job)
+  rec = tmp_path / "records" / job.label
+  assert (rec / "members" / "1" / "curve.jsonl").exists()
+  started = []
+  monkeypatch.setattr(driver, "start", lambda j: started.append((j.label, driver.precision(j))))
+  driver.restart_lower(job, "too slow")
+  assert started == [(job.label, "tensorfloat32")]
+  assert (rec / "probe_float32.jsonl").read_text() == (tmp_path / "runs" / f"{job.label}.float32.abandoned" / "members"
+                                                        / "0" / "metrics.jsonl").read_text()
+  assert sorted(p.name for p in rec.iterdir()) == ["probe_float32.jsonl"]  # nothing of the abandoned run's record
 
 
 def test_every_rate_check_and_the_ones_behind_a_shed_are_kept(tmp_path, monkeypatch):
@@ -189,6 +286,26 @@ def test_the_fastest_variant_is_chosen_only_if_its_loss_matches():
   results = {"u1": v(7.0, 9.2100), "u5": v(5.0, 9.2101), "u35": v(3.0, 9.5), "u1+while": {"error": "boom"}}
   assert g.choose_variant(results) == "u5"  # u35 is faster but computed another loss
   assert g.choose_variant({"u1": {"error": "x"}}) is None
+  # a members probe (experiments.bench --config.members=K): each warm-up step's loss is a list of K, and every
+  # member's must match; u35 agrees on member 0 but not on member 1
+  results = {"u1": v(7.0, [9.21, 9.30]), "u5": v(5.0, [9.2101, 9.3001]), "u35": v(3.0, [9.21, 9.6])}
+  assert g.choose_variant(results) == "u5"
+
+
+def test_a_members_probe_times_the_members_program(tmp_path, monkeypatch):
+  """The probe's bench command carries the members asked for every job (--set), as well as the shapes."""
+  _parsed_flags()
+  cmds = []
+
+  def fake_run(cmd, **kwargs):
+    cmds.append(cmd)
+    return subprocess.CompletedProcess(cmd, 1, "", "no bench here")
+
+  monkeypatch.setattr(g.subprocess, "run", fake_run)
+  g.probe(g.parse_job("large_tied"), ["u1"], ["members=2", "hidden_size=16", "num_epochs=2"], "float32", tmp_path,
+          time.time() + 100)
+  assert "--config.members=2" in cmds[0] and "--config.hidden_size=16" in cmds[0]
+  assert "--config.num_epochs=2" not in cmds[0]  # (a run setting, not the program's shape)
 
 
 def test_a_deadline_file_moves_the_deadline(tmp_path):
@@ -275,6 +392,60 @@ def test_dry_run_probes_trains_two_jobs_side_by_side_and_leaves_whole_records(tm
   assert (tmp_path / "records3" / "small_tied" / "results.json").exists()
 
 
+def test_dry_run_trains_a_members_job_and_its_record_imports_member_by_member(tmp_path, shared_data_root,
+                                                                             monkeypatch):
+  """A members job (Inan et al.'s medium VD row, two seeds in one program) through the whole path on the CPU:
+  trained, judged from member 0's progress records, finished by its summary.json, collected member by member
+  without checkpoints, and imported by `experiments.report --runs=<records>` as two runs of the row. A second
+  driver on the same folders records it without rerunning it."""
+  env = {**os.environ, "WT_JAX_DATA": str(shared_data_root), "WT_JAX_COMMIT": "0123abc", "JAX_PLATFORMS": "cpu"}
+  spec, label = "inan.py:medium,vd:members=2", "inan_medium_vd_members2"
+  common = ["--dry_run", f"--job={spec}", "--budget_s=600", "--min_start_s=5", "--poll_s=0.5", "--check_steps=40",
+            "--set=checkpoint_every_epochs=0", f"--run_dir={tmp_path / 'runs'}"]
+  res = _queue([*common, f"--record_dir={tmp_path / 'records'}"], env)
+  assert res.returncode == 0, res.stderr[-3000:]
+  assert json.loads(res.stdout.strip().splitlines()[-1]) == {label: "finished"}
+  rec = tmp_path / "records" / label
+  status = json.loads((tmp_path / "records" / "status.json").read_text())
+  job = status["jobs"][0]
+  assert job["state"] == "finished" and job["members"] == 2
+  _parsed_flags()
+  monkeypatch.setenv("WT_JAX_DATA", str(shared_data_root))
+  steps = g.steps_of_job(g.parse_job(spec), [*g.DRY_RUN_SET, "checkpoint_every_epochs=0"])
+  member0 = [json.loads(line) for line in (tmp_path / "runs" / label / "members" / "0" / "metrics.jsonl"
+                                                 ).read_text().splitlines()]
+  train = {r["step"]: r["steps_per_s"] for r in member0 if r["kind"] == "train"}
+  assert job["checks"] and all(train[c["step"]] == pytest.approx(c["steps_per_s"], abs=0.01) for c in job["checks"])
+  files = sorted(p.relative_to(rec).as_posix() for p in rec.rglob("*") if p.is_file())
+  assert files == ["log.txt"] + [f"members/{k}/{name}" for k in (0, 1) for name in (
+      "curve.jsonl", "metrics.jsonl", "results.json", "run.json")] + ["run.json", "summary.json"]
+  assert json.loads((rec / "run.json").read_text())["config"]["members"] == 2
+  summary = json.loads((rec / "summary.json").read_text())
+  assert summary["seeds"] == [0, 1] and summary["diverged"] == []
+  for k in (0, 1):
+    results = json.loads((rec / "members" / str(k) / "results.json").read_text())
+    assert results["seed"] == k and results["member"]["index"] == k and results["steps"] == steps
+    assert [json.loads(line)["epoch"] for line in (rec / "members" / str(k) / "curve.jsonl").read_text().splitlines()
+            ] == [1, 2]
+  assert sum(p.stat().st_size for p in rec.rglob("*") if p.is_file()) < 200_000  # (the run folder holds MBs)
+
+  # The record as the report reads it: Inan et al.'s medium VD row gets the two members as two seeds.
+  res = subprocess.run([sys.executable, "-m", "experiments.report", "inan_table1_2", f"--runs={tmp_path / 'records'}",
+                        f"--out={tmp_path / 'results'}"], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=300)
+  assert res.returncode == 0, res.stderr[-3000:]
+  imported = tmp_path / "results" / "inan_table1_2"
+  assert sorted(p.name for p in imported.iterdir() if p.is_dir()) == [f"{label}_m0", f"{label}_m1"]
+  row = next(line for line in res.stdout.splitlines() if "| medium (650) | VD-LSTM |" in line and "| PTB |" in line)
+  assert "| 0, 1 |" in row and " ± " in row, row
+
+  res = _queue([*common, f"--record_dir={tmp_path / 'records2'}"], env)
+  assert res.returncode == 0, res.stderr[-3000:]
+  status = json.loads((tmp_path / "records2" / "status.json").read_text())
+  assert [e["event"] for e in status["jobs"][0]["events"]] == ["finished earlier"]
+  assert (tmp_path / "records2" / label / "members" / "1" / "results.json").exists()
+
+
 def test_gpu_window_script_leaves_the_driver_running_past_its_call_and_later_calls_collect_and_start_anew(
     tmp_path, shared_data_root):
   """experiments/gpu_window.sh as a lent machine runs it (tiny shapes on the CPU, allowed by WT_GPU_BACKEND).
@@ -309,18 +480,22 @@ def test_gpu_window_script_leaves_the_driver_running_past_its_call_and_later_cal
   assert status["jobs"][0]["state"] == "finished"
   assert any(e["event"] == "deadline moved" for e in status["events"])
   res = subprocess.run(
-      ["bash", "experiments/gpu_window.sh", "300", str(out3), "--dry_run", "--jobs=small_tied,small:seed=1",
+      ["bash", "experiments/gpu_window.sh", "300", str(out3), "--dry_run", "--jobs=small_tied,small:seed=1:members=2",
        "--budget_s=300", "--min_start_s=1", "--poll_s=0.5", "--precisions=tensorfloat32"],
       cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
   assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
   assert "driver 2 started" in res.stdout and "driver finished" in res.stdout, res.stdout[-3000:]
   status = json.loads((out3 / "status.json").read_text())
-  assert [(j["label"], j["state"]) for j in status["jobs"]] == [("small_tied", "finished"), ("small_seed1", "finished")]
+  assert [(j["label"], j["state"]) for j in status["jobs"]] == [("small_tied", "finished"),
+                                                                 ("small_seed1_members2", "finished")]
   assert [e["event"] for e in status["jobs"][0]["events"]] == ["finished earlier"]
   with tarfile.open(out3 / "records.tgz") as tar:
     names = set(tar.getnames())
-  assert {"records/small_tied/results.json", "records/driver2/status.json",
-          "records/driver2/small_seed1/results.json"} <= names
+  # a members job's record travels in the archive whole (its folders nested), without checkpoints
+  assert {"records/small_tied/results.json", "records/driver2/status.json", "records/driver2/small_seed1_members2/"
+          "summary.json", "records/driver2/small_seed1_members2/members/1/results.json",
+          "records/driver2/small_seed1_members2/members/1/curve.jsonl"} <= names
+  assert not any("checkpoints" in name for name in names)
 
 
 def test_gpu_window_script_refuses_a_machine_whose_jax_backend_is_not_the_gpu(tmp_path, shared_data_root):

@@ -591,3 +591,26 @@ def test_softmax_study_gives_the_gap_seed_by_seed_and_which_runs_shared_the_mach
   assert ("`small_tied_sampled_seed1`: " in page and "started 2026-01-01T12:20:00Z, no other run of this study "
           "with a recorded start beside it") in page
   assert (out / "softmax_study" / "small_sampled_seed1" / "run.json").exists()  # imported with the run
+
+
+def test_tpu_memory_page_lists_members_records_in_a_table_of_their_own(tmp_path):
+  """A --find_max_members record (experiments.compile) is kept beside the plain record of the same config and
+  topology (not over it) and shown as members per chip, with the smallest K refused."""
+  program = {"platform": "tpu", "batch_size": 20, "total_bytes": 3 * 2**20, "argument_bytes": 1, "output_bytes": 1,
+             "alias_bytes": 1, "temp_bytes": 2**20, "compile_s": 3.5}
+  base = {"config": "rhn_tied", "topology": "v5e:1x1", "chips": 1, "device_kind": "TPU v5 lite",
+          "versions": {"jax": "0.10.2", "libtpu": "0.0.42.1"}, "hbm_bytes_per_chip": 16 * 2**30, "fits": True,
+          "programs": {"train_step": program, "eval_step": program}}
+  src = tmp_path / "compiles"
+  src.mkdir()
+  (src / "plain.out").write_text("AOT_JSON " + json.dumps({**base, "max_batch": 1792, "max_batch_per_chip": 1792,
+                                                           "smallest_not_fitting": 2048}) + "\n")
+  (src / "members.out").write_text("AOT_JSON " + json.dumps({
+      **base, "max_members": 32, "max_members_per_chip": 32, "max_members_capped": False, "members_not_fitting": 34,
+      "members_tried": {"1": 400 * 2**20, "32": 15 * 2**30, "34": None}}) + "\n")
+  page = tpu_memory.build_tpu_memory("tpu_memory", tmp_path / "results", src, None)
+  assert sorted(p.name for p in (tmp_path / "results" / "tpu_memory").glob("*.json")) == [
+      "rhn_tied_v5e_1x1.json", "rhn_tied_v5e_1x1_members.json"]
+  assert page.count("| rhn_tied | v5e:1x1 |") == 1  # the plain table: the plain record only
+  text = (tmp_path / "results" / "tpu_memory" / "README.md").read_text()
+  assert "| rhn_tied | v5e:1x1 | 20 | 32 (34) | 400.0, 15,360.0 |" in text

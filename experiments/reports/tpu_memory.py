@@ -20,7 +20,7 @@ def import_compiles(src: Path, dest: Path) -> list[str]:
     lines = [l for l in f.read_text(errors="replace").splitlines() if l.startswith(AOT_PREFIX)] if f.is_file() else []
     if lines:
       rec = json.loads(lines[-1][len(AOT_PREFIX):])
-      name = f"{rec['config']}_{rec['topology'].replace(':', '_')}"
+      name = f"{rec['config']}_{rec['topology'].replace(':', '_')}" + ("_members" if "max_members" in rec else "")
       (dest / f"{name}.json").write_text(json.dumps(rec, indent=1) + "\n")
       names.append(name)
   return names
@@ -47,15 +47,31 @@ def tpu_memory_table(records: list[dict]) -> str:
   return "\n".join(rows)
 
 
+def members_table(records: list[dict]) -> str:
+  """The `--find_max_members` records: how many seeds of a config fit one chip in one program."""
+  mib = lambda b: f"{b / 2**20:,.1f}"
+  rows = ["| config | topology | batch per member | members that fit per chip (smallest refused) "
+          "| train step total / chip at 1 member, at the largest, MiB |", "|---|---|---|---|---|"]
+  for r in sorted(records, key=lambda r: (r["config"], r["chips"])):
+    tried = {int(k): v for k, v in r["members_tried"].items()}
+    refused = f"{r['members_not_fitting']:,}" if r.get("members_not_fitting") else "—"
+    rows.append(f"| {r['config']} | {r['topology']} | {r['programs']['train_step']['batch_size']} "
+                f"| {r['max_members_per_chip']:,} ({refused}){' (search cap)' if r.get('max_members_capped') else ''} "
+                f"| {mib(tried[min(tried)])}, {mib(tried[r['max_members']])} |")
+  return "\n".join(rows)
+
+
 def build_tpu_memory(name: str, out_root: Path, runs_dir: Path | None = None, readme: Path | None = None) -> str:
   """results/tpu_memory/: the compile records (imported from `runs_dir`'s compile outputs), the table."""
   report_dir = out_root / name
   report_dir.mkdir(parents=True, exist_ok=True)
   if runs_dir is not None:
     logging.info("imported %s", import_compiles(runs_dir, report_dir))
-  records = [json.loads(f.read_text()) for f in sorted(report_dir.glob("*.json"))]
-  if not records:
+  every = [json.loads(f.read_text()) for f in sorted(report_dir.glob("*.json"))]
+  if not every:
     raise FileNotFoundError(f"no compile records in {report_dir}; pass --runs=DIR of experiments.compile outputs")
+  records = [r for r in every if "max_members" not in r]
+  member_records = [r for r in every if "max_members" in r]
   tab = tpu_memory_table(records)
   vers = sorted({f"jax {r['versions']['jax']} / libtpu {r['versions']['libtpu']}" for r in records if "versions" in r})
   intro = ("TPU v5e memory per chip (16 GiB HBM) from `python -m experiments.compile --config=configs/<config>.py "
@@ -66,8 +82,14 @@ def build_tpu_memory(name: str, out_root: Path, runs_dir: Path | None = None, re
            "with other jobs running; the NMT rows use the longest training bucket and the BPE vocabulary size "
            "as an upper bound for both sides; `nmt_multi30k_none` is `configs/nmt_multi30k_baseline.py`.")
   title = "Compile for a TPU before you rent one: memory per chip of every paper config"
+  members = ""
+  if member_records:
+    members = ("\n\nMembers (`wt_jax.members`: K seeds of a config trained in one program, each chip holding its "
+               "own members and the whole batch): the largest K whose train step fits, from `python -m "
+               "experiments.compile --config=configs/<config>.py --topology=<topology> --find_max_members "
+               "--batch_rel_tol=0.05` (within 5% of the smallest K that does not).\n\n" + members_table(member_records))
   write_page(report_dir / "README.md", name, title,
-             f"{intro}\n\n{tab}\n\nRebuild: `python -m experiments.report {name}`")
+             f"{intro}\n\n{tab}{members}\n\nRebuild: `python -m experiments.report {name}`")
   if readme is not None and not splice_readme(readme, name, f"{intro}\n\n{tab}"):
     logging.warning("%s has no <!-- report:%s:begin/end --> markers; README not updated", readme, name)
   return tab

@@ -23,7 +23,11 @@ validation and its final evaluation. The skeleton does the rest, once for every 
 - a folder that describes itself: at the first start `run.json` (the whole config, command line, code commit,
   library versions, host) and the task's own files (`write_run_files`, e.g. an LM's vocab.txt); a resume
   with a config that differs outside the run-length and reporting keys stops with one line naming them
-  (`runtime.check_resume`), and every resume is appended to run.json.
+  (`runtime.check_resume`), and every resume is appended to run.json;
+- members (`wt_jax.members`; a task with `members` = K > 0): one stacked state, K models ("lanes") kept apart —
+  each its history, sums, best epoch and folder `<workdir>/members/<k>/` (run.json, metrics, results.json, its
+  final and best checkpoints), a member whose numbers turn non-finite frozen instead of the run stopped (it
+  stops when all are), and `<workdir>/summary.json` with their mean and sd. A plain run is the one-lane case.
 """
 from __future__ import annotations
 
@@ -140,6 +144,7 @@ def _better(value: float, best: float | None, mode: str) -> bool:
 
 def run(task: Task, config, workdir: str | os.PathLike) -> dict:
   """Train `task` under `workdir` (resuming from its last checkpoint), then evaluate; see the module doc.
+  Returns results.json's dict (members: summary.json's).
   `workdir` is any path `etils.epath` (orbax's path library) reads: a local folder or a bucket (gs://...)."""
   workdir = epath.Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
