@@ -14,6 +14,8 @@
     python -m experiments.report softmax_study_wt2 --runs=runs/softmax_study_wt2   # (the WikiText-2 pair)
     python -m experiments.report tpu_memory --runs=DIR               # TPU memory per chip: DIR holds the
                                                                      # stdout files of experiments.compile
+    python -m experiments.report members --runs=DIR                  # K members against one model: DIR
+                                                                     # holds bench --members_sweep lines
 
 With --runs, every run directory there that holds a results.json (a finished run) is imported into
 results/<report>/<run>/ as results.json and curve.jsonl (its per-epoch records; the per-step log, plots,
@@ -41,7 +43,7 @@ from pathlib import Path
 
 from absl import app, flags
 
-from experiments.reports import inan, lm_tables, nmt, softmax_study, tpu_memory
+from experiments.reports import inan, lm_tables, members_speed, nmt, softmax_study, tpu_memory
 
 _RUNS = flags.DEFINE_string("runs", None, "Directory of run workdirs to import finished runs from.")
 _OUT = flags.DEFINE_string("out", "results", "Root of the committed results; the report goes in OUT/<name>.")
@@ -52,6 +54,7 @@ REPORTS = lm_tables.REPORTS  # the language-model paper tables (built by lm_tabl
 NMT_REPORTS = nmt.NMT_REPORTS  # (built by nmt.build_nmt)
 # Pages with a builder of their own.
 OTHER_REPORTS = {"tpu_memory": tpu_memory.build_tpu_memory, "inan_table1_2": inan.build_inan,
+                 "members": members_speed.build_members_speed,
                  **{name: softmax_study.build_softmax_study for name in softmax_study.SOFTMAX_STUDIES}}
 
 

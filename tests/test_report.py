@@ -614,3 +614,22 @@ def test_tpu_memory_page_lists_members_records_in_a_table_of_their_own(tmp_path)
   assert page.count("| rhn_tied | v5e:1x1 |") == 1  # the plain table: the plain record only
   text = (tmp_path / "results" / "tpu_memory" / "README.md").read_text()
   assert "| rhn_tied | v5e:1x1 | 20 | 32 (34) | 400.0, 15,360.0 |" in text
+
+
+def test_members_speed_page_from_bench_sweeps(tmp_path):
+  """`experiments.bench --members_sweep` lines (bare, or wrapped by gpu_bench.sh) → results/members/<device>.jsonl
+  → the table: one model's ms, then each K's time of one with every round's ms; re-importing adds nothing."""
+  from experiments.reports import members_speed
+  run = lambda ms: {"train_ms_per_step": ms}
+  sweep = {"bench": "members_sweep", "config": "small_tied", "rounds": 2, "members": [0, 2],
+           "train_ms_per_step_median": {"0": 100.0, "2": 150.0}, "time_of_one": {"0": 1.0, "2": 1.5},
+           "device_kind": "NVIDIA H200", "jax": "0.11.2", "runs": {"0": [run(99.0), run(101.0)],
+                                                                   "2": [run(140.0), run(160.0)]}}
+  src = tmp_path / "bench"
+  src.mkdir()
+  (src / "bench.jsonl").write_text(json.dumps({"name": "small_tied members", "wall_s": 80, "result": sweep}) + "\n"
+                                   + json.dumps({"bench": "wt_jax_lm", "config": "x"}) + "\n")
+  tab = members_speed.build_members_speed("members", tmp_path / "results", src)
+  assert "| small_tied | NVIDIA H200 | 0.11.2 | 2 | 100 (99, 101) | — | 1.50× (140, 160 ms) | — | — |" in tab
+  members_speed.build_members_speed("members", tmp_path / "results", src)
+  assert len((tmp_path / "results" / "members" / "NVIDIA_H200.jsonl").read_text().splitlines()) == 1
