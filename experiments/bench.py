@@ -59,7 +59,7 @@ from ml_collections import config_flags
 
 from wt_jax import losses, members, models, precision, softmax, tying
 from wt_jax.data import batching, lm_corpora, ptb, translation, vocab
-from wt_jax.train import evaluate, lm, nmt, optim, skipgram, trainer
+from wt_jax.train import evaluate, lm, nmt, optim, runtime, skipgram, trainer
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
 _STEPS = flags.DEFINE_integer("steps", 200, "Timed train steps per repeat.")
@@ -370,7 +370,7 @@ def members_sweep(config, sweep: list[int]) -> None:
       "train_ms_per_step_median": {str(k): med[k] for k in sweep},
       "time_of_one": {str(k): round(med[k] / med[0], 3) for k in sweep},
       "ms_per_model_step": {str(k): round(med[k] / max(k, 1), 3) for k in sweep},
-      "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
+      "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__, "host": runtime.host(),
       "runs": {str(k): v for k, v in runs.items()}}))
 
 
