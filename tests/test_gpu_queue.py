@@ -14,7 +14,7 @@ import pytest
 from absl import flags
 
 from experiments import gpu_queue as g
-from wt_jax.train import trainer
+from wt_jax.train import run_results
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -203,7 +203,7 @@ def test_a_members_run_is_finished_by_its_summary_judged_by_member_0_and_collect
   plain = {**g.job_config(g.parse_job("small_tied"), []).to_dict(), "matmul_precision": "float32"}
   _folder_with_record(wd2, plain, {"config": "small_tied", "seed": 4, "matmul_precision": "float32"})
   assert driver2.adopt(job2) is False and "members 0 (job: 2)" in job2.events[-1]["why"]
-  assert g.MEMBERS_DIR == trainer.MEMBERS_DIR and g.SUMMARY_FILE == trainer.SUMMARY_FILE
+  assert g.MEMBERS_DIR == run_results.MEMBERS_DIR and g.SUMMARY_FILE == run_results.SUMMARY_FILE
 
 
 def test_a_members_job_restarted_one_rung_down_keeps_member_0s_probe_and_starts_a_clean_record(tmp_path,

@@ -313,7 +313,7 @@ class LMTask:
 def fit(config, corpus, workdir: str | Path) -> dict:
   """Train `config` on `corpus` (train/valid/test streams), writing everything under `workdir`; every
   float32 matmul of the run (train steps and evaluation) at `config.matmul_precision`. Returns the results
-  (with `config.members` or `member_values`: the members' summary, `trainer.members_summary`)."""
+  (with `config.members` or `member_values`: the members' summary, `run_results.members_summary`)."""
   with precision.matmul_precision(config.matmul_precision):
     task = LMTask(config, corpus)
     return trainer.run(task, task.config, workdir)  # (task.config: with what LMTask derived from the corpus)

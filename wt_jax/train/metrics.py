@@ -1,9 +1,12 @@
-"""Metrics as JSON lines (and TensorBoard scalars), and the learning-curve plot drawn from them."""
+"""Metrics as JSON lines (and TensorBoard scalars), the learning-curve plot drawn from them, and profiles of
+chosen train steps."""
 from __future__ import annotations
 
 import io
 import json
 import math
+
+import jax
 from absl import logging
 from etils import epath
 
@@ -116,3 +119,44 @@ def plot_curves(metrics_path, png_path, title: str = "") -> epath.Path | None:
   png_path = epath.Path(png_path)
   png_path.write_bytes(buffer.getvalue())
   return png_path
+
+
+class NoWriter:
+  """Stands in for the metrics writer in processes other than 0."""
+
+  def write(self, **record):
+    pass
+
+  def flush(self):
+    pass
+
+  def close(self):
+    pass
+
+
+class Profiler:
+  """Traces `steps` train steps with `jax.profiler` into `directory` (TensorBoard's profile plugin or
+  Perfetto read it), starting after the first step of the process, so compilation is not in the trace."""
+
+  def __init__(self, directory: epath.Path, steps: int):
+    self.directory, self.steps, self.left, self.on = directory, steps, steps, False
+
+  def after_step(self, state) -> None:
+    if self.left <= 0:
+      return
+    if not self.on:
+      jax.block_until_ready(state)
+      jax.profiler.start_trace(str(self.directory))
+      self.on = True
+      return
+    self.left -= 1
+    if self.left == 0:
+      jax.block_until_ready(state)
+      jax.profiler.stop_trace()
+      self.on = False
+      logging.info("Wrote a profile of %d steps to %s.", self.steps, self.directory)
+
+  def close(self) -> None:
+    if self.on:
+      jax.profiler.stop_trace()
+      self.on = False

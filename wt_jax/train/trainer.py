@@ -16,8 +16,8 @@ validation and its final evaluation. The skeleton does the rest, once for every 
   stop with `Interrupted`: the same command resumes;
 - progress lines every `config.log_every` steps and at least every `LOG_EVERY_S` seconds; metrics.jsonl
   (and TensorBoard events) written by process 0 only; `config.profile_steps` traced with jax.profiler;
-- results.json with the keys every task shares (`common_results`) and the task's own; no NaN or inf in any
-  JSON file (null instead);
+- results.json with the keys every task shares (`run_results.common_results`) and the task's own; no NaN or
+  inf in any JSON file (null instead);
 - a lock on the workdir (`runtime.workdir_lock`), and a fall-back to the previous checkpoint when the newest
   cannot be read (`Checkpoints.restore_intact`). The workdir may be a bucket (`etils.epath`);
 - a folder that describes itself: at the first start `run.json` (the whole config, command line, code commit,
@@ -27,14 +27,14 @@ validation and its final evaluation. The skeleton does the rest, once for every 
 - members (`wt_jax.members`; a task with `members` = K > 0): one stacked state, K models ("lanes") kept apart —
   each its history, sums, best epoch and folder `<workdir>/members/<k>/` (run.json, metrics, results.json, its
   final and best checkpoints), a member whose numbers turn non-finite frozen instead of the run stopped (it
-  stops when all are), and `<workdir>/summary.json` with their mean and sd. A plain run is the one-lane case.
+  stops when all are), and `<workdir>/summary.json` with their mean and sd (`run_results`). A plain run is the
+  one-lane case.
 """
 from __future__ import annotations
 
 import math
 import os
 import signal
-import statistics
 import time
 from typing import Any, Iterator, Protocol
 
@@ -47,11 +47,12 @@ from etils import epath
 from wt_jax import members as members_lib
 from wt_jax import parallel
 from wt_jax.train import metrics as metrics_lib
+from wt_jax.train import run_results
 from wt_jax.train.checkpoint import Checkpoints
 from wt_jax.train.runtime import WorkdirBusyError  # noqa: F401  (raised by `run`: part of its interface)
 from wt_jax.train.runtime import ConfigChangedError  # noqa: F401  (raised by `run`: part of its interface)
-from wt_jax.train.runtime import (check_resume, deferred_signals, describe_run, host, is_local, versions,
-                                  workdir_lock, write_json)
+from wt_jax.train.runtime import (check_resume, deferred_signals, describe_run, is_local, versions, workdir_lock,
+                                  write_json)
 
 LOG_EVERY_S = 30.0  # a progress line at least this often, whatever log_every is
 RUN_FILE = "run.json"  # the run's config, command, code and machine (runtime.describe_run), and its resumes
@@ -90,47 +91,6 @@ def run_keys(seed: int) -> tuple[jax.Array, jax.Array]:
   return init_key, step_key
 
 
-class _NoWriter:
-  """Stands in for the metrics writer in processes other than 0."""
-
-  def write(self, **record):
-    pass
-
-  def flush(self):
-    pass
-
-  def close(self):
-    pass
-
-
-class _Profiler:
-  """Traces `steps` train steps with `jax.profiler` into `directory` (TensorBoard's profile plugin or
-  Perfetto read it), starting after the first step of the process, so compilation is not in the trace."""
-
-  def __init__(self, directory: epath.Path, steps: int):
-    self.directory, self.steps, self.left, self.on = directory, steps, steps, False
-
-  def after_step(self, state) -> None:
-    if self.left <= 0:
-      return
-    if not self.on:
-      jax.block_until_ready(state)
-      jax.profiler.start_trace(str(self.directory))
-      self.on = True
-      return
-    self.left -= 1
-    if self.left == 0:
-      jax.block_until_ready(state)
-      jax.profiler.stop_trace()
-      self.on = False
-      logging.info("Wrote a profile of %d steps to %s.", self.steps, self.directory)
-
-  def close(self) -> None:
-    if self.on:
-      jax.profiler.stop_trace()
-      self.on = False
-
-
 def _add(a, b):
   return jax.tree_util.tree_map(jnp.add, a, b)
 
@@ -164,11 +124,11 @@ def _run(task: Task, config, workdir: epath.Path) -> dict:
   run_versions = versions()  # taken now: the code this process runs, even if the checkout changes later
   K = getattr(task, "members", 0)  # > 0: K models with a leading member axis on the state (wt_jax.members)
   ckpts = Checkpoints(workdir / "checkpoints")
-  lane_dirs = [workdir] if not K else [workdir / MEMBERS_DIR / str(k) for k in range(K)]
+  lane_dirs = [workdir] if not K else [workdir / run_results.MEMBERS_DIR / str(k) for k in range(K)]
   if parallel.is_writer():
     for d in lane_dirs:
       d.mkdir(parents=True, exist_ok=True)
-  writers = [metrics_lib.MetricsWriter(d / "metrics.jsonl", d) if parallel.is_writer() else _NoWriter()
+  writers = [metrics_lib.MetricsWriter(d / "metrics.jsonl", d) if parallel.is_writer() else metrics_lib.NoWriter()
              for d in lane_dirs]
   state = task.init_state()
   meta = {"config": config.to_dict(), "epoch": 1, "pos": 0, "train_s": 0.0, "wall_s": 0.0,
@@ -197,7 +157,7 @@ def _run(task: Task, config, workdir: epath.Path) -> dict:
   sums, bases = None, [lane["epoch_sums"] for lane in lanes()]
   clock = {"t0": time.time(), "step0": step, "last_line": None, "written": None}
   metric, mode = task.selection or (None, "min")
-  profiler = _Profiler(workdir / "profile", config.profile_steps if is_local(workdir) else 0)
+  profiler = metrics_lib.Profiler(workdir / "profile", config.profile_steps if is_local(workdir) else 0)
   if config.profile_steps and not is_local(workdir):
     logging.warning("profile_steps: traces are written to local folders only; give a local --workdir.")
   done = lambda: meta["epoch"] > task.num_epochs or (max_steps and step >= max_steps)
@@ -291,7 +251,7 @@ def _run(task: Task, config, workdir: epath.Path) -> dict:
       speed["tokens_per_s"] = rate * task.tokens_per_step
     eta = ((max_steps or task.num_epochs * task.steps_per_epoch) - step) / max(rate, 1e-9)
     logging.info("epoch %d step %d (%.0f%% of epoch) %s  %s  ETA %.1f min", meta["epoch"], step,
-                 100 * meta["pos"] / task.steps_per_epoch, _summary_line(shown, lanes(), K),
+                 100 * meta["pos"] / task.steps_per_epoch, run_results.summary_line(shown, lanes(), K),
                  "  ".join(f"{v:.3g} {k.replace('_per_s', '/s')}" for k, v in speed.items()), eta / 60)
     clock["last_line"] = time.time()
     if write:
@@ -336,7 +296,7 @@ def _run(task: Task, config, workdir: epath.Path) -> dict:
         validation = task.validate(state, epoch)
         for record, values in zip(records, validation if K else [validation]):
           record.update(values)
-        logging.info("epoch %d done: %s (eval %.1fs)", epoch, _summary_line(
+        logging.info("epoch %d done: %s (eval %.1fs)", epoch, run_results.summary_line(
             [{k: v for k, v in r.items() if isinstance(v, float)} for r in records], lanes(), K), time.time() - t0)
         improved = []
         for k, (record, lane, writer) in enumerate(zip(records, lanes(), writers)):
@@ -377,7 +337,7 @@ def _run(task: Task, config, workdir: epath.Path) -> dict:
   if best_state is None and metric is not None and ckpts.latest_step("best") is not None:
     best_state = ckpts.restore("best", state)[0]
   if not K:
-    results = common_results(config, state, meta, task, t_start, wall_before, resumed_from, run_versions)
+    results = run_results.common_results(config, state, meta, task, t_start, wall_before, resumed_from, run_versions)
     results.update(task.final(state, best_state, meta, final_sums[0]))
     per_lane = [results]
   else:
@@ -386,7 +346,7 @@ def _run(task: Task, config, workdir: epath.Path) -> dict:
     per_lane = []
     for k, (lane, final) in enumerate(zip(lanes(), finals)):
       mine = members_lib.member(state, k)
-      results = common_results(task.member_config(k), mine, {**meta, **lane}, task, t_start, wall_before,
+      results = run_results.common_results(task.member_config(k), mine, {**meta, **lane}, task, t_start, wall_before,
                                resumed_from, run_versions)
       results.update(final)
       results["member"] = {"index": k, "of": K, "run": str(workdir), "diverged": lane["diverged"]}
@@ -398,91 +358,12 @@ def _run(task: Task, config, workdir: epath.Path) -> dict:
         metrics_lib.plot_curves(d / "metrics.jsonl", d / "curves.png", title=results["config"])
   if K:  # each member's folder holds its own final (and best) checkpoint: a run folder like a plain run's
     for k, d in enumerate(lane_dirs):
-      _save_member(d, k, step, state, best_state, meta, lanes()[k], task.member_config(k))
-    summary = members_summary(per_lane)
+      run_results.save_member(d, k, step, state, best_state, meta, lanes()[k], task.member_config(k))
+    summary = run_results.members_summary(per_lane)
     if parallel.is_writer():
-      write_json(workdir / SUMMARY_FILE, summary)
+      write_json(workdir / run_results.SUMMARY_FILE, summary)
     logging.info("%s", summary["line"])
   ckpts.close()
   for w in writers:
     w.close()
   return per_lane[0] if not K else summary
-
-
-MEMBERS_DIR = "members"  # <workdir>/members/<k>/: member k's run folder
-SUMMARY_FILE = "summary.json"  # <workdir>/summary.json: the members' numbers, mean and standard deviation
-
-
-def _summary_line(shown: list[dict], lanes: list[dict], K: int) -> str:
-  """A progress line's metrics: one model's values, or the members' mean and range over those training."""
-  if not K:
-    return "  ".join(f"{k} {v:.4g}" for k, v in shown[0].items())
-  live = [s for s, lane in zip(shown, lanes) if lane["diverged"] is None] or shown
-  parts = [f"members {K} ({K - len(live)} diverged)"]
-  for key in live[0]:
-    vals = [s[key] for s in live if isinstance(s.get(key), float)]
-    if vals:
-      parts.append(f"{key} {statistics.fmean(vals):.4g}" +
-                   (f" [{min(vals):.4g}–{max(vals):.4g}]" if len(vals) > 1 and min(vals) != max(vals) else ""))
-  return "  ".join(parts)
-
-
-def _save_member(lane_dir, k: int, step: int, state, best_state, meta: dict, lane: dict, config) -> None:
-  """Member k's final state (and its best, if any) as the checkpoints of a plain run of its config."""
-  strip = lambda tree: {key: v for key, v in members_lib.member(tree, k).items() if key != members_lib.DIVERGED}
-  own = {"config": config.to_dict(), "epoch": meta["epoch"], "pos": meta["pos"], "train_s": meta["train_s"],
-         "wall_s": meta["wall_s"], **{key: v for key, v in lane.items() if key != "diverged"}}
-  ckpts = Checkpoints(lane_dir / "checkpoints")
-  ckpts.save("last", step, strip(state), own)
-  if best_state is not None and lane["best_epoch"] is not None:
-    ckpts.save("best", step, strip(best_state), own)
-  ckpts.close()
-
-
-def members_summary(per_member: list[dict]) -> dict:
-  """The members' results side by side: for every number they all report, each member's value and the mean
-  and standard deviation over the members that did not diverge; how many diverged; a closing log line."""
-  live = [r for r in per_member if r["member"]["diverged"] is None]
-  numbers = [key for key, v in per_member[0].items()
-             if isinstance(v, (int, float)) and not isinstance(v, bool)
-             and all(isinstance(r.get(key), (int, float)) for r in per_member)]
-  stats = {}
-  for key in numbers:
-    vals = [float(r[key]) for r in live]
-    stats[key] = {"each": [r[key] for r in per_member],
-                  "mean": statistics.fmean(vals) if vals else None,
-                  "sd": statistics.stdev(vals) if len(vals) > 1 else None}
-  shown = [key for key in ("test_ppl", "valid_ppl", "best_valid_ppl") if key in stats] or numbers[:2]
-  line = f"{len(per_member)} members, {len(per_member) - len(live)} diverged" + "".join(
-      f"; {key} {stats[key]['mean']:.2f}" + (f" ± {stats[key]['sd']:.2f}" if stats[key]["sd"] is not None else "")
-      for key in shown if stats[key]["mean"] is not None)
-  return {"what": "the members of one run (wt_jax.members): each member's folder is members/<k>/",
-          "config": per_member[0]["config"], "members": len(per_member),
-          "seeds": [r["seed"] for r in per_member],
-          "diverged": [r["member"]["index"] for r in per_member if r["member"]["diverged"] is not None],
-          "stats": stats, "line": line}
-
-
-def common_results(config, state, meta, task, t_start, wall_before, resumed_from, run_versions) -> dict:
-  """The keys every task's results.json has (the task adds its own)."""
-  dp_devices = getattr(task, "num_devices", jax.device_count())
-  return {
-      "config": config.name,
-      "num_params": int(sum(x.size for x in jax.tree_util.tree_leaves(state["params"]))),
-      "steps": int(state["step"]),
-      "steps_per_epoch": task.steps_per_epoch,
-      "epochs": len(meta["history"]) + meta["pos"] / task.steps_per_epoch,  # finished + the fraction begun
-      "history": meta["history"],
-      "best_metric": task.selection[0] if task.selection else None,
-      "best_epoch": meta["best_epoch"],
-      "train_s": meta["train_s"],
-      "wall_s": wall_before + time.time() - t_start,
-      "resumed_from_step": resumed_from,
-      "seed": config.seed,
-      "versions": run_versions,
-      "host": host(),
-      "devices": [str(d) for d in jax.devices()],
-      "device_kind": jax.devices()[0].device_kind,  # e.g. "NVIDIA H100 80GB HBM3", "TPU v5 lite", "cpu"
-      "num_devices": dp_devices,
-      "num_processes": jax.process_count(),
-  }
