@@ -31,8 +31,8 @@ def al_config() -> ml_collections.ConfigDict:
   """Inan et al. (2017)'s augmented loss: cost = w_ce·CE + α·KL(ỹ‖ŷ), ŷ = softmax(logits/τ),
   ỹ = softmax(L·u_y/τ)."""
   a = ml_collections.ConfigDict()
-  a.alpha = 0.0               # α, the AL's weight; 0 turns it off (Inan: α = γτ, γ 0.5–0.8 PTB, 1.0–1.5 WT-2)
-  a.tau = 20.0                # τ, the temperature (Inan Appendix A: 20)
+  a.alpha = 0.0               # α, the AL's weight; 0 turns it off (Inan: α = γτ; γ's ranges: configs/inan.py)
+  a.tau = 20.0                # τ, the temperature (Inan Appendix A; blank in our text: configs/inan.py)
   a.embedding = "input"       # which matrix builds ỹ in an untied model: input (Inan's L) | output
   a.target_gradient = False   # False: ỹ is a fixed target (gradient through ŷ only)
   a.ce_weight = 1.0           # w_ce, the cross-entropy's weight (Inan Section 6.2 mixes (1 − β)·CE + ...)
@@ -118,6 +118,7 @@ def get_config():
   # Members (wt_jax.members): K models in one compiled program, sharing the data order. 0: one model.
   c.members = 0               # K > 0: K members, seeds seed … seed + K − 1 (unless member_values lists seeds)
   c.member_values = ""        # per-member values of keys that change no shape: "al.alpha=6.5,13;dropout_h=0.4,0.5"
+  #                             (and per-member config names: "name=a,b", wt_jax.members.combine)
   c.member_devices = 0        # devices the member axis is split over (the rest split the batch); 0: gcd(K, devices)
   c.init_from = ""            # a folder of initial parameters (`python -m experiments.export --convert=...`)
   c.num_devices = 0           # data parallelism over the first N devices; 0: all (of every process)

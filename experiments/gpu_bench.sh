@@ -2,7 +2,8 @@
 # One GPU window's measurements, in one device call: the GPU tests (GPU-vs-CPU train step, deterministic runs
 # bit for bit), then the sections named in SECTIONS (default all, in this order):
 #   determinism  the cost of XLA:GPU's deterministic kernels: each of DET_CONFIGS (default large_bd_wd_tied
-#                rhn_tied) timed with them off and on, alternately, 2 rounds (`deterministic off|on` lines)
+#                rhn_tied) timed with them off and on, alternately, DET_ROUNDS rounds (default 2;
+#                `deterministic off|on` lines)
 #   interleaved  each config's `experiments.bench` interleaved with its PyTorch reference on the same card
 #                (same precision on both sides; the references time their loop whole, as bench times ours)
 #   compiled     rhn_tied against `torch_rhn_lm.py --compile reduce-overhead` (PyTorch's fused, CUDA-graphed
@@ -72,7 +73,7 @@ common=(--config.matmul_precision="$PRECISION" --peak=false --steps=100 --warmup
 if want determinism; then
   DET=$(python3 -c "from wt_jax.train.runtime import xla_flags_with_determinism as f; print(f('', True))")
   for c in $DET_CONFIGS; do
-    for round in 1 2; do  # off and on alternately: drift of the card's clock falls on both
+    for round in $(seq 1 "${DET_ROUNDS:-2}"); do  # off and on alternately: drift of the card's clock falls on both
       for det in off on; do
         left || break 3
         flags=""; [ $det = on ] && flags=$DET

@@ -14,7 +14,11 @@ A job is a config of `configs/`, its argument if the config takes one, and overr
 `python -m experiments.ptb --config=configs/CONFIG.py[:ARGUMENT]` process (`--set` overrides apply to all).
 A job with `members=K` (or `member_values=...`, `wt_jax.members`) trains K models in that one program, e.g.
 `inan.py:medium,vd:members=2` (seeds 0 and 1); a job whose member_values hold ',' or ';' goes in --job or
---job_file.
+--job_file. Jobs joined by '+' are one program whose members are every part's models, when their configs differ
+only in keys members may vary (`wt_jax.members.combine`: seed, rates, α …, and the name): e.g.
+`inan.py:medium,vd:members=2 + inan.py:medium,al:members=2` trains Inan's VD-LSTM and +AL rows, two seeds
+each, in one program (folder `inan_medium_vd_members2__inan_medium_al_members2`), each member recorded under
+its own config's name. It runs as the first part's config with the members spelled out in `member_values`.
 Jobs come from `--jobs` (comma-separated: for jobs without a comma), `--job` (repeatable) or `--job_file` (one
 a line, `#` comments), in that order, and start in that order, at most `--parallel` at once, while at least
 `--min_start_s` of the budget is left. Before the driver starts, every job's config is built and its corpus
@@ -72,6 +76,7 @@ import importlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -159,10 +164,13 @@ class Job:
     return f"configs/{self.config}.py" + (f":{self.arg}" if self.arg else "")
 
 
-def parse_job(spec: str) -> Job:
+def parse_job(spec: str, common: list[str] | tuple = ()) -> Job:
   """'large:seed=1:bptt=35' → Job(label='large_seed1_bptt35', config='large', overrides=[...]);
   'inan.py:medium,al' → Job(label='inan_medium_al', config='inan', arg='medium,al'). The first part after the
-  config without '=' is the config file's argument."""
+  config without '=' is the config file's argument. 'A + B' → one job training A's and B's models as members
+  (`combined_job`; its members depend on `common`, the overrides every job gets)."""
+  if "+" in spec:
+    return combined_job([parse_job(part) for part in spec.split("+")], common)
   config, *rest = spec.strip().split(":")
   config = config[:-3] if config.endswith(".py") else config
   if not config or not (REPO / "configs" / f"{config}.py").exists():
@@ -224,6 +232,28 @@ def job_config(job: Job, common: list[str], precision: str | None = None):
   for o in common + job.overrides:
     _set_override(config, o)
   return config
+
+
+def combined_job(parts: list[Job], common: list[str] | tuple) -> Job:
+  """Several jobs as one program: every part's models (a part with members: each of its members) become the
+  members of the first part's config, spelled out in `member_values` (`wt_jax.members.combine`: names, seeds
+  and the values that differ), so member k's config is exactly that part's. A part that differs from the
+  first in anything else (a shape, the model, the corpus) cannot share the program: one line says which key."""
+  from wt_jax import members
+  label = "__".join(p.label for p in parts)
+  configs = []
+  try:
+    for part in parts:
+      config = job_config(part, list(common))
+      group = members.parse(config)
+      configs += list(group.configs) if group else [config]
+    values = members.combine(configs)
+  except ValueError as e:
+    raise app.UsageError(f"Job {label}: {e}") from None
+  first = parts[0]
+  own = [o for o in first.overrides if o.split("=", 1)[0] not in ("members", "member_values")]
+  return Job(label=label, config=first.config, arg=first.arg,
+             overrides=own + ["members=0", f"member_values={values}"])
 
 
 def members_of(config) -> int:
@@ -726,7 +756,7 @@ def main(argv):
   specs = read_job_specs(_JOBS.value, _JOB.value, _JOB_FILE.value)
   if not specs:
     raise app.UsageError("No jobs: name them with --jobs, --job or --job_file.")
-  jobs = [parse_job(s) for s in specs]
+  jobs = [parse_job(s, common) for s in specs]
   if len({j.label for j in jobs}) != len(jobs):
     raise app.UsageError("Two jobs have the same label; give them different overrides.")
   steps_of = {j.label: steps_of_job(j, common) for j in jobs}  # (every config built, every corpus read)
@@ -734,7 +764,7 @@ def main(argv):
     j.members = job_members(j, common)
   if _CHECK_JOBS.value:
     for j in jobs:
-      print(f"{j.label}: --config={j.config_arg}", *(f"--config.{o}" for o in j.overrides),
+      print(f"{j.label}: --config={j.config_arg}", *(shlex.quote(f"--config.{o}") for o in j.overrides),
             f"({steps_of[j.label]} steps{f', {j.members} members' if j.members else ''})")
     return
   if not (_RUNS.value and _RECORDS.value):
@@ -751,7 +781,7 @@ def main(argv):
   t0 = time.time()
   xla_flags = _XLA_FLAGS.value
   if _PROBE.value:
-    probe_job = parse_job(_PROBE.value)  # (a clear error for an unknown config)
+    probe_job = parse_job(_PROBE.value, common)  # (a clear error for an unknown config)
     for v in _PROBE_VARIANTS.value:
       parse_variant(v)
     chosen = probe(probe_job, _PROBE_VARIANTS.value, common, _PRECISIONS.value[0], records,

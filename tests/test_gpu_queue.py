@@ -71,6 +71,19 @@ def test_job_and_variant_specs(tmp_path):
   assert g.job_members(g.parse_job("inan.py:medium,al:member_values=al.alpha=6.5,13;dropout_h=0.4,0.5"), []) == 2
   with pytest.raises(Exception, match="Job small_tied_member_valuesdropout0102learning_rate1: .*one value per member"):
     g.job_members(g.parse_job("small_tied:member_values=dropout=0.1,0.2;learning_rate=1"), [])
+  # jobs joined by '+': one program whose members are each part's models, named by their own configs
+  job = g.parse_job("inan.py:medium,vd:members=2 + inan.py:medium,al:members=2", ["num_epochs=3"])
+  assert (job.label, job.config_arg) == ("inan_medium_vd_members2__inan_medium_al_members2",
+                                         "configs/inan.py:medium,vd")
+  assert job.overrides == ["members=0", "member_values=name=inan_medium_vd_keep,inan_medium_vd_keep,"
+                           "inan_medium_al_keep,inan_medium_al_keep;seed=0,1,0,1;al.alpha=0.0,0.0,13.0,13.0"]
+  assert g.job_members(job, ["num_epochs=3"]) == 4
+  assert g.parse_job("large_bd_wd_tied + large_bd_tied:seed=1").overrides[-1] == \
+      "member_values=name=large_bd_wd_tied,large_bd_tied;seed=0,1;weight_decay=1e-07,0.0"
+  with pytest.raises(Exception, match="Job large_bd_wd_tied__large_bd_wd: .*differ in 'words.mode'"):
+    g.parse_job("large_bd_wd_tied + large_bd_wd")
+  with pytest.raises(Exception, match="differ in 'num_epochs'"):  # (a part's own override counts too)
+    g.parse_job("large_bd_wd_tied + large_bd_tied:num_epochs=2")
   listed = tmp_path / "jobs.txt"
   listed.write_text("# Table 5\nlarge_bd_wd   # first\n\ninan.py:medium,vd\n")
   assert g.read_job_specs(["a"], ["b"], str(listed)) == ["a", "b", "large_bd_wd", "inan.py:medium,vd"]
@@ -91,6 +104,24 @@ def test_the_next_windows_job_list_names_configs_that_build():
   # one program
   assert [g.job_members(g.parse_job(s), []) for s in specs] == [0, 0] + [2] * 8
   assert all(g.members_of(g.job_config(g.parse_job(s), [])) == 2 and "inan" in n for s, n in zip(specs[2:], names[2:]))
+
+
+def _models(spec: str) -> list[tuple[str, int]]:
+  """(config name, seed) of every model a job trains."""
+  from wt_jax import members
+  config = g.job_config(g.parse_job(spec), [])
+  group = members.parse(config)
+  return [(c.name, c.seed) for c in group.configs] if group else [(config.name, config.seed)]
+
+
+def test_the_grouped_job_list_trains_every_model_of_the_next_windows_list_in_fewer_programs():
+  _parsed_flags()
+  grouped = g.read_job_specs([], [], str(REPO / "experiments" / "gpu_jobs_grouped.txt"))
+  listed = g.read_job_specs([], [], str(REPO / "experiments" / "gpu_jobs_next.txt"))
+  got = [m for s in grouped for m in _models(s)]
+  assert sorted(got) == sorted(m for s in listed for m in _models(s)) and len(got) == len(set(got)) == 18
+  assert grouped[:2] == listed[:2] == ["large_bd_wd", "large_bd_wd_tied"]  # (Table 5's rows: single runs)
+  assert [g.job_members(g.parse_job(s), []) for s in grouped] == [0, 0, 4, 4, 4, 4]
 
 
 def test_a_record_counts_as_the_jobs_only_if_its_config_is_the_jobs():
@@ -394,12 +425,14 @@ def test_dry_run_probes_trains_two_jobs_side_by_side_and_leaves_whole_records(tm
 
 def test_dry_run_trains_a_members_job_and_its_record_imports_member_by_member(tmp_path, shared_data_root,
                                                                              monkeypatch):
-  """A members job (Inan et al.'s medium VD row, two seeds in one program) through the whole path on the CPU:
-  trained, judged from member 0's progress records, finished by its summary.json, collected member by member
-  without checkpoints, and imported by `experiments.report --runs=<records>` as two runs of the row. A second
-  driver on the same folders records it without rerunning it."""
+  """A members job through the whole path on the CPU — Inan et al.'s medium VD-LSTM and +AL rows, two seeds
+  each, as one program (two jobs joined by '+'): trained, judged from member 0's progress records, finished by
+  its summary.json, collected member by member without checkpoints, and imported by `experiments.report
+  --runs=<records>` as two runs of each row, by each member's own config name. A second driver on the same
+  folders records it without rerunning it."""
   env = {**os.environ, "WT_JAX_DATA": str(shared_data_root), "WT_JAX_COMMIT": "0123abc", "JAX_PLATFORMS": "cpu"}
-  spec, label = "inan.py:medium,vd:members=2", "inan_medium_vd_members2"
+  spec = "inan.py:medium,vd:members=2 + inan.py:medium,al:members=2"
+  label = "inan_medium_vd_members2__inan_medium_al_members2"
   common = ["--dry_run", f"--job={spec}", "--budget_s=600", "--min_start_s=5", "--poll_s=0.5", "--check_steps=40",
             "--set=checkpoint_every_epochs=0", f"--run_dir={tmp_path / 'runs'}"]
   res = _queue([*common, f"--record_dir={tmp_path / 'records'}"], env)
@@ -408,7 +441,7 @@ def test_dry_run_trains_a_members_job_and_its_record_imports_member_by_member(tm
   rec = tmp_path / "records" / label
   status = json.loads((tmp_path / "records" / "status.json").read_text())
   job = status["jobs"][0]
-  assert job["state"] == "finished" and job["members"] == 2
+  assert job["state"] == "finished" and job["members"] == 4
   _parsed_flags()
   monkeypatch.setenv("WT_JAX_DATA", str(shared_data_root))
   steps = g.steps_of_job(g.parse_job(spec), [*g.DRY_RUN_SET, "checkpoint_every_epochs=0"])
@@ -417,33 +450,37 @@ def test_dry_run_trains_a_members_job_and_its_record_imports_member_by_member(tm
   train = {r["step"]: r["steps_per_s"] for r in member0 if r["kind"] == "train"}
   assert job["checks"] and all(train[c["step"]] == pytest.approx(c["steps_per_s"], abs=0.01) for c in job["checks"])
   files = sorted(p.relative_to(rec).as_posix() for p in rec.rglob("*") if p.is_file())
-  assert files == ["log.txt"] + [f"members/{k}/{name}" for k in (0, 1) for name in (
+  assert files == ["log.txt"] + [f"members/{k}/{name}" for k in range(4) for name in (
       "curve.jsonl", "metrics.jsonl", "results.json", "run.json")] + ["run.json", "summary.json"]
-  assert json.loads((rec / "run.json").read_text())["config"]["members"] == 2
+  assert json.loads((rec / "run.json").read_text())["config"]["member_values"].startswith("name=inan_medium_vd_keep,")
   summary = json.loads((rec / "summary.json").read_text())
-  assert summary["seeds"] == [0, 1] and summary["diverged"] == []
-  for k in (0, 1):
+  assert summary["seeds"] == [0, 1, 0, 1] and summary["diverged"] == [] and summary["config"] == "inan_medium_vd_keep"
+  assert summary["by_config"]["inan_medium_al_keep"]["members"] == [2, 3]
+  for k, (seed, name, alpha) in enumerate([(0, "vd", 0.0), (1, "vd", 0.0), (0, "al", 13.0), (1, "al", 13.0)]):
     results = json.loads((rec / "members" / str(k) / "results.json").read_text())
-    assert results["seed"] == k and results["member"]["index"] == k and results["steps"] == steps
+    assert results["seed"] == seed and results["member"]["index"] == k and results["steps"] == steps
+    assert results["config"] == f"inan_medium_{name}_keep"
+    assert json.loads((rec / "members" / str(k) / "run.json").read_text())["config"]["al"]["alpha"] == alpha
     assert [json.loads(line)["epoch"] for line in (rec / "members" / str(k) / "curve.jsonl").read_text().splitlines()
             ] == [1, 2]
-  assert sum(p.stat().st_size for p in rec.rglob("*") if p.is_file()) < 200_000  # (the run folder holds MBs)
+  assert sum(p.stat().st_size for p in rec.rglob("*") if p.is_file()) < 400_000  # (the run folder holds MBs)
 
-  # The record as the report reads it: Inan et al.'s medium VD row gets the two members as two seeds.
+  # The record as the report reads it: the medium VD and +AL rows get two seeds each.
   res = subprocess.run([sys.executable, "-m", "experiments.report", "inan_table1_2", f"--runs={tmp_path / 'records'}",
                         f"--out={tmp_path / 'results'}"], cwd=REPO, env=env, capture_output=True, text=True,
                        timeout=300)
   assert res.returncode == 0, res.stderr[-3000:]
   imported = tmp_path / "results" / "inan_table1_2"
-  assert sorted(p.name for p in imported.iterdir() if p.is_dir()) == [f"{label}_m0", f"{label}_m1"]
-  row = next(line for line in res.stdout.splitlines() if "| medium (650) | VD-LSTM |" in line and "| PTB |" in line)
-  assert "| 0, 1 |" in row and " ± " in row, row
+  assert sorted(p.name for p in imported.iterdir() if p.is_dir()) == [f"{label}_m{k}" for k in range(4)]
+  for variant in ("VD-LSTM", "+ AL"):
+    row = next(line for line in res.stdout.splitlines() if f"| medium (650) | {variant} |" in line and "| PTB |" in line)
+    assert "| 0, 1 |" in row and " ± " in row, row
 
   res = _queue([*common, f"--record_dir={tmp_path / 'records2'}"], env)
   assert res.returncode == 0, res.stderr[-3000:]
   status = json.loads((tmp_path / "records2" / "status.json").read_text())
   assert [e["event"] for e in status["jobs"][0]["events"]] == ["finished earlier"]
-  assert (tmp_path / "records2" / label / "members" / "1" / "results.json").exists()
+  assert (tmp_path / "records2" / label / "members" / "3" / "results.json").exists()
 
 
 def test_gpu_window_script_leaves_the_driver_running_past_its_call_and_later_calls_collect_and_start_anew(

@@ -134,6 +134,41 @@ def test_member_values_are_parsed_and_checked():
   c.member_values = "al.alpha=1,2"
   with pytest.raises(ValueError, match="members=3 but member_values lists 2"):
     members.parse(c)
+  c = tiny_config(member_values="name=a,b c")
+  with pytest.raises(ValueError, match="is not a name"):
+    members.parse(c)
+
+
+def test_combine_spells_configs_that_share_every_shape_as_one_runs_members():
+  """Inan et al.'s VD-LSTM and +AL rows differ only in α (and their names): `combine` lists them as the
+  members of the first config, and `parse` gives back exactly each config; a tied and an untied model, or
+  two schedules' lengths, cannot share a program."""
+  from configs import inan, large_bd_tied, large_bd_wd
+  from wt_jax.train import runtime
+  configs = []
+  for variant in ("vd", "al"):
+    for seed in (0, 1):
+      c = inan.get_config(f"medium,{variant}")
+      c.seed = seed
+      configs.append(c)
+  values = members.combine(configs)
+  assert values == ("name=inan_medium_vd_keep,inan_medium_vd_keep,inan_medium_al_keep,inan_medium_al_keep;"
+                    "seed=0,1,0,1;al.alpha=0.0,0.0,13.0,13.0")
+  run = inan.get_config("medium,vd")
+  run.member_values = values
+  group = members.parse(run)
+  assert group.seeds == [0, 1, 0, 1] and group.varying == {"al.alpha": [0.0, 0.0, 13.0, 13.0]}  # (names: labels)
+  for got, want in zip(group.configs, configs):
+    assert runtime.config_changes(got.to_dict(), want.to_dict()) == {}
+  assert group.template().al.alpha == 13.0  # the program holds the AL; member 0 computes it times 0
+  with pytest.raises(ValueError, match="differ in 'words.mode'"):
+    members.combine([large_bd_tied.get_config(), large_bd_wd.get_config()])
+  longer = large_bd_tied.get_config()
+  longer.num_epochs = 60
+  with pytest.raises(ValueError, match="differ in 'num_epochs'"):
+    members.combine([large_bd_tied.get_config(), longer])
+  with pytest.raises(ValueError, match="trains members itself"):
+    members.combine([tiny_config(members=2), tiny_config()])
 
 
 @pytest.mark.parametrize("how", ["nan_in_step", "overflowing_perplexity"])
@@ -231,11 +266,19 @@ def test_members_run_through_the_entry_point(tmp_path):
   cmd = [sys.executable, "-m", "experiments.ptb", "--config=configs/small_tied.py", f"--workdir={tmp_path / 'run'}",
          f"--config.data_dir={root}", f"--config.vocab_size={corpus.vocab_size}", "--config.hidden_size=8",
          "--config.num_epochs=1", "--config.max_steps=6", "--config.batch_size=4", "--config.bptt=5",
-         "--config.member_values=learning_rate=1,0.5", "--config.plot=false"]
+         "--config.member_values=learning_rate=1,0.5,0.5;name=small_lr1,small_lr05,small_lr05", "--config.plot=false"]
   out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
   assert out.returncode == 0, out.stderr[-3000:]
-  assert "2 members, 0 diverged" in out.stderr
-  lr = [json.loads((tmp_path / "run" / "members" / k / "run.json").read_text())["config"]["learning_rate"]
-        for k in "01"]
-  assert lr == [1.0, 0.5]
-  assert math.isfinite(json.loads((tmp_path / "run" / "summary.json").read_text())["stats"]["test_ppl"]["mean"])
+  assert "3 members of 2 configs, 0 diverged: small_lr1 (1); test_ppl " in out.stderr
+  runs = [json.loads((tmp_path / "run" / "members" / k / "run.json").read_text())["config"] for k in "012"]
+  assert [(c["learning_rate"], c["name"], c["seed"]) for c in runs] == [(1.0, "small_lr1", 0),
+                                                                         (0.5, "small_lr05", 1), (0.5, "small_lr05", 2)]
+  results = [json.loads((tmp_path / "run" / "members" / k / "results.json").read_text()) for k in "012"]
+  assert [r["config"] for r in results] == ["small_lr1", "small_lr05", "small_lr05"]  # each under its own name
+  summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+  assert math.isfinite(summary["stats"]["test_ppl"]["mean"]) and summary["config"] == "small_tied"
+  assert summary["configs"] == ["small_lr1", "small_lr05", "small_lr05"]
+  own = summary["by_config"]["small_lr05"]
+  assert own["members"] == [1, 2] and own["seeds"] == [1, 2]
+  assert own["stats"]["test_ppl"]["mean"] == pytest.approx((results[1]["test_ppl"] + results[2]["test_ppl"]) / 2)
+  assert summary["by_config"]["small_lr1"]["stats"]["test_ppl"]["sd"] is None  # (one member: no spread)

@@ -13,7 +13,10 @@ rounding of batched matmuls).
 
 Spelling (`configs/lm_base.py`): `--config.members=K` trains seeds seed, seed + 1, …, seed + K − 1;
 `--config.member_values='al.alpha=6.5,13;dropout_h=0.4,0.5'` gives each member its own values (K is the
-lists' length; `seed=…` lists seeds explicitly, otherwise member k's seed is seed + k).
+lists' length; `seed=…` lists seeds explicitly, otherwise member k's seed is seed + k; `name=…` names each
+member's config, so that runs of different configs that share every shape — Inan et al.'s VD-LSTM and +AL rows,
+which differ only in α — are recorded under their own names). `combine(configs)` spells the member_values that
+make the first of several such configs train all of them.
 
 How per-member values reach the program: inside the vmapped step the model, cost and optimiser are built from
 `Members.bind(values)` — the config with each varying key holding a traced scalar — and the code that reads
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from typing import Any, Callable
 
 import jax
@@ -40,7 +44,10 @@ import numpy as np
 # enters through the members' keys; the others are read as traced scalars where the step is built.
 MEMBER_KEYS = ("seed", "learning_rate", "lr_decay", "clip_norm", "weight_decay",
                "dropout", "dropout_x", "dropout_i", "dropout_h", "dropout_o",
-               "al.alpha", "al.tau", "al.target_gradient", "al.ce_weight")
+               "al.alpha", "al.tau", "al.target_gradient", "al.ce_weight", "name")
+# Keys that label a member rather than enter its step (the seed enters through the members' keys).
+LABEL_KEYS = ("seed", "name")
+NAME = re.compile(r"[A-Za-z0-9_.-]+")  # a config name: a folder name and one member_values item
 DROPOUT_KEYS = ("dropout", "dropout_x", "dropout_i", "dropout_h", "dropout_o")
 DIVERGED = "diverged_at"  # the state's per-member step of divergence (−1: training)
 
@@ -60,6 +67,10 @@ def _set(config, key: str, value) -> None:
 
 def _parse_value(key: str, text: str, like):
   text = text.strip()
+  if isinstance(like, str):
+    if not NAME.fullmatch(text):
+      raise ValueError(f"member_values: {key}={text!r} is not a name (letters, digits, '_', '.', '-').")
+    return text
   try:
     if isinstance(like, bool):
       if text.lower() not in ("true", "false", "1", "0"):
@@ -162,8 +173,46 @@ def parse(config) -> Members | None:
       if not 0.0 <= _get(c, key) < 1.0:
         raise ValueError(f"member {i}: {key} must be in [0, 1), not {_get(c, key)}.")
     configs.append(c)
-  varying = {key: vals for key, vals in values.items() if key != "seed" and len(set(vals)) > 1}
+  varying = {key: vals for key, vals in values.items() if key not in LABEL_KEYS and len(set(vals)) > 1}
   return Members(tuple(configs), varying)
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+  out = {}
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      out.update(_flatten(value, f"{prefix}{key}."))
+    else:
+      out[prefix + key] = value
+  return out
+
+
+def _spell(value) -> str:
+  return str(value).lower() if isinstance(value, bool) else repr(value) if isinstance(value, float) else str(value)
+
+
+def combine(configs: list) -> str:
+  """The member_values that make `configs[0]` train every config of `configs` as its members, member k being
+  `configs[k]` (its name, seed and values): 'name=…;seed=…;KEY=…' over the keys that differ. Each config is
+  one model (members = 0, no member_values). Raises ValueError, naming the key, if two configs differ in a key
+  members cannot vary (a shape, the model, the corpus, the schedule's length …): they cannot share a program."""
+  if not configs:
+    raise ValueError("combine: no configs.")
+  flat = [_flatten(c.to_dict()) for c in configs]
+  for c, f in zip(configs, flat):
+    if f.get("members") or f.get("member_values"):
+      raise ValueError(f"combine: {c.name} trains members itself; list its members' configs instead.")
+  keys = sorted(set().union(*flat))
+  differ = [k for k in keys if len({repr(f.get(k)) for f in flat}) > 1]
+  bad = [k for k in differ if k not in MEMBER_KEYS]
+  if bad:
+    k = bad[0]
+    other = next(c for c, f in zip(configs, flat) if repr(f.get(k)) != repr(flat[0].get(k)))
+    raise ValueError(f"combine: {configs[0].name} and {other.name} differ in {k!r} ({flat[0].get(k)!r} and "
+                     f"{_flatten(other.to_dict()).get(k)!r}), which members cannot vary (they may differ in: "
+                     f"{', '.join(MEMBER_KEYS)}).")
+  listed = [k for k in ("name", "seed") if k in differ or k == "seed"] + [k for k in differ if k not in LABEL_KEYS]
+  return ";".join(f"{k}=" + ",".join(_spell(f[k]) for f in flat) for k in listed)
 
 
 # --- the stacked state ------------------------------------------------------------------------------------

@@ -46,9 +46,9 @@ def save_member(lane_dir, k: int, step: int, state, best_state, meta: dict, lane
   ckpts.close()
 
 
-def members_summary(per_member: list[dict]) -> dict:
-  """The members' results side by side: for every number they all report, each member's value and the mean
-  and standard deviation over the members that did not diverge; how many diverged; a closing log line."""
+def _stats(per_member: list[dict]) -> tuple[dict, str]:
+  """For every number all of `per_member` report: each member's value, and the mean and sample sd over those
+  that did not diverge; and the numbers shown in a log line ("test_ppl 80.12 ± 0.31; …")."""
   live = [r for r in per_member if r["member"]["diverged"] is None]
   numbers = [key for key, v in per_member[0].items()
              if isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -60,14 +60,39 @@ def members_summary(per_member: list[dict]) -> dict:
                   "mean": statistics.fmean(vals) if vals else None,
                   "sd": statistics.stdev(vals) if len(vals) > 1 else None}
   shown = [key for key in ("test_ppl", "valid_ppl", "best_valid_ppl") if key in stats] or numbers[:2]
-  line = f"{len(per_member)} members, {len(per_member) - len(live)} diverged" + "".join(
-      f"; {key} {stats[key]['mean']:.2f}" + (f" ± {stats[key]['sd']:.2f}" if stats[key]["sd"] is not None else "")
-      for key in shown if stats[key]["mean"] is not None)
-  return {"what": "the members of one run (wt_jax.members): each member's folder is members/<k>/",
-          "config": per_member[0]["config"], "members": len(per_member),
-          "seeds": [r["seed"] for r in per_member],
-          "diverged": [r["member"]["index"] for r in per_member if r["member"]["diverged"] is not None],
-          "stats": stats, "line": line}
+  line = "".join(f"; {key} {stats[key]['mean']:.2f}" +
+                 (f" ± {stats[key]['sd']:.2f}" if stats[key]["sd"] is not None else "")
+                 for key in shown if stats[key]["mean"] is not None)
+  return stats, line
+
+
+def members_summary(per_member: list[dict], run_config: str | None = None) -> dict:
+  """The members' results side by side: for every number they all report, each member's value and the mean
+  and standard deviation over the members that did not diverge; how many diverged; a closing log line. Members
+  of different configs (`member_values` naming them, `wt_jax.members.combine`) are also summarised per config
+  name under "by_config", since a mean over different settings says nothing about either. "config" is the
+  run's config name (`run_config`; by default member 0's)."""
+  live = [r for r in per_member if r["member"]["diverged"] is None]
+  stats, line = _stats(per_member)
+  summary = {"what": "the members of one run (wt_jax.members): each member's folder is members/<k>/",
+             "config": run_config or per_member[0]["config"], "members": len(per_member),
+             "seeds": [r["seed"] for r in per_member],
+             "diverged": [r["member"]["index"] for r in per_member if r["member"]["diverged"] is not None],
+             "stats": stats, "line": f"{len(per_member)} members, {len(per_member) - len(live)} diverged" + line}
+  names = list(dict.fromkeys(r["config"] for r in per_member))
+  if len(names) > 1:
+    summary["configs"] = [r["config"] for r in per_member]
+    summary["by_config"] = {}
+    lines = []
+    for name in names:
+      mine = [r for r in per_member if r["config"] == name]
+      own_stats, own_line = _stats(mine)
+      summary["by_config"][name] = {"members": [r["member"]["index"] for r in mine],
+                                    "seeds": [r["seed"] for r in mine], "stats": own_stats}
+      lines.append(f"{name} ({len(mine)}){own_line}")
+    summary["line"] = f"{len(per_member)} members of {len(names)} configs, " \
+                      f"{len(per_member) - len(live)} diverged: " + " | ".join(lines)
+  return summary
 
 
 def common_results(config, state, meta, task, t_start, wall_before, resumed_from, run_versions) -> dict:

@@ -359,7 +359,7 @@ def _run(task: Task, config, workdir: epath.Path) -> dict:
   if K:  # each member's folder holds its own final (and best) checkpoint: a run folder like a plain run's
     for k, d in enumerate(lane_dirs):
       run_results.save_member(d, k, step, state, best_state, meta, lanes()[k], task.member_config(k))
-    summary = run_results.members_summary(per_lane)
+    summary = run_results.members_summary(per_lane, config.name)
     if parallel.is_writer():
       write_json(workdir / run_results.SUMMARY_FILE, summary)
     logging.info("%s", summary["line"])
