@@ -24,16 +24,9 @@ RUNS = ["lstm:1", "lstm:2", "lstm:4", "lstm:8", "rhn:1", "rhn:4", "w2v:1", "w2v:
 TIMEOUT_S = 600
 
 
-# These tiny runs are compile-bound: XLA:CPU's compilation is most of a run's time (7.6 of 11 s for lstm:1).
-# LLVM's -O0 roughly halves it (the 16 runs of the fixture: 272 → 156 s on a 2-core AMD EPYC); every run
-# compared here is built with the same flags, so each comparison still sees only the sharding's effect.
-XLA_FLAGS = "--xla_backend_optimization_level=0"
-
-
 def _env(devices: int, **extra) -> dict:
   env = {k: v for k, v in os.environ.items() if not k.startswith("WT_JAX_") or k == "WT_JAX_DATA"}
-  env.update(XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} {XLA_FLAGS}", JAX_PLATFORMS="cpu",
-             **extra)
+  env.update(XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu", **extra)
   return env
 
 
