@@ -177,16 +177,6 @@ def parse(config) -> Members | None:
   return Members(tuple(configs), varying)
 
 
-def _flatten(tree: dict, prefix: str = "") -> dict:
-  out = {}
-  for key, value in tree.items():
-    if isinstance(value, dict):
-      out.update(_flatten(value, f"{prefix}{key}."))
-    else:
-      out[prefix + key] = value
-  return out
-
-
 def _spell(value) -> str:
   return str(value).lower() if isinstance(value, bool) else repr(value) if isinstance(value, float) else str(value)
 
@@ -198,21 +188,20 @@ def combine(configs: list) -> str:
   members cannot vary (a shape, the model, the corpus, the schedule's length …): they cannot share a program."""
   if not configs:
     raise ValueError("combine: no configs.")
-  flat = [_flatten(c.to_dict()) for c in configs]
-  for c, f in zip(configs, flat):
-    if f.get("members") or f.get("member_values"):
+  from wt_jax.train import runtime  # (here: the trainer's modules import this one)
+  for c in configs:
+    if c.members or c.member_values:
       raise ValueError(f"combine: {c.name} trains members itself; list its members' configs instead.")
-  keys = sorted(set().union(*flat))
-  differ = [k for k in keys if len({repr(f.get(k)) for f in flat}) > 1]
-  bad = [k for k in differ if k not in MEMBER_KEYS]
-  if bad:
-    k = bad[0]
-    other = next(c for c, f in zip(configs, flat) if repr(f.get(k)) != repr(flat[0].get(k)))
-    raise ValueError(f"combine: {configs[0].name} and {other.name} differ in {k!r} ({flat[0].get(k)!r} and "
-                     f"{_flatten(other.to_dict()).get(k)!r}), which members cannot vary (they may differ in: "
-                     f"{', '.join(MEMBER_KEYS)}).")
+  changes = [runtime.config_changes(configs[0].to_dict(), c.to_dict()) for c in configs]
+  for c, changed in zip(configs, changes):
+    bad = [k for k in changed if k not in MEMBER_KEYS]
+    if bad:
+      before, after = changed[bad[0]]
+      raise ValueError(f"combine: {configs[0].name} and {c.name} differ in {bad[0]!r} ({before!r} and {after!r}), "
+                       f"which members cannot vary (they may differ in: {', '.join(MEMBER_KEYS)}).")
+  differ = sorted(set().union(*changes))
   listed = [k for k in ("name", "seed") if k in differ or k == "seed"] + [k for k in differ if k not in LABEL_KEYS]
-  return ";".join(f"{k}=" + ",".join(_spell(f[k]) for f in flat) for k in listed)
+  return ";".join(f"{k}=" + ",".join(_spell(_get(c, k)) for c in configs) for k in listed)
 
 
 # --- the stacked state ------------------------------------------------------------------------------------
