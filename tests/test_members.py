@@ -171,6 +171,18 @@ def test_combine_spells_configs_that_share_every_shape_as_one_runs_members():
     members.combine([tiny_config(members=2), tiny_config()])
 
 
+def test_a_progress_line_summarises_each_configs_members_apart():
+  """Members of one config: their mean and range. Members of different configs (the VD-LSTM and +AL rows
+  in one program): each config's own mean and range, and a diverged member left out of its config's."""
+  from wt_jax.train.run_results import summary_line
+  shown = [{"train_ppl": 100.0}, {"train_ppl": 102.0}, {"train_ppl": 90.0}, {"train_ppl": float("nan")}]
+  lanes = [{"diverged": None}] * 3 + [{"diverged": "nan"}]
+  assert summary_line(shown[:2], lanes[:2], 2, ["vd", "vd"]) == "members 2 (0 diverged)  train_ppl 101 [100–102]"
+  assert summary_line(shown, lanes, 4, ["vd", "vd", "al", "al"]) == (
+      "members 4 (1 diverged)  | vd: train_ppl 101 [100–102]  | al: train_ppl 90")
+  assert summary_line(shown[:1], [{}], 0) == "train_ppl 100"
+
+
 @pytest.mark.parametrize("how", ["nan_in_step", "overflowing_perplexity"])
 def test_a_diverging_member_leaves_the_others_unchanged(corpus, tmp_path, how):
   """Member 1 diverges — a NaN gradient in its first step (the AL at τ = 1e-30), or a learning rate that sends

@@ -20,17 +20,27 @@ MEMBERS_DIR = "members"  # <workdir>/members/<k>/: member k's run folder
 SUMMARY_FILE = "summary.json"  # <workdir>/summary.json: the members' numbers, mean and standard deviation
 
 
-def summary_line(shown: list[dict], lanes: list[dict], K: int) -> str:
-  """A progress line's metrics: one model's values, or the members' mean and range over those training."""
+def summary_line(shown: list[dict], lanes: list[dict], K: int, names: list[str] | None = None) -> str:
+  """A progress line's metrics: one model's values, or the members' mean and range over those training. When
+  the members are of different configs (`names[k]`, member k's config name), each config's members are
+  summarised apart ("| vd: train_ppl …  | al: train_ppl …"): a mean over different settings says nothing about
+  either."""
   if not K:
     return "  ".join(f"{k} {v:.4g}" for k, v in shown[0].items())
-  live = [s for s, lane in zip(shown, lanes) if lane["diverged"] is None] or shown
-  parts = [f"members {K} ({K - len(live)} diverged)"]
-  for key in live[0]:
-    vals = [s[key] for s in live if isinstance(s.get(key), float)]
-    if vals:
-      parts.append(f"{key} {statistics.fmean(vals):.4g}" +
-                   (f" [{min(vals):.4g}–{max(vals):.4g}]" if len(vals) > 1 and min(vals) != max(vals) else ""))
+  live = [lane["diverged"] is None for lane in lanes]
+  parts = [f"members {K} ({K - sum(live)} diverged)"]
+  groups = {}  # name → its members' indices, in the members' order
+  for k, name in enumerate(names if names and len(set(names)) > 1 else [None] * K):
+    groups.setdefault(name, []).append(k)
+  for name, ks in groups.items():
+    rows = [shown[k] for k in ks if live[k]] or [shown[k] for k in ks]
+    stats = []
+    for key in rows[0]:
+      vals = [s[key] for s in rows if isinstance(s.get(key), float)]
+      if vals:
+        stats.append(f"{key} {statistics.fmean(vals):.4g}" +
+                     (f" [{min(vals):.4g}–{max(vals):.4g}]" if len(vals) > 1 and min(vals) != max(vals) else ""))
+    parts.append(("" if name is None else f"| {name}: ") + "  ".join(stats))
   return "  ".join(parts)
 
 

@@ -134,6 +134,7 @@ def _run(task: Task, config, workdir: epath.Path) -> dict:
   meta = {"config": config.to_dict(), "epoch": 1, "pos": 0, "train_s": 0.0, "wall_s": 0.0,
           **(_lane_meta(0) if not K else {"members": [_lane_meta(K) for _ in range(K)]})}
   lanes = lambda: [meta] if not K else meta["members"]  # each model's part of `meta`
+  names = [task.member_config(k).name for k in range(K)]  # the members' config names (progress lines)
   resumed_from = None
   # (a members run resumes from `last` only: its `best` mixes the members' best epochs)
   restored = ckpts.restore_intact(state, kinds=("last",) if K else ("last", "best"))
@@ -251,7 +252,7 @@ def _run(task: Task, config, workdir: epath.Path) -> dict:
       speed["tokens_per_s"] = rate * task.tokens_per_step
     eta = ((max_steps or task.num_epochs * task.steps_per_epoch) - step) / max(rate, 1e-9)
     logging.info("epoch %d step %d (%.0f%% of epoch) %s  %s  ETA %.1f min", meta["epoch"], step,
-                 100 * meta["pos"] / task.steps_per_epoch, run_results.summary_line(shown, lanes(), K),
+                 100 * meta["pos"] / task.steps_per_epoch, run_results.summary_line(shown, lanes(), K, names),
                  "  ".join(f"{v:.3g} {k.replace('_per_s', '/s')}" for k, v in speed.items()), eta / 60)
     clock["last_line"] = time.time()
     if write:
@@ -297,7 +298,8 @@ def _run(task: Task, config, workdir: epath.Path) -> dict:
         for record, values in zip(records, validation if K else [validation]):
           record.update(values)
         logging.info("epoch %d done: %s (eval %.1fs)", epoch, run_results.summary_line(
-            [{k: v for k, v in r.items() if isinstance(v, float)} for r in records], lanes(), K), time.time() - t0)
+            [{k: v for k, v in r.items() if isinstance(v, float)} for r in records], lanes(), K, names),
+            time.time() - t0)
         improved = []
         for k, (record, lane, writer) in enumerate(zip(records, lanes(), writers)):
           bad = [key for key, v in record.items() if isinstance(v, float) and not math.isfinite(v)]
