@@ -282,6 +282,8 @@ def test_members_run_through_the_entry_point(tmp_path):
   out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
   assert out.returncode == 0, out.stderr[-3000:]
   assert "3 members of 2 configs, 0 diverged: small_lr1 (1); test_ppl " in out.stderr
+  assert "members 3 (0 diverged)  | small_lr1: train_ppl " in out.stderr  # progress lines: each config apart
+  assert "  | small_lr05: train_ppl " in out.stderr
   runs = [json.loads((tmp_path / "run" / "members" / k / "run.json").read_text())["config"] for k in "012"]
   assert [(c["learning_rate"], c["name"], c["seed"]) for c in runs] == [(1.0, "small_lr1", 0),
                                                                          (0.5, "small_lr05", 1), (0.5, "small_lr05", 2)]
