@@ -7,10 +7,12 @@ checkpoint into an untied model, or the reverse) raises `CheckpointMismatchError
 parameters. The two newest `last` steps are kept: when the newest cannot be read (a machine lost mid-write, a
 damaged disk), `restore_intact` says so in one line, moves it aside (`<step>.unreadable`, never deleted) and
 falls back to the previous step, then to `best`; a `best` step newer than the one resumed from is moved aside
-too (`<step>.superseded`), since the run replays that step and saves it again.
+too (`<step>.superseded`), since the run replays that step and saves it again. The reads orbax leaves behind
+when a step fails are silenced (`_silence_abandoned_reads`), so that the damage is reported in that one line.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import jax
@@ -19,6 +21,29 @@ from absl import logging
 from etils import epath
 
 KEEP = {"last": 2, "best": 1}  # steps kept per kind: the previous `last` survives a damaged newest one
+
+
+def _silence_abandoned_reads(step_dir) -> None:
+  """Drop, from now on, Python's reports of the reads orbax abandoned in the damaged step `step_dir`.
+
+  orbax reads a step's arrays as concurrent coroutines (`asyncio.gather`); when one fails the others are left
+  unfinished. Each is reported later, whenever the garbage collector reaches it, as an unraisable exception — a
+  coroutine that raised "Encountered error while reading array index" (naming the step's files) while being
+  closed, or a TensorStore read that completed after orbax's event loop closed ("Event loop is closed"): dozens
+  of traceback lines, at a random later moment, repeating the damage already reported in one line. Every other
+  unraisable exception still reaches the hook installed before this one."""
+  where = "/".join(str(step_dir).rstrip("/").split("/")[-3:]) + "/"  # `checkpoints/last/<step>/`: a bucket's
+  # TensorStore spec names the path inside the bucket, a local one the whole path
+  previous = sys.unraisablehook
+
+  def hook(unraisable):
+    text = str(unraisable.exc_value)
+    if (where in text and "error while reading" in text) or (
+        isinstance(unraisable.exc_value, RuntimeError) and text == "Event loop is closed"):
+      return
+    previous(unraisable)
+
+  sys.unraisablehook = hook
 
 
 class CheckpointMismatchError(ValueError):
@@ -112,6 +137,7 @@ class Checkpoints:
           first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
           logging.warning("Checkpoint %s (step %d) cannot be read: %s — moved to %s.unreadable; falling back "
                           "to an older checkpoint.", self.directory / kind / str(step), step, first, step)
+          _silence_abandoned_reads(self.directory / kind / str(step))
           self._set_aside(kind, step, "unreadable")
           fell_back = True
           continue
