@@ -11,15 +11,13 @@ on PTB, (a) small, (b) large, from the runs' per-epoch records.
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 from pathlib import Path
 
 from configs import inan as inan_config
 from experiments.reports.lm_tables import INAN_SMALL, PaperRow, ReportSpec, provenance, valid_axis_limits
 from experiments.reports.pages import _report_dir, _write
-from experiments.reports.records import CURVE, load_runs, seeds_cell
-from wt_jax.train import metrics
+from experiments.reports.records import load_runs, seeds_cell
 
 SMALL_PTB_HOME = "inan_ptb_table1"  # results/<this>: the small PTB runs (both sessions)
 VARIANT_LABELS = {"vd": "VD-LSTM", "al": "+ AL", "re": "+ RE", "real": "+ REAL"}
@@ -97,8 +95,8 @@ def load_inan_runs(report_dir: Path, out_root: Path) -> dict[str, list[dict]]:
   if home.is_dir():
     small = load_runs(home, "ptb")
     by_config.update({c: small[c] for c in expected if expected[c].home and c in small})
-  for path in sorted(report_dir.glob("*/results.json")):
-    r = json.loads(path.read_text())
+
+  def check(path: Path, r: dict) -> None:
     row = expected.get(r["config"])
     if row is None or row.home:
       where = f"results/{SMALL_PTB_HOME}" if row is not None else "no row of this page"
@@ -106,11 +104,8 @@ def load_inan_runs(report_dir: Path, out_root: Path) -> dict[str, list[dict]]:
     if r.get("dataset", "ptb") != row.block.corpus:
       raise ValueError(f"{path} is a run on {r.get('dataset', 'ptb')!r}, but {r['config']!r} is a "
                        f"{row.block.corpus!r} row.")
-    r["_dir"] = path.parent.name
-    r["_valid_curve"] = [(rec["epoch"], rec["valid_ppl"]) for rec in metrics.read(path.parent / CURVE)]
-    by_config.setdefault(r["config"], []).append(r)
-  for runs in by_config.values():
-    runs.sort(key=lambda r: r["seed"])
+
+  by_config.update(load_runs(report_dir, dataset=None, check=check))
   return by_config
 
 

@@ -62,14 +62,18 @@ def import_runs(runs_dir: Path, dest: Path) -> list[str]:
   return imported
 
 
-def load_runs(report_dir: Path, dataset: str = "ptb") -> dict[str, list[dict]]:
-  """config name → the results.json of its runs (sorted by seed), each with its epoch history. Every run
-  must be on `dataset` (runs from before results.json recorded it were all on PTB)."""
+def load_runs(report_dir: Path, dataset: str | None = "ptb", check=None) -> dict[str, list[dict]]:
+  """config name → the results.json of its runs (sorted by seed), each with its epoch history (`_dir`, its
+  folder's name; `_valid_curve`, (epoch, valid_ppl) pairs). Every run must be on `dataset` (runs from before
+  results.json recorded it were all on PTB), or, with `dataset=None`, pass `check(path, results)`, which
+  raises ValueError for a run that does not belong."""
   by_config: dict[str, list[dict]] = {}
   for path in sorted(report_dir.glob("*/results.json")):
     r = json.loads(path.read_text())
-    if r.get("dataset", "ptb") != dataset:
+    if dataset is not None and r.get("dataset", "ptb") != dataset:
       raise ValueError(f"{path} is a run on {r.get('dataset', 'ptb')!r}, but this report is for {dataset!r}.")
+    if check is not None:
+      check(path, r)
     r["_dir"] = path.parent.name
     r["_valid_curve"] = [(rec["epoch"], rec["valid_ppl"]) for rec in metrics.read(path.parent / CURVE)]
     by_config.setdefault(r["config"], []).append(r)
