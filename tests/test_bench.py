@@ -153,3 +153,36 @@ def test_members_sweep_times_each_k_in_its_own_process_against_one_model():
   assert two["train_tok_per_s"] == pytest.approx(2 * 400 / (two["train_ms_per_step"] / 1000), rel=2e-3)
   assert out["time_of_one"]["2"] == round(two["train_ms_per_step"] / one["train_ms_per_step"], 3)
   assert len(two["warmup_nll"][0]) == 2  # one mean NLL per member
+
+
+def test_members_profile_classes_the_compiled_ops_as_products_or_not():
+  """hlo_ops reads the compiled module: the op that computes a @ b (a dot, or a fusion holding one) is a
+  product, the sine after it is not, each with its output shape and the JAX operation it came from."""
+  import jax
+  import jax.numpy as jnp
+  from experiments.bench_helpers import members_profile
+  a = jnp.ones((64, 32))
+  compiled = jax.jit(lambda a, b: jnp.sin(a @ b)).lower(a, a.T).compile()
+  ops = members_profile.hlo_ops(compiled.as_text()).values()
+  products = [op for op in ops if op["product"] and "dot_general" in op["source"]]
+  assert products and all(op["shape"] == "f32[64,64]" for op in products)
+  assert any(not op["product"] and op["source"].endswith("sin") for op in ops)
+
+
+def test_members_profile_splits_a_members_step_into_products_and_the_rest():
+  """One model and 2 members of a tiny LM, each step traced: the traced ops are the compiled module's, their
+  times split into products and the rest, and the output layer's forward product carries the member axis."""
+  import numpy as np
+  from experiments.bench_helpers import members_profile
+  from tests.conftest import tiny_config
+  train = np.random.default_rng(0).integers(0, 31, 4000).astype(np.int32)
+  for K in (0, 2):
+    step, state, prep, windows = members_profile.build_step(tiny_config(members=K), train, train[:1000])
+    ops = members_profile.hlo_ops(step.as_text())
+    measured, _ = members_profile.profile(step, state, prep, windows, steps=2, warmup=1)
+    line = members_profile.summarise("tiny", K, 0, measured, ops, top=500)
+    assert line["members"] == K and line["product_ms"] > 0 and line["other_ms"] > 0
+    assert line["op_ms_per_step"] == pytest.approx(line["product_ms"] + line["other_ms"], abs=0.02)
+    logits = [op for op in line["top_ops"] if op["product"] and op["source"].endswith("words.logits/dot_general")
+              and "transpose" not in op["source"]]
+    assert logits and all(op["shape"].startswith("f32[2," if K else "f32[20,") for op in logits), logits

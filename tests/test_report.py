@@ -629,7 +629,49 @@ def test_members_speed_page_from_bench_sweeps(tmp_path):
   src.mkdir()
   (src / "bench.jsonl").write_text(json.dumps({"name": "small_tied members", "wall_s": 80, "result": sweep}) + "\n"
                                    + json.dumps({"bench": "wt_jax_lm", "config": "x"}) + "\n")
+  page_dir = tmp_path / "results" / "members"
+  page_dir.mkdir(parents=True)  # other records of the page's folder (batched_matmul.py's) are not sweeps
+  (page_dir / "batched_matmul_cpu.jsonl").write_text(json.dumps({"shape": [20, 200, 800], "one_us": 102.3}) + "\n")
   tab = members_speed.build_members_speed("members", tmp_path / "results", src)
   assert "| small_tied | NVIDIA H200 | 0.11.2 | 2 | 100 (99, 101) | — | 1.50× (140, 160 ms) | — | — |" in tab
   members_speed.build_members_speed("members", tmp_path / "results", src)
-  assert len((tmp_path / "results" / "members" / "NVIDIA_H200.jsonl").read_text().splitlines()) == 1
+  assert len((page_dir / "NVIDIA_H200.jsonl").read_text().splitlines()) == 1
+  assert "report:members:profile" not in (page_dir / "README.md").read_text()  # no profile records yet
+
+
+def test_members_page_profile_table_from_profile_records(tmp_path):
+  """members_profile lines → results/members/profile_<device>.jsonl → the page's profile table: per K the
+  medians over rounds, each with its ratio to one model, then the largest K's costliest ops; the prose around
+  the markers is kept and a rebuild changes nothing."""
+  from experiments.reports import members_speed
+  op = lambda ms, product, source: {"op": "f", "ms": ms, "product": product, "shape": "f32[2,400,10000]",
+                                    "source": source}
+  line = lambda k, r, ms, products, other: {
+      "bench": "members_profile", "config": "configs/small_tied.py", "device_kind": "cpu", "jax": "0.10.2",
+      "members": k, "round": r, "ms_per_step": ms, "op_ms_per_step": products + other, "product_ms": products,
+      "other_ms": other, "top_ops": [op(products, True, "logits/dot_general"), op(other, False, "add_any")]}
+  src = tmp_path / "bench"
+  src.mkdir()
+  (src / "profile.jsonl").write_text("".join(json.dumps(l) + "\n" for l in [
+      line(0, 0, 100, 140, 60), line(2, 0, 230, 330, 220), line(0, 1, 120, 160, 80), line(2, 1, 250, 350, 240),
+      {"bench": "members_profile_ratios", "device_kind": "cpu"}]))
+  sweep = {"bench": "members_sweep", "config": "small_tied", "rounds": 1, "members": [0, 2],
+           "train_ms_per_step_median": {"0": 100.0, "2": 150.0}, "time_of_one": {"0": 1.0, "2": 1.5},
+           "device_kind": "cpu", "jax": "0.10.2", "runs": {"0": [{"train_ms_per_step": 100.0}],
+                                                         "2": [{"train_ms_per_step": 150.0}]}}
+  (src / "sweep.jsonl").write_text(json.dumps(sweep) + "\n")
+  members_speed.build_members_speed("members", tmp_path / "results", src)
+  page = tmp_path / "results" / "members" / "README.md"
+  assert len((page.parent / "profile_cpu.jsonl").read_text().splitlines()) == 4
+  text = page.read_text()
+  assert "| configs/small_tied.py | cpu | 0.10.2 | 2 | 0 | 110 | 220 | 150 | 70 |" in text
+  row = "| configs/small_tied.py | cpu | 0.10.2 | 2 |"
+  assert f"{row} 2 | 240 (2.18×) | 570 (2.59×) | 340 (2.27×) | 230 (3.29×) |" in text
+  assert "- configs/small_tied.py, K = 2, round 1: 350.0 ms product f32[2,400,10000] `logits/dot_general`" in text
+  begin = "<!-- report:members:profile:begin -->"
+  page.write_text(text.replace(begin, f"Prose kept.\n\n{begin}"))
+  members_speed.build_members_speed("members", tmp_path / "results", src)
+  again = page.read_text()
+  assert "Prose kept." in again and again.count("report:members:profile:begin") == 1
+  members_speed.build_members_speed("members", tmp_path / "results")
+  assert page.read_text() == again

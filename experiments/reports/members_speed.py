@@ -1,23 +1,32 @@
-"""What K members cost against one model (`wt_jax.members`), from `experiments.bench --members_sweep` records.
+"""What K members cost against one model (`wt_jax.members`), from `experiments.bench --members_sweep` records,
+and where their step's time goes, from `experiments.bench_helpers.members_profile` records.
 
     python -m experiments.report members --runs=DIR    # DIR: files of bench JSON lines (one sweep a line)
 
-Each `members_sweep` line of the files in DIR is copied into results/members/<device>.jsonl (one file per device
-kind); the page's table has, per config and device, the median ms per step of one model alone (K = 0) and,
-for each K, "K models in X times the time of one" with the ms of each round.
+Each `members_sweep` line of the files in DIR is copied into results/members/<device>.jsonl and each
+`members_profile` line into results/members/profile_<device>.jsonl (one file per device kind). The page's
+first table has, per config and device, the median ms per step of one model alone (K = 0) and, for each K, "K
+models in X times the time of one" with the ms of each round; its profile table (between the markers
+`<!-- report:members:profile:begin/end -->`) has, per config and K, the medians over rounds of the step's
+untraced ms and of its traced op time, split into products and the other ops, each with its ratio to K = 0,
+then the costliest ops of the largest K's last round.
 """
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 from absl import logging
 
-from experiments.reports.pages import write_page
+from experiments.reports.pages import splice_readme, write_page
+
+KINDS = {"members_sweep": "", "members_profile": "profile_"}  # record kind → its file's prefix
 
 
 def import_sweeps(src: Path, dest: Path) -> int:
-  """The members_sweep lines of every file in `src` → dest/<device kind>.jsonl (appended, duplicates skipped)."""
+  """The members_sweep lines of every file in `src` → dest/<device kind>.jsonl, its members_profile lines →
+  dest/profile_<device kind>.jsonl (appended, duplicates skipped)."""
   count = 0
   for f in sorted(p for p in src.iterdir() if p.is_file()):
     for line in f.read_text(errors="replace").splitlines():
@@ -25,9 +34,9 @@ def import_sweeps(src: Path, dest: Path) -> int:
         continue
       record = json.loads(line)
       record = record.get("result", record)  # (gpu_bench.sh wraps each line: {"name", "wall_s", "result"})
-      if record.get("bench") != "members_sweep":
+      if record.get("bench") not in KINDS:
         continue
-      out = dest / f"{record['device_kind'].replace(' ', '_')}.jsonl"
+      out = dest / f"{KINDS[record['bench']]}{record['device_kind'].replace(' ', '_')}.jsonl"
       kept = out.read_text().splitlines() if out.exists() else []
       text = json.dumps(record)
       if text not in kept:
@@ -58,7 +67,8 @@ def build_members_speed(name: str, out_root: Path, runs_dir: Path | None = None,
   report_dir.mkdir(parents=True, exist_ok=True)
   if runs_dir is not None:
     logging.info("imported %d sweeps", import_sweeps(runs_dir, report_dir))
-  records = [json.loads(l) for f in sorted(report_dir.glob("*.jsonl")) for l in f.read_text().splitlines() if l]
+  lines = [json.loads(l) for f in sorted(report_dir.glob("*.jsonl")) for l in f.read_text().splitlines() if l]
+  records = [r for r in lines if r.get("bench") == "members_sweep"]  # (the folder holds other records too)
   if not records:
     raise FileNotFoundError(f"no members_sweep records in {report_dir}; pass --runs=DIR of bench outputs")
   tab = members_table(records)
@@ -66,6 +76,45 @@ def build_members_speed(name: str, out_root: Path, runs_dir: Path | None = None,
            "--config=<config> --members_sweep=0,1,2,4,8` (each K in its own process, `rounds` interleaved rounds; "
            "the median ms per train step of all K members, divided by one model's: \"K models in X times the "
            "time of one\"; each round's ms in brackets). Steps and repeats per record are in its JSON line.")
-  write_page(report_dir / "README.md", name, "Many models in one program: what K members cost",
+  page = report_dir / "README.md"
+  write_page(page, name, "Many models in one program: what K members cost",
              f"{intro}\n\n{tab}\n\nRebuild: `python -m experiments.report {name}`")
+  profiles = [r for r in lines if r.get("bench") == "members_profile"]
+  if profiles:
+    body = profile_table(profiles)
+    if not splice_readme(page, f"{name}:profile", body):
+      page.write_text(page.read_text() + f"\n<!-- report:{name}:profile:begin -->\n{body}\n"
+                      f"<!-- report:{name}:profile:end -->\n")
   return tab
+
+
+def profile_table(records: list[dict], top: int = 6) -> str:
+  """The members_profile records as a table (medians over rounds, ratios to K = 0) and, per config, the `top`
+  costliest ops of its largest K's last round."""
+  groups: dict[tuple, dict[int, list[dict]]] = {}
+  for r in records:
+    groups.setdefault((r["config"], r["device_kind"], r["jax"]), {}).setdefault(r["members"], []).append(r)
+  keys = ("ms_per_step", "op_ms_per_step", "product_ms", "other_ms")
+  rows = ["| config | device | jax | rounds | K | step, ms | op time, ms | products, ms | other ops, ms |",
+          "|---|---|---|---|---|---|---|---|---|"]
+  costliest = []
+  for (config, device, jax_version), by_k in groups.items():
+    if 0 not in by_k:
+      raise ValueError(f"the members_profile records of {config} on {device} have no K = 0 (one model) line")
+    median = {k: {key: statistics.median(r[key] for r in runs) for key in keys} for k, runs in by_k.items()}
+    for k in sorted(by_k):
+      cells = [f"{median[k][key]:,.0f}" + (f" ({median[k][key] / median[0][key]:.2f}×)" if k else "")
+               for key in keys]
+      rows.append(f"| {config} | {device} | {jax_version} | {len(by_k[k])} | {k} | " + " | ".join(cells) + " |")
+    largest = max(by_k)
+    last = max(by_k[largest], key=lambda r: r["round"])
+    ops = "; ".join(f"{op['ms']:,.1f} ms {'product' if op['product'] else 'other'} {op['shape']} "
+                    f"`{op['source']}`" for op in last["top_ops"][:top])
+    costliest.append(f"- {config}, K = {largest}, round {last['round']}: {ops}")
+  intro = ("Where the step's time goes (`python -m experiments.bench_helpers.members_profile --config=<config> "
+           "--members=<Ks> --rounds=<rounds>`; steps per record in its JSON line): per K, the medians over "
+           "interleaved rounds of the step's untraced ms and of its op time from a jax.profiler trace, split into "
+           "products (ops that hold a dot) and the other ops; the ratio to one model (K = 0) in brackets. Op times "
+           "overlap when ops run at once and include the tracer's cost, so their sum is not the step's time.")
+  return "\n".join([intro, "", *rows, "", "The costliest ops (ms per step, output shape, the JAX operation):", "",
+                    *costliest])
