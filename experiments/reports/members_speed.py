@@ -66,7 +66,7 @@ def build_members_speed(name: str, out_root: Path, runs_dir: Path | None = None,
   report_dir = out_root / name
   report_dir.mkdir(parents=True, exist_ok=True)
   if runs_dir is not None:
-    logging.info("imported %d sweeps", import_sweeps(runs_dir, report_dir))
+    logging.info("imported %d records", import_sweeps(runs_dir, report_dir))
   lines = [json.loads(l) for f in sorted(report_dir.glob("*.jsonl")) for l in f.read_text().splitlines() if l]
   records = [r for r in lines if r.get("bench") == "members_sweep"]  # (the folder holds other records too)
   if not records:
