@@ -654,7 +654,8 @@ def test_members_page_profile_table_from_profile_records(tmp_path):
   src.mkdir()
   (src / "profile.jsonl").write_text("".join(json.dumps(l) + "\n" for l in [
       line(0, 0, 100, 140, 60), line(2, 0, 230, 330, 220), line(0, 1, 120, 160, 80), line(2, 1, 250, 350, 240),
-      {"bench": "members_profile_ratios", "device_kind": "cpu"}]))
+      {"bench": "members_profile_ratios", "config": "configs/small_tied.py", "device_kind": "cpu", "jax": "0.10.2",
+       "steps": 20, "rounds": 2}]))
   sweep = {"bench": "members_sweep", "config": "small_tied", "rounds": 1, "members": [0, 2],
            "train_ms_per_step_median": {"0": 100.0, "2": 150.0}, "time_of_one": {"0": 1.0, "2": 1.5},
            "device_kind": "cpu", "jax": "0.10.2", "runs": {"0": [{"train_ms_per_step": 100.0}],
@@ -662,10 +663,10 @@ def test_members_page_profile_table_from_profile_records(tmp_path):
   (src / "sweep.jsonl").write_text(json.dumps(sweep) + "\n")
   members_speed.build_members_speed("members", tmp_path / "results", src)
   page = tmp_path / "results" / "members" / "README.md"
-  assert len((page.parent / "profile_cpu.jsonl").read_text().splitlines()) == 4
+  assert len((page.parent / "profile_cpu.jsonl").read_text().splitlines()) == 5
   text = page.read_text()
-  assert "| configs/small_tied.py | cpu | 0.10.2 | 2 | 0 | 110 | 220 | 150 | 70 |" in text
-  row = "| configs/small_tied.py | cpu | 0.10.2 | 2 |"
+  row = "| configs/small_tied.py | cpu | 0.10.2 | 20 | 2 |"
+  assert f"{row} 0 | 110 | 220 | 150 | 70 |" in text
   assert f"{row} 2 | 240 (2.18×) | 570 (2.59×) | 340 (2.27×) | 230 (3.29×) |" in text
   assert "- configs/small_tied.py, K = 2, round 1: 350.0 ms product f32[2,400,10000] `logits/dot_general`" in text
   begin = "<!-- report:members:profile:begin -->"

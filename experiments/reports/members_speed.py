@@ -21,7 +21,7 @@ from absl import logging
 
 from experiments.reports.pages import splice_readme, write_page
 
-KINDS = {"members_sweep": "", "members_profile": "profile_"}  # record kind → its file's prefix
+KINDS = {"members_sweep": "", "members_profile": "profile_", "members_profile_ratios": "profile_"}  # → file prefix
 
 
 def import_sweeps(src: Path, dest: Path) -> int:
@@ -79,7 +79,7 @@ def build_members_speed(name: str, out_root: Path, runs_dir: Path | None = None,
   page = report_dir / "README.md"
   write_page(page, name, "Many models in one program: what K members cost",
              f"{intro}\n\n{tab}\n\nRebuild: `python -m experiments.report {name}`")
-  profiles = [r for r in lines if r.get("bench") == "members_profile"]
+  profiles = [r for r in lines if r.get("bench") in ("members_profile", "members_profile_ratios")]
   if profiles:
     body = profile_table(profiles)
     if not splice_readme(page, f"{name}:profile", body):
@@ -89,32 +89,38 @@ def build_members_speed(name: str, out_root: Path, runs_dir: Path | None = None,
 
 
 def profile_table(records: list[dict], top: int = 6) -> str:
-  """The members_profile records as a table (medians over rounds, ratios to K = 0) and, per config, the `top`
-  costliest ops of its largest K's last round."""
+  """The members_profile records as a table (medians over rounds, ratios to K = 0; the steps per round from each
+  run's members_profile_ratios line) and, per config, the `top` costliest ops of its largest K's last round."""
+  steps = {(r["config"], r["device_kind"], r["jax"]): r["steps"] for r in records
+           if r["bench"] == "members_profile_ratios"}
   groups: dict[tuple, dict[int, list[dict]]] = {}
   for r in records:
-    groups.setdefault((r["config"], r["device_kind"], r["jax"]), {}).setdefault(r["members"], []).append(r)
+    if r["bench"] == "members_profile":
+      groups.setdefault((r["config"], r["device_kind"], r["jax"]), {}).setdefault(r["members"], []).append(r)
   keys = ("ms_per_step", "op_ms_per_step", "product_ms", "other_ms")
-  rows = ["| config | device | jax | rounds | K | step, ms | op time, ms | products, ms | other ops, ms |",
-          "|---|---|---|---|---|---|---|---|---|"]
+  rows = ["| config | device | jax | steps | rounds | K | step, ms | op time, ms | products, ms | other ops, ms |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
   costliest = []
-  for (config, device, jax_version), by_k in groups.items():
+  for group, by_k in groups.items():
+    config, device, jax_version = group
     if 0 not in by_k:
       raise ValueError(f"the members_profile records of {config} on {device} have no K = 0 (one model) line")
     median = {k: {key: statistics.median(r[key] for r in runs) for key in keys} for k, runs in by_k.items()}
     for k in sorted(by_k):
       cells = [f"{median[k][key]:,.0f}" + (f" ({median[k][key] / median[0][key]:.2f}×)" if k else "")
                for key in keys]
-      rows.append(f"| {config} | {device} | {jax_version} | {len(by_k[k])} | {k} | " + " | ".join(cells) + " |")
+      rows.append(f"| {config} | {device} | {jax_version} | {steps.get(group, '—')} | {len(by_k[k])} | {k} | "
+                  + " | ".join(cells) + " |")
     largest = max(by_k)
     last = max(by_k[largest], key=lambda r: r["round"])
     ops = "; ".join(f"{op['ms']:,.1f} ms {'product' if op['product'] else 'other'} {op['shape']} "
                     f"`{op['source']}`" for op in last["top_ops"][:top])
     costliest.append(f"- {config}, K = {largest}, round {last['round']}: {ops}")
   intro = ("Where the step's time goes (`python -m experiments.bench_helpers.members_profile --config=<config> "
-           "--members=<Ks> --rounds=<rounds>`; steps per record in its JSON line): per K, the medians over "
-           "interleaved rounds of the step's untraced ms and of its op time from a jax.profiler trace, split into "
-           "products (ops that hold a dot) and the other ops; the ratio to one model (K = 0) in brackets. Op times "
-           "overlap when ops run at once and include the tracer's cost, so their sum is not the step's time.")
+           "--members=<Ks> --steps=<steps> --rounds=<rounds>`): per K, the medians over interleaved rounds of the "
+           "step's ms (`steps` steps timed untraced) and of its op time (the same number of steps traced with "
+           "jax.profiler), split into products (ops that hold a dot) and the other ops; the ratio to one model "
+           "(K = 0) in brackets. Op times overlap when ops run at once and include the tracer's cost, so their "
+           "sum is not the step's time.")
   return "\n".join([intro, "", *rows, "", "The costliest ops (ms per step, output shape, the JAX operation):", "",
                     *costliest])
