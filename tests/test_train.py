@@ -399,40 +399,52 @@ def test_a_run_resumed_past_a_damaged_checkpoint_trains_through_that_step_again(
     assert res[key] == pytest.approx(undisturbed[key], rel=1e-5), key
 
 
+class _RaisesWhenCollected:
+  """An object whose finaliser raises `error`: Python reports it to sys.unraisablehook when it is collected."""
+
+  def __init__(self, error):
+    self.error = error
+
+  def __del__(self):
+    raise self.error
+
+
 def test_the_reads_orbax_abandons_in_a_damaged_step_are_not_reported_again(tmp_path, monkeypatch):
   """orbax reads a step's arrays concurrently and leaves the others unfinished when one fails; Python reports
-  each later (at garbage collection) as an unraisable exception — dozens of traceback lines repeating the one-
-  line warning. After a damaged step, those reports (the step's read errors, "Event loop is closed") are
-  dropped; any other unraisable exception, one naming another step included, still reaches the hook."""
+  each as an unraisable exception — while the failure propagates or later, at garbage collection — dozens of
+  traceback lines repeating the one-line warning. Those reports (the damaged step's read errors, "Event loop is
+  closed") are dropped from the read on; any other unraisable exception, one naming another step included,
+  still reaches the hook, and a step read intact leaves the hook as it was."""
   import gc
   from wt_jax.train.checkpoint import Checkpoints
   state = {"params": {f"w{i}": jnp.full((64, 64), float(i)) for i in range(6)}, "step": jnp.int32(0)}
   ckpts = Checkpoints(tmp_path / "checkpoints")
   for step in (2, 4):
     ckpts.save("last", step, state, {"step": step})
+  reported = []
+  recorder = lambda u: reported.append(str(u.exc_value))
+  monkeypatch.setattr(sys, "unraisablehook", recorder)
+  assert ckpts.restore_intact(state)[2:] == ("last", 4) and sys.unraisablehook is recorder  # intact: unchanged
   largest = max((p for p in (tmp_path / "checkpoints" / "last" / "4").rglob("*") if p.is_file()),
                 key=lambda p: p.stat().st_size)
   largest.write_bytes(largest.read_bytes()[: largest.stat().st_size // 2])
-  reported = []
-  monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(str(u.exc_value)))
+  read = ckpts.restore
+
+  def restore_reporting_meanwhile(kind, target, step=None):  # a TensorStore read completing while orbax fails
+    _RaisesWhenCollected(RuntimeError("Event loop is closed"))
+    return read(kind, target, step)
+
+  monkeypatch.setattr(ckpts, "restore", restore_reporting_meanwhile)
   _, _, kind, step = ckpts.restore_intact(state)
   ckpts.close()
   assert (kind, step) == ("last", 2)
   gc.collect()  # orbax's own abandoned reads, if any are left, are collected now
-
-  class RaisesWhenCollected:
-    def __init__(self, error):
-      self.error = error
-
-    def __del__(self):
-      raise self.error
-
   step4 = tmp_path / "checkpoints" / "last" / "4"
   for error in (Exception(f"Encountered error while reading array index: (). 'path': '{step4}/state/'"),
                 RuntimeError("Event loop is closed"),
                 Exception(f"Encountered error while reading array index: (). 'path': '{step4}0/state/'"),
                 ValueError("an unrelated finaliser failed")):
-    RaisesWhenCollected(error)  # collected at once (reference count 0): its __del__ raises
+    _RaisesWhenCollected(error)  # collected at once (reference count 0): its __del__ raises
   assert reported == [f"Encountered error while reading array index: (). 'path': '{step4}0/state/'",
                       "an unrelated finaliser failed"]
 

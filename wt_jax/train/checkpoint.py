@@ -8,10 +8,11 @@ parameters. The two newest `last` steps are kept: when the newest cannot be read
 damaged disk), `restore_intact` says so in one line, moves it aside (`<step>.unreadable`, never deleted) and
 falls back to the previous step, then to `best`; a `best` step newer than the one resumed from is moved aside
 too (`<step>.superseded`), since the run replays that step and saves it again. The reads orbax leaves behind
-when a step fails are silenced (`_silence_abandoned_reads`), so that the damage is reported in that one line.
+when a step fails are silenced (`_abandoned_reads_silenced`), so that the damage is reported in that one line.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Any
 
@@ -23,15 +24,18 @@ from etils import epath
 KEEP = {"last": 2, "best": 1}  # steps kept per kind: the previous `last` survives a damaged newest one
 
 
-def _silence_abandoned_reads(step_dir) -> None:
-  """Drop, from now on, Python's reports of the reads orbax abandoned in the damaged step `step_dir`.
+@contextlib.contextmanager
+def _abandoned_reads_silenced(step_dir):
+  """While orbax reads the step `step_dir`, and from then on if the read fails, drop Python's reports of the
+  reads it abandons there.
 
   orbax reads a step's arrays as concurrent coroutines (`asyncio.gather`); when one fails the others are left
-  unfinished. Each is reported later, whenever the garbage collector reaches it, as an unraisable exception — a
-  coroutine that raised "Encountered error while reading array index" (naming the step's files) while being
-  closed, or a TensorStore read that completed after orbax's event loop closed ("Event loop is closed"): dozens
-  of traceback lines, at a random later moment, repeating the damage already reported in one line. Every other
-  unraisable exception still reaches the hook installed before this one."""
+  unfinished. Each is reported as an unraisable exception — while the failure is still propagating or later,
+  whenever the garbage collector reaches it: a coroutine that raised "Encountered error while reading array
+  index" (naming the step's files) while being closed, or a TensorStore read that completed after orbax's event
+  loop closed ("Event loop is closed"). That is dozens of traceback lines, at a random moment, repeating the
+  damage reported in one line. Every other unraisable exception still reaches the hook installed before; after
+  a read that succeeds (or a checkpoint of another model) that hook is put back."""
   where = "/".join(str(step_dir).rstrip("/").split("/")[-3:]) + "/"  # `checkpoints/last/<step>/`: a bucket's
   # TensorStore spec names the path inside the bucket, a local one the whole path
   previous = sys.unraisablehook
@@ -44,6 +48,17 @@ def _silence_abandoned_reads(step_dir) -> None:
     previous(unraisable)
 
   sys.unraisablehook = hook
+  damaged = False
+  try:
+    yield
+  except CheckpointMismatchError:
+    raise
+  except Exception:
+    damaged = True  # the abandoned reads may be reported at any later moment: the filter stays
+    raise
+  finally:
+    if not damaged and sys.unraisablehook is hook:
+      sys.unraisablehook = previous
 
 
 class CheckpointMismatchError(ValueError):
@@ -130,14 +145,14 @@ class Checkpoints:
     for kind in kinds:
       for step in reversed(self.steps(kind)):
         try:
-          state, meta = self.restore(kind, target, step)
+          with _abandoned_reads_silenced(self.directory / kind / str(step)):
+            state, meta = self.restore(kind, target, step)
         except CheckpointMismatchError:
           raise
         except Exception as e:  # noqa: BLE001 (whatever orbax or TensorStore raise for damaged files)
           first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
           logging.warning("Checkpoint %s (step %d) cannot be read: %s — moved to %s.unreadable; falling back "
                           "to an older checkpoint.", self.directory / kind / str(step), step, first, step)
-          _silence_abandoned_reads(self.directory / kind / str(step))
           self._set_aside(kind, step, "unreadable")
           fell_back = True
           continue
