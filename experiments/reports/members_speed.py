@@ -4,7 +4,8 @@ and where their step's time goes, from `experiments.bench_helpers.members_profil
     python -m experiments.report members --runs=DIR    # DIR: files of bench JSON lines (one sweep a line)
 
 Each `members_sweep` line of the files in DIR is copied into results/members/<device>.jsonl and each
-`members_profile` line into results/members/profile_<device>.jsonl (one file per device kind). The page's
+`members_profile` line (and each run's `members_profile_ratios` line, which holds its steps and host) into
+results/members/profile_<device>.jsonl (one file per device kind). The page's
 first table has, per config and device, the median ms per step of one model alone (K = 0) and, for each K, "K
 models in X times the time of one" with the ms of each round; its profile table (between the markers
 `<!-- report:members:profile:begin/end -->`) has, per config and K, the medians over rounds of the step's
@@ -25,8 +26,8 @@ KINDS = {"members_sweep": "", "members_profile": "profile_", "members_profile_ra
 
 
 def import_sweeps(src: Path, dest: Path) -> int:
-  """The members_sweep lines of every file in `src` → dest/<device kind>.jsonl, its members_profile lines →
-  dest/profile_<device kind>.jsonl (appended, duplicates skipped)."""
+  """The members_sweep lines of every file in `src` → dest/<device kind>.jsonl, its members_profile and
+  members_profile_ratios lines → dest/profile_<device kind>.jsonl (appended, duplicates skipped)."""
   count = 0
   for f in sorted(p for p in src.iterdir() if p.is_file()):
     for line in f.read_text(errors="replace").splitlines():
