@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from configs import inan as inan_config
 from experiments import report
 from experiments.reports import inan, lm_tables, nmt, records, softmax_study, tpu_memory
 from tests.conftest import REPO
@@ -460,6 +461,7 @@ def test_inan_page_tables_1_and_2_paper_beside_ours(tmp_path):
   _inan_run(runs / "medium_vd_seed1", "inan_medium_vd_keep", 1, 86.0, 81.0)
   for v, test in (("vd", 150.0), ("al", 140.0), ("re", 145.0), ("real", 141.0)):
     _inan_run(runs / f"h2_{v}", f"inan_small_{v}_wikitext2_half2_keep", 0, test + 10.0, test, "wikitext2_half2")
+  _inan_run(runs / "h2_re_seed1", "inan_small_re_wikitext2_half2_keep", 1, 157.0, 147.0, "wikitext2_half2")
 
   tab = inan.build_inan("inan_table1_2", out, runs)
 
@@ -477,14 +479,19 @@ def test_inan_page_tables_1_and_2_paper_beside_ours(tmp_path):
   assert row("| 1 | WikiText-2 | small (200) | + REAL |").endswith("| not run yet | 105.6 / — | 98.9 / — | — |")
   assert len([l for l in tab.splitlines() if l.startswith("| 1 | PTB | large (1500) |") and "not run yet" in l]) == 4
   claims = {l.split(": ", 1)[0]: l.split(": ", 1)[1] for l in tab.splitlines() if l.startswith("- Table")}
+  # Each claim names the seeds behind the means it compares, and their spread where there are several.
   assert claims["- Table 2, WikiText-2, second half, small, ours"] == (
-      "AL < VD: yes, RE < VD: yes, REAL lowest: no (AL 140.00 < REAL 141.00 < RE 145.00 < VD 150.00)")
+      "AL < VD: yes, RE < VD: yes, REAL lowest: no (AL 140.00 < REAL 141.00 < RE 146.00 < VD 150.00); "
+      "seeds: VD 0, AL 0, RE 0 and 1 (test sd 1.41), REAL 0")
   assert claims["- Table 1, PTB, small, ours, App. A, retrained (footnote 4)"].startswith(
       "AL < VD: yes, RE < VD: yes, REAL lowest: yes")
   assert claims["- Table 1, PTB, medium, ours"] == "not run yet (1 of 4 rows)"
   assert claims["- Table 1, PTB, large, paper"] == (
       "AL < VD: yes, RE < VD: yes, REAL lowest: yes (REAL 68.5 < RE 69.0 < AL 71.2 < VD 72.6)")
   page = (out / "inan_table1_2" / "README.md").read_text()
+  # The lead names the AL's τ and γ the config gives (not the transcription's values).
+  al = inan_config.get_config("small,al").al
+  assert f"τ = {al.tau:g} and γ = {al.alpha / al.tau:g} (PTB)" in page
   assert ("`python -m experiments.ptb --config=configs/inan.py:small,al,wikitext2_half2 --config.seed=0 "
           "--config.matmul_precision=tensorfloat32 --workdir=runs/inan_table1_2/h2_al` — commit `def456`, machine: "
           "NVIDIA H200") in page

@@ -109,6 +109,15 @@ def load_inan_runs(report_dir: Path, out_root: Path) -> dict[str, list[dict]]:
   return by_config
 
 
+def al_settings() -> str:
+  """The AL's τ and γ (α = γτ, Inan Appendix A) that configs/inan.py gives the +AL rows, per corpus: their values
+  are blank in our text of the paper and are not the transcription's (BUILD_NOTES §29)."""
+  ptb, wt2 = (inan_config.get_config(f"small,al,{corpus}").al for corpus in ("ptb", "wikitext2"))
+  tau = f"{ptb.tau:g}" + (f" (PTB) / {wt2.tau:g} (WikiText-2)" if wt2.tau != ptb.tau else "")
+  return (f"the AL's τ = {tau} and γ = {ptb.alpha / ptb.tau:g} (PTB) / {wt2.alpha / wt2.tau:g} "
+          "(WikiText-2), whose source is not recorded (BUILD_NOTES §29)")
+
+
 def order_line(test: dict[str, float], fmt=lambda x: f"{x:.2f}") -> str:
   """The paper's claims on one size and corpus, checked on test perplexities (variant → value): AL and RE each
   below the VD-LSTM, REAL the lowest of the four; then the four in increasing order, each as `fmt` writes it
@@ -121,12 +130,23 @@ def order_line(test: dict[str, float], fmt=lambda x: f"{x:.2f}") -> str:
           f"{yes(test['real'] < min(test['vd'], test['al'], test['re']))} ({ranked})")
 
 
+def seeds_line(by_variant: dict[str, tuple[list[int], float | None]]) -> str:
+  """The seeds behind each variant's mean (variant → (seeds, sample sd of their test perplexities or None)), so
+  an order claim can be read against the seed spread: 'seeds: VD 0, AL 0 and 1 (test sd 0.07), …'."""
+  def one(v):
+    ids, sd = by_variant[v]
+    return (f"{v.upper()} {', '.join(map(str, ids[:-1]))}{' and ' if len(ids) > 1 else ''}{ids[-1]}"
+            + (f" (test sd {sd:.2f})" if sd is not None else ""))
+  return "seeds: " + ", ".join(one(v) for v in VARIANT_LABELS)
+
+
 def table(by_config: dict[str, list[dict]]) -> str:
   """Markdown: one line per row (paper beside ours, mean over seeds), then the paper's order claims per size
   and corpus (and session), on the paper's values and on ours."""
   lines = ["| table | corpus | network | model | parameters (ours) | seeds | valid paper / ours | test paper / ours "
            "| test Δ |", "|---|---|---|---|---|---|---|---|---|"]
   claims: dict[tuple, dict[str, float]] = {}
+  seeds: dict[tuple, dict[str, tuple[list[int], float | None]]] = {}  # the same keys → (seeds, test sd)
   for row in rows():
     b, runs = row.block, by_config.get(row.config, [])
     model = VARIANT_LABELS[row.variant] + (f", {row.session}" if row.session else "")
@@ -136,6 +156,8 @@ def table(by_config: dict[str, list[dict]]) -> str:
       continue
     tests = [r["test_ppl"] for r in runs]
     claims.setdefault((b.table, b.corpus, b.size, row.session), {})[row.variant] = statistics.mean(tests)
+    seeds.setdefault((b.table, b.corpus, b.size, row.session), {})[row.variant] = (
+        [r["seed"] for r in runs], statistics.stdev(tests) if len(tests) > 1 else None)
     lines.append(f"{head} | {', '.join(f'{s:,}' for s in sorted({r['num_params'] for r in runs}))} "
                  f"| {', '.join(str(r['seed']) for r in runs)} "
                  f"| {row.valid} / {seeds_cell([r['valid_ppl'] for r in runs])} "
@@ -146,8 +168,10 @@ def table(by_config: dict[str, list[dict]]) -> str:
     where = f"Table {b.table}, {CORPUS_LABELS[b.corpus]}, {b.size}"
     lines.append(f"- {where}, paper: {order_line({v: test for v, _, test in b.paper}, str)}")
     for session in ([s for _, s in SESSIONS] if (b.corpus, b.size) == ("ptb", "small") else [""]):
-      ours = claims.get((b.table, b.corpus, b.size, session), {})
-      lines.append(f"- {where}, ours{f', {session}' if session else ''}: {order_line(ours)}")
+      key = (b.table, b.corpus, b.size, session)
+      ours = claims.get(key, {})
+      lines.append(f"- {where}, ours{f', {session}' if session else ''}: {order_line(ours)}"
+                   + (f"; {seeds_line(seeds[key])}" if len(ours) == len(VARIANT_LABELS) else ""))
   return "\n".join(lines)
 
 
@@ -230,9 +254,10 @@ def build_inan(name: str, out_root: Path, runs_dir: Path | None = None, readme: 
   png = figure2(by_config, report_dir / "figure2.png")
   lead = ("Paper: Inan, Khosravi & Socher, Tying Word Vectors and Word Classifiers, ICLR 2017, Tables 1 and 2 "
           "(valid / test perplexity; no large WikiText-2 row, its footnote 5). Ours: "
-          "`configs/inan.py:SIZE,VARIANT[,CORPUS]`, Appendix A's settings as transcribed in "
-          "../shared/papers/README.md (40 epochs, and +REAL's gradient through the AL target, are ours: see the "
-          "config); test perplexity by the batch-1 protocol (`test_ppl`); several seeds are shown as mean ± their "
+          "`configs/inan.py:SIZE,VARIANT[,CORPUS]`: Appendix A's learning rate, decay schedule, bptt, clip and "
+          "dropout as transcribed in ../shared/papers/README.md, its \"dropout probabilities\" read as keep "
+          f"probabilities; ours, not from that transcription: {al_settings()}, 40 epochs, Zaremba's "
+          "initialisation per size and +REAL's gradient through the AL target (see the config); test perplexity by the batch-1 protocol (`test_ppl`); several seeds are shown as mean ± their "
           "sample standard deviation (each seed). The small PTB rows are the Appendix A runs of "
           f"[results/{SMALL_PTB_HOME}](../{SMALL_PTB_HOME}/README.md), both training sessions (the paper reports "
           "the second, its footnote 4); the other rows' runs are in this folder. Table 2's corpora are the first "
