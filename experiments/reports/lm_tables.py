@@ -321,7 +321,7 @@ def build(name: str, out_root: Path, runs_dir: Path | None = None, readme: Path 
   tab = table(spec, by_config) + (f"\n\n{spec.note}" if spec.note else "")
   png = figure(spec, by_config, report_dir / "valid_curves.png")
   lead = (f"Paper: {spec.source}. Ours: test perplexity is the batch-1 protocol (`test_ppl`); several seeds "
-          f"are shown as mean (each seed).")
+          f"are shown as mean ± their sample standard deviation (each seed).")
   _write(name, report_dir, readme, spec.title, lead, tab, png, "validation curves",
          provenance(name, spec, by_config), "Runs, commands, code commits and machine")
   return tab

@@ -271,7 +271,7 @@ def build_softmax_study(name: str, out_root: Path, runs_dir: Path | None = None,
   tab = softmax_table(runs, bench, table4, study)
   common = ("Rows with a gradient and gradient norms (the embedding matrices' L2 norms): the mean per step over "
             "training (`rows/grad/...`, `norm/grad/...` in each run's curve), of the cell's first seed; Table 6's "
-            "runs did not record them. A cell of several seeds shows the mean (each seed), and its tied − untied "
+            "runs did not record them. A cell of several seeds shows the mean ± the seeds' sample standard deviation (each seed), and its tied − untied "
             "gap is between the means. Settings not in a run's results.json come from its commit (the runs "
             "list). ")
   if study.table6_baseline:
