@@ -74,14 +74,17 @@ def build_tpu_memory(name: str, out_root: Path, runs_dir: Path | None = None, re
   member_records = [r for r in every if "max_members" in r]
   tab = tpu_memory_table(records)
   vers = sorted({f"jax {r['versions']['jax']} / libtpu {r['versions']['libtpu']}" for r in records if "versions" in r})
+  unversioned = sum("versions" not in r for r in records)
+  vers.append(f"{unversioned} of the {len(records)} records name no versions" if unversioned else "")
   intro = ("TPU v5e memory per chip (16 GiB HBM) from `python -m experiments.compile --config=configs/<config>.py "
-           "--topology=<topology> --find_max_batch --batch_rel_tol=0.25` on a CPU-only machine "
-           f"({', '.join(vers) or 'versions not recorded'}). \"total\" is arguments + outputs − donated + "
+           "--topology=<topology> --find_max_batch --batch_rel_tol=0.25 [--batch_start=<a guess>]` on a CPU-only "
+           f"machine ({'; '.join(v for v in vers if v) or 'versions not recorded'}; the start of each search, which "
+           "can move its answer within the tolerance, is not recorded). \"total\" is arguments + outputs − donated + "
            "temporaries; the largest batch is the largest global batch the search compiled that fits (within 25% "
            "of the smallest that does not), divided by the chip count. Compile times are this 2-core machine's, "
            "with other jobs running; the NMT rows use the longest training bucket and the BPE vocabulary size "
            "as an upper bound for both sides; `nmt_multi30k_none` is `configs/nmt_multi30k_baseline.py`.")
-  title = "Compile for a TPU before you rent one: memory per chip of every paper config"
+  title = "Compile for a TPU before you rent one: memory per chip of the paper configs"
   members = ""
   if member_records:
     members = ("\n\nMembers (`wt_jax.members`: K seeds of a config trained in one program, each chip holding its "
