@@ -34,9 +34,11 @@ def main(argv):
     data = translation.load_corpus(config)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
+  except trainer.STOPS as e:  # (the corpus is missing)
+    sys.exit(str(e))
   try:
     nmt.fit_nmt(config, data, _WORKDIR.value)
-  except trainer.Interrupted as e:  # SIGINT/SIGTERM: `last` is saved; the same command resumes
+  except trainer.STOPS as e:  # bad input, a busy workdir, divergence, SIGINT/SIGTERM (resumable): one line
     sys.exit(str(e))
 
 

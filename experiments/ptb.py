@@ -35,10 +35,9 @@ def main(argv):
   if config.dataset not in lm_corpora.CORPORA:
     raise app.UsageError(f"Unknown dataset {config.dataset!r}; known: {', '.join(lm_corpora.CORPORA)}.")
   logging.info("Config:\n%s", config)
-  corpus = lm_corpora.load_corpus(config)
   try:
-    lm.fit(config, corpus, _WORKDIR.value)
-  except trainer.Interrupted as e:  # SIGINT/SIGTERM: `last` is saved; the same command resumes
+    lm.fit(config, lm_corpora.load_corpus(config), _WORKDIR.value)
+  except trainer.STOPS as e:  # bad input, a busy workdir, divergence, SIGINT/SIGTERM (resumable): one line
     sys.exit(str(e))
 
 

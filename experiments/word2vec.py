@@ -37,7 +37,7 @@ def main(argv):
   logging.info("Config:\n%s", config)
   try:
     skipgram.fit_skipgram(config, DATASETS[config.dataset](config), _WORKDIR.value)
-  except trainer.Interrupted as e:  # SIGINT/SIGTERM: `last` is saved; the same command resumes
+  except trainer.STOPS as e:  # bad input, a busy workdir, divergence, SIGINT/SIGTERM (resumable): one line
     sys.exit(str(e))
 
 

@@ -15,6 +15,7 @@ from tests.conftest import REPO, tiny_config, write_corpus
 from wt_jax import losses, models, tying
 from wt_jax.data import ptb
 from wt_jax.train import evaluate, lm, optim, trainer
+from wt_jax.train import metrics as metrics_lib
 from wt_jax.train.checkpoint import CheckpointMismatchError
 
 
@@ -212,6 +213,19 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_corpus, tmp_path):
   assert res["resumed_from_step"] == 5 and math.isfinite(res["valid_ppl"])
 
 
+def test_a_run_that_stops_closes_its_metrics_writers(tiny_corpus, tmp_path, monkeypatch):
+  """The metrics writers (TensorBoard's events) are closed however the run ends, here by divergence: left
+  open, tensorboardX closes them at interpreter exit, which Python >= 3.12 refuses when the writer's thread
+  never started (a traceback at exit, and the queued events lost)."""
+  corpus, _ = tiny_corpus
+  closed = []
+  close = metrics_lib.MetricsWriter.close
+  monkeypatch.setattr(metrics_lib.MetricsWriter, "close", lambda self: (closed.append(str(self.path)), close(self)))
+  with pytest.raises(trainer.NonFiniteLossError):
+    lm.fit(tiny_config(max_steps=5, learning_rate=float("nan")), corpus, tmp_path)
+  assert closed == [str(tmp_path / "metrics.jsonl")]
+
+
 def test_max_steps_on_a_checkpoint_step_finishes(tiny_corpus, tmp_path):
   """A smoke run whose last step is also a mid-epoch checkpoint step must not write that step twice."""
   corpus, _ = tiny_corpus
@@ -236,10 +250,17 @@ def _run_entry(args, data_root, tmp_path):
 
 def test_entry_point_end_to_end(tiny_corpus, tmp_path):
   _, root = tiny_corpus
-  proc = _run_entry(["--config=configs/small_tied.py", f"--workdir={tmp_path}", "--config.max_steps=5",
-                     "--config.vocab_size=31", "--config.hidden_size=8", "--config.test_window=64"],
-                    root, tmp_path)
+  args = lambda hidden=8: ["--config=configs/small_tied.py", f"--workdir={tmp_path}", "--config.max_steps=5",
+                           "--config.vocab_size=31", f"--config.hidden_size={hidden}", "--config.test_window=64"]
+  proc = _run_entry(args(), root, tmp_path)
   assert proc.returncode == 0, proc.stderr[-3000:]
+  # Bad input stops the entry point with its one line and no traceback: a resume under another config, and
+  # (with the change allowed) a checkpoint of another model.
+  for extra, says in ((args() + ["--config.learning_rate=0.5"], "(learning_rate 1.0 → 0.5)"),
+                      (args(16) + ["--config.allow_resume_changes=true"], "does not fit the model this config builds")):
+    bad = _run_entry(extra, root, tmp_path)
+    assert bad.returncode == 1 and says in bad.stderr.strip().splitlines()[-1], bad.stderr[-3000:]
+    assert "Traceback" not in bad.stderr, bad.stderr[-3000:]
   res = json.loads((tmp_path / "results.json").read_text())
   assert res["config"] == "small_tied" and res["steps"] == 5
   assert res["num_params"] == 31 * 8 + 31 + 2 * (4 * 16 * 8 + 4 * 8)
@@ -279,8 +300,8 @@ def test_entry_point_rejects_unknown_config_key(tiny_corpus, tmp_path):
 def test_entry_point_missing_data_names_env_var(tmp_path):
   proc = _run_entry(["--config=configs/small_tied.py", f"--workdir={tmp_path}", "--config.download=false"],
                     tmp_path / "empty", tmp_path)
-  assert proc.returncode != 0
-  assert "WT_JAX_DATA" in proc.stderr
+  assert proc.returncode == 1
+  assert "WT_JAX_DATA" in proc.stderr.strip().splitlines()[-1] and "Traceback" not in proc.stderr
 
 
 def test_killed_entry_point_resumes_to_the_same_numbers(tiny_corpus, tmp_path):

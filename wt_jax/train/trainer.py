@@ -48,7 +48,8 @@ from wt_jax import members as members_lib
 from wt_jax import parallel
 from wt_jax.train import metrics as metrics_lib
 from wt_jax.train import run_results
-from wt_jax.train.checkpoint import Checkpoints
+from wt_jax.data import paths
+from wt_jax.train.checkpoint import CheckpointMismatchError, Checkpoints
 from wt_jax.train.runtime import WorkdirBusyError  # noqa: F401  (raised by `run`: part of its interface)
 from wt_jax.train.runtime import ConfigChangedError  # noqa: F401  (raised by `run`: part of its interface)
 from wt_jax.train.runtime import (check_resume, deferred_signals, describe_run, is_local, versions, workdir_lock,
@@ -64,6 +65,13 @@ class NonFiniteLossError(FloatingPointError):
 
 class Interrupted(KeyboardInterrupt):
   """SIGINT or SIGTERM arrived; `last` was saved at the step reached."""
+
+
+# What stops a run for a reason its user acts on: bad input (no corpus, a resume under another config, a
+# checkpoint of another model), a workdir in use, a diverged or an interrupted run (`last` saved: the same
+# command resumes). The entry points print the message as one line and exit 1, with no traceback.
+STOPS = (Interrupted, NonFiniteLossError, ConfigChangedError, WorkdirBusyError, CheckpointMismatchError,
+         paths.DataUnavailableError)
 
 
 class Task(Protocol):
@@ -109,7 +117,24 @@ def run(task: Task, config, workdir: str | os.PathLike) -> dict:
   workdir = epath.Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   with workdir_lock(workdir):
-    return _run(task, config, workdir)
+    lane_dirs = _lane_dirs(task, workdir)
+    writers = [metrics_lib.MetricsWriter(d / "metrics.jsonl", d) if parallel.is_writer() else metrics_lib.NoWriter()
+               for d in lane_dirs]
+    try:
+      return _run(task, config, workdir, lane_dirs, writers)
+    finally:  # however the run ends: TensorBoard's queued events reach the disk (left open, tensorboardX closes
+      for w in writers:  # them at exit, which Python >= 3.12 refuses if its writer thread never started)
+        w.close()
+
+
+def _lane_dirs(task: Task, workdir: epath.Path) -> list[epath.Path]:
+  """Each model's folder, made: the workdir itself, or a members run's `<workdir>/members/<k>/`."""
+  K = getattr(task, "members", 0)
+  lane_dirs = [workdir] if not K else [workdir / run_results.MEMBERS_DIR / str(k) for k in range(K)]
+  if parallel.is_writer():
+    for d in lane_dirs:
+      d.mkdir(parents=True, exist_ok=True)
+  return lane_dirs
 
 
 def _lane_meta(members: int) -> dict:
@@ -119,17 +144,11 @@ def _lane_meta(members: int) -> dict:
   return {**lane, "diverged": None} if members else lane
 
 
-def _run(task: Task, config, workdir: epath.Path) -> dict:
+def _run(task: Task, config, workdir: epath.Path, lane_dirs: list[epath.Path], writers: list) -> dict:
   t_start = time.time()
   run_versions = versions()  # taken now: the code this process runs, even if the checkout changes later
   K = getattr(task, "members", 0)  # > 0: K models with a leading member axis on the state (wt_jax.members)
   ckpts = Checkpoints(workdir / "checkpoints")
-  lane_dirs = [workdir] if not K else [workdir / run_results.MEMBERS_DIR / str(k) for k in range(K)]
-  if parallel.is_writer():
-    for d in lane_dirs:
-      d.mkdir(parents=True, exist_ok=True)
-  writers = [metrics_lib.MetricsWriter(d / "metrics.jsonl", d) if parallel.is_writer() else metrics_lib.NoWriter()
-             for d in lane_dirs]
   state = task.init_state()
   meta = {"config": config.to_dict(), "epoch": 1, "pos": 0, "train_s": 0.0, "wall_s": 0.0,
           **(_lane_meta(0) if not K else {"members": [_lane_meta(K) for _ in range(K)]})}
@@ -366,6 +385,4 @@ def _run(task: Task, config, workdir: epath.Path) -> dict:
       write_json(workdir / run_results.SUMMARY_FILE, summary)
     logging.info("%s", summary["line"])
   ckpts.close()
-  for w in writers:
-    w.close()
   return per_lane[0] if not K else summary
