@@ -180,7 +180,7 @@ REPORTS = {
              "LSTM took 24–25 ms per step on an H200 with two runs sharing it, too slow for a 55-epoch run in "
              "one window (BUILD_NOTES §21). Our train column is the running training perplexity with dropout "
              "on; where a run also measured the training text without dropout (`config.eval_train`, on for the "
-             "BD configs) that value follows in brackets: the paper's BD train values appear to be that "
+             "`large_bd*` configs) that value follows in brackets: the paper's BD train values appear to be that "
              "measure, not the running one (BUILD_NOTES §26)."),
     # Not a paper table: the tied Transformer LM (configs/transformer.py) — tied vs untied × where the one
     # matrix's scale is corrected (none: GPT-2; √D on the input: Vaswani et al. 2017, Gemma; 1/√D on the
