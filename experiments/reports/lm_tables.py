@@ -74,8 +74,8 @@ def _paper_table7() -> str:
       lines.append(f"| {corpus if i == 0 else ''} | {split} | {cells} |")
   lines += ["", "The paper splits BBC (and IMDB) into train/valid/test itself and uses the vocabularies of Miyamoto "
             "& Cho (2016); neither its split nor those vocabularies come with the paper, so ours are our own "
-            "(`wt_jax/data/bbc.py`: an 80/10/10 split by article within each category, the 10,000 most frequent "
-            "training words). Perplexities over different vocabularies and test articles measure different "
+            "(`wt_jax/data/bbc.py`: an 80/10/10 split by article within each category, the 9,998 most frequent "
+            "training words with `<unk>` and `<eos>`). Perplexities over different vocabularies and test articles measure different "
             "things (the vocabulary decides which words become `<unk>`), so the paper's BBC values above and in "
             "the table's paper column are not strictly comparable with ours and no Δ is computed; what can carry "
             "over is how the four models rank."]
