@@ -150,7 +150,7 @@ def nmt_provenance(spec: NmtReportSpec, name: str, runs: dict[tuple[str, str], l
         wall = (f"{r['train_s'] / 60:.0f} min training" +
                 (f" (the last session, which resumed it, {r['wall_s'] / 60:.0f} min wall)"
                  if r["wall_s"] < r["train_s"] else f", {r['wall_s'] / 60:.0f} min wall"))
-        lines.append(f"- `{r['_dir']}`: `{cmd}` — commit `{commit}`, machine: {machine}; {r['epochs']} epochs, "
+        lines.append(f"- `{r['_dir']}`: `{cmd}` — commit of its last session `{commit}`, machine: {machine}; {r['epochs']} epochs, "
                      f"{wall}; beam "
                      f"{r['beam']}, length α {r['length_alpha']}; BLEU `{r['bleu_signature']}`; "
                      f"test translations: `runs/nmt/{r['_dir']}/test.hyp.txt` (in the run's workdir)")
