@@ -1,7 +1,7 @@
 """Inan, Khosravi & Socher (2017) Section 6.2: how the augmented loss (AL) pulls the output projection into
 the input embedding's subspace. A 2-layer, 300-unit LSTM LM, untied and without regularisation, trained on a
 short contiguous span of PTB with the loss (1 − β)·CE + β·τ²·|V|·KL(ỹ‖ŷ) (AL proportion β, temperature τ;
-the paper's eq. 6.1), the rows of L held at norm 1; after training, the subspace distance between the input
+the paper's eq. (18)), the rows of L held at norm 1; after training, the subspace distance between the input
 embedding L and the output projection W (`wt_jax.analysis.embeddings.subspace_distance`). Swept by
 `python -m experiments.inan_sweep`.
 
@@ -23,9 +23,9 @@ def get_config():
   c.words.mode = "untied"          # the measured distance is between L and W, so they must be two leaves
   c.train_max_tokens = 20000  # Inan: a 20,000-word contiguous span (theirs random; ours the first 20k of train)
   c.words.row_norm = 1.0  # Inan Section 6.2: each row of the input embedding constrained to norm 1
-  c.num_epochs = 20           # ours: 50 steps per epoch at 20 × 20, 1,000 steps in all
+  c.num_epochs = 20           # ours: 49 steps per epoch (20 rows of 1,000 tokens, 20 × 20 windows), 980 in all
   c.decay_after_epoch = 10    # ours: lr 1 for 11 epochs, then × 0.5 per epoch (Zaremba small's shape)
-  # One point, β = 0.5 at τ = 10: cost (1 − β)·CE + α·KL with Inan's α = β·τ²·|V| (eq. 6.1). The sweep
+  # One point, β = 0.5 at τ = 10: cost (1 − β)·CE + α·KL with Inan's α = β·τ²·|V| (eq. (18)). The sweep
   # sets all three per point.
   c.al.tau = 10.0             # Inan Figure 1a: τ = 10
   c.al.alpha = 0.5 * c.al.tau ** 2 * 10000  # β·τ²·|V|

@@ -9,7 +9,7 @@ and the input embedding.
     python -m experiments.inan_sweep --workdir=runs/inan_sec62 --kl_scale=tau --fixed_tau=20 \
         --fixed_proportion=0.5 --config.words.row_norm=0
 
-The paper's recipe (Inan et al. Section 6.2, eq. 6.1): loss (1 − β)·CE + β·τ²·|V|·KL, β swept at τ = 10 and
+The paper's recipe (Inan et al. Section 6.2, eq. (18)): loss (1 − β)·CE + β·τ²·|V|·KL, β swept at τ = 10 and
 τ swept with the AL alone (β = 1), the rows of L held at norm 1 (`configs/inan_sec62.py`). The paper averages
 10 runs per point; a sweep here is one seed (`--config.seed`).
 
@@ -35,7 +35,7 @@ _FIXED_TAU = flags.DEFINE_float("fixed_tau", 10.0, "τ of the proportion sweep (
 _FIXED_PROPORTION = flags.DEFINE_float("fixed_proportion", 1.0,
                                        "β of the temperature sweep (Inan Figure 1b: 1, the AL alone).")
 _KL_SCALE = flags.DEFINE_enum("kl_scale", "tau2v", list(al_sweep.KL_SCALES),
-                              "The KL term's weight: β·τ²·|V| (tau2v: Inan eq. 6.1, which makes the KL's high-τ "
+                              "The KL term's weight: β·τ²·|V| (tau2v: Inan eq. (18), which makes the KL's high-τ "
                               "logit gradient (W·h − Lᵀu)/(τ²|V|) of unit size), β·τ (tau: Table 1's α = γτ) or "
                               "β·τ² (tau2: distillation's scaling). Points are named beta<β>_tau<τ>_kl<scale>, "
                               "except tau's (beta<β>_tau<τ>).")

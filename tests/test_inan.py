@@ -202,7 +202,7 @@ def test_section_6_2_sweep_grid_configs_and_runs(tmp_path):
   assert [p.kl_scale for p in al_sweep.grid([0.5], [5], 20, 0.5, kl_scale="tau2")] == ["tau2", "tau2"]
   with pytest.raises(ValueError, match="kl_scale"):
     al_sweep.Point(0.5, 20.0, "tau3")
-  # The paper's scaling (eq. 6.1): α = β·τ²·|V|, which needs |V| and must agree with the config's.
+  # The paper's scaling (eq. (18)): α = β·τ²·|V|, which needs |V| and must agree with the config's.
   p3 = al_sweep.Point(0.25, 5.0, "tau2v", base.vocab_size)
   s3 = al_sweep.point_config(base, p3).al
   assert s3.alpha == pytest.approx(0.25 * 25.0 * base.vocab_size) == p3.alpha and s3.ce_weight == 0.75

@@ -5,7 +5,7 @@ after training how far the output projection W [V, D] lies from the input embedd
 motivates reusing L as W.
 
 The KL's weight α is β·τ²·|V| in the paper's equation (6.1) (`kl_scale="tau2v"`: at high τ the KL's logit
-gradient is (W·h − Lᵀ·u)/(τ²|V|), eq. 4.3, so this scaling makes it a logit-matching term of unit size);
+gradient is (W·h − Lᵀ·u)/(τ²|V|), eq. (15), so this scaling makes it a logit-matching term of unit size);
 `"tau"` (β·τ, the α = γτ of Table 1's runs) and `"tau2"` (β·τ², distillation's scaling) are weaker
 weightings, for comparison.
 
@@ -38,7 +38,7 @@ KL_SCALES = ("tau2v", "tau", "tau2")
 class Point:
   proportion: float  # β: the AL's share of the loss (0: cross-entropy only; 1: AL only)
   tau: float         # τ: the AL's temperature
-  kl_scale: str = "tau2v"  # the KL's weight α: β·τ²·|V| (tau2v, Inan eq. 6.1), β·τ (tau) or β·τ² (tau2)
+  kl_scale: str = "tau2v"  # the KL's weight α: β·τ²·|V| (tau2v, Inan eq. (18)), β·τ (tau) or β·τ² (tau2)
   vocab_size: int = 0  # |V|, needed by tau2v only
 
   def __post_init__(self):
@@ -183,7 +183,7 @@ def run(base, corpus, workdir: str | Path, points: Sequence[Point], frequent_wor
 def table(rows: Sequence[dict]) -> str:
   k = rows[0]["words_frequent"] if rows else 0
   lines = ["| β (AL proportion) | τ | α | distance (all words) | distance (words in the span; random) "
-           f"| distance ΔW–ΔL | ‖ΔW‖/‖W₀‖ | distance ({k:,} most frequent; random) | ΔW–ΔL ({k:,}) "
+           f"| distance ΔW–ΔL (span) | ‖ΔW‖/‖W₀‖ (span) | distance ({k:,} most frequent; random) | ΔW–ΔL ({k:,}) "
            f"| ‖ΔW‖/‖W₀‖ ({k:,}) | entropy of ỹ (nats) | train ppl | valid ppl |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
