@@ -58,7 +58,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from wt_jax import losses, members, models, precision, softmax, tying
-from wt_jax.data import batching, lm_corpora, ptb, translation, vocab
+from wt_jax.data import batching, lm_corpora, paths, ptb, translation, vocab
 from wt_jax.train import evaluate, lm, nmt, optim, runtime, skipgram, trainer
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
@@ -399,7 +399,10 @@ def main(argv):
   del argv
   config = _CONFIG.value
   with precision.matmul_precision(config.get("matmul_precision", "default")):
-    _main(config)
+    try:
+      _main(config)
+    except paths.DataUnavailableError as e:  # no corpus: one line
+      sys.exit(str(e))
 
 
 def _main(config):

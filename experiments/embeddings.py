@@ -28,6 +28,7 @@ without the checkpoints.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +36,7 @@ from absl import app, flags, logging
 
 from wt_jax import tying
 from wt_jax.analysis import embeddings as emb
-from wt_jax.data import ptb, wikitext2
+from wt_jax.data import paths, ptb, wikitext2
 from wt_jax.train.checkpoint import Checkpoints
 
 _W2V_UNTIED = flags.DEFINE_string("w2v_untied", None, "Workdir of an untied word2vec run.")
@@ -331,8 +332,11 @@ def main(argv):
     pairs[name] = (u, t) if u else None
   if not any(pairs.values()):
     raise app.UsageError("Give --w2v_untied/--w2v_tied and/or --lm_untied/--lm_tied.")
-  tables = build_tables(pairs["w2v"], pairs["lm"], _LM_CORPUS.value, _DATA_DIR.value, _TABLE4_WORDS.value,
-                        _TABLE4_SEED.value)
+  try:
+    tables = build_tables(pairs["w2v"], pairs["lm"], _LM_CORPUS.value, _DATA_DIR.value, _TABLE4_WORDS.value,
+                          _TABLE4_SEED.value)
+  except (FileNotFoundError, paths.DataUnavailableError) as e:  # no such run, checkpoint or corpus: one line
+    sys.exit(str(e))
   out = Path(_OUT.value)
   out.mkdir(parents=True, exist_ok=True)
   (out / "tables.json").write_text(json.dumps(tables, indent=2))

@@ -16,6 +16,7 @@ The paper's recipe (Inan et al. Section 6.2, eq. (18)): loss (1 − β)·CE + β
 Every point is a resumable run in <workdir>/beta<β>_tau<τ>/ (finished points are not retrained). Writes
 <workdir>/sweep.json, sweep.md and figure1.png (`wt_jax.analysis.al_sweep`).
 """
+import sys
 from pathlib import Path
 
 from absl import app, flags, logging
@@ -23,7 +24,7 @@ from ml_collections import config_flags
 
 from wt_jax.analysis import al_sweep
 from wt_jax.data import ptb
-from wt_jax.train import metrics
+from wt_jax.train import metrics, trainer
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/inan_sec62.py", "The base config of every point.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the points' runs and the sweep's outputs.")
@@ -56,9 +57,12 @@ def main(argv):
     raise app.UsageError(str(e)) from e
   if config.dataset != "ptb":
     raise app.UsageError(f"The Section-6.2 sweep runs on PTB, not {config.dataset!r}.")
-  corpus = ptb.load(config.data_dir or None, download=config.download)
   workdir = Path(_WORKDIR.value)
-  rows = al_sweep.run(config, corpus, workdir, points, _FREQUENT.value)
+  try:
+    corpus = ptb.load(config.data_dir or None, download=config.download)
+    rows = al_sweep.run(config, corpus, workdir, points, _FREQUENT.value)
+  except trainer.STOPS as e:  # no corpus, a busy or mismatched point's workdir, divergence, SIGTERM: one line
+    sys.exit(str(e))
   md = al_sweep.table(rows)
   (workdir / "sweep.md").write_text(md + "\n")
   al_sweep.plot(rows, workdir / "figure1.png", _FIXED_TAU.value, _FIXED_PROPORTION.value)

@@ -39,11 +39,12 @@ kind of page, with the run records (records.py) and the study page's markers (pa
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from absl import app, flags
 
-from experiments.reports import inan, lm_tables, members_speed, nmt, softmax_study, tpu_memory
+from experiments.reports import inan, lm_tables, members_speed, nmt, records, softmax_study, tpu_memory
 
 _RUNS = flags.DEFINE_string("runs", None, "Directory of run workdirs to import finished runs from.")
 _OUT = flags.DEFINE_string("out", "results", "Root of the committed results; the report goes in OUT/<name>.")
@@ -64,8 +65,11 @@ def main(argv):
     raise app.UsageError(f"usage: python -m experiments.report {{{','.join(names)}}} [--runs=DIR]")
   builder = (lm_tables.build if argv[1] in REPORTS else nmt.build_nmt if argv[1] in NMT_REPORTS
              else OTHER_REPORTS[argv[1]])
-  tab = builder(argv[1], Path(_OUT.value), Path(_RUNS.value) if _RUNS.value else None,
-                Path(_README.value) if _README.value else None)
+  try:
+    tab = builder(argv[1], Path(_OUT.value), Path(_RUNS.value) if _RUNS.value else None,
+                  Path(_README.value) if _README.value else None)
+  except records.ReportError as e:  # a missing folder or record, a run that belongs elsewhere: one line
+    sys.exit(str(e))
   print(tab)
 
 

@@ -122,6 +122,12 @@ def test_entry_point(runs, tmp_path):
   r = subprocess.run([sys.executable, "-m", "experiments.embeddings", f"--lm_untied={runs / 'lm_untied'}"],
                      cwd=REPO, capture_output=True, text=True, timeout=300)
   assert r.returncode != 0 and "go together" in r.stderr
+  # A run folder with no checkpoint: its one line, no traceback.
+  r = subprocess.run([sys.executable, "-m", "experiments.embeddings", f"--lm_untied={tmp_path / 'none'}",
+                      f"--lm_tied={runs / 'lm_tied'}", f"--data_dir={runs}", f"--tables_dir={tmp_path}"],
+                     cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 1 and "checkpoint" in r.stderr.strip().splitlines()[-1], r.stderr[-2000:]
+  assert "Traceback" not in r.stderr, r.stderr[-2000:]
 
 
 def test_table4_over_a_word_sample_is_the_all_pairs_measure_on_those_rows():

@@ -683,3 +683,16 @@ def test_members_page_profile_table_from_profile_records(tmp_path):
   assert "Prose kept." in again and again.count("report:members:profile:begin") == 1
   members_speed.build_members_speed("members", tmp_path / "results")
   assert page.read_text() == again
+
+
+def test_the_report_command_stops_on_bad_input_with_one_line(tmp_path):
+  """A page that cannot be built (no such --runs folder; no records to build it from) ends the command with the
+  reason as its last line, exit status 1 and no traceback."""
+  import subprocess
+  import sys
+  for args, says in ((["table5", f"--runs={tmp_path / 'missing'}"], "is not a directory"),
+                     (["tpu_memory", f"--out={tmp_path / 'results'}"], "no compile records")):
+    res = subprocess.run([sys.executable, "-m", "experiments.report", *args], cwd=REPO, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 1 and says in res.stderr.strip().splitlines()[-1], res.stderr[-2000:]
+    assert "Traceback" not in res.stderr, res.stderr[-2000:]

@@ -304,6 +304,20 @@ def test_entry_point_missing_data_names_env_var(tmp_path):
   assert "WT_JAX_DATA" in proc.stderr.strip().splitlines()[-1] and "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("module, config", [("experiments.word2vec", "configs/w2v_tied.py"),
+                                            ("experiments.nmt", "configs/nmt_multi30k_baseline.py"),
+                                            ("experiments.inan_sweep", "configs/inan_sec62.py"),
+                                            ("experiments.bench", "configs/small_tied.py")])
+def test_every_entry_point_that_reads_a_corpus_stops_with_one_line_without_it(module, config, tmp_path):
+  env = dict(os.environ, WT_JAX_DATA=str(tmp_path / "empty"), JAX_PLATFORMS="cpu")
+  args = [f"--config={config}", "--config.download=false"] + ([] if module == "experiments.bench" else
+                                                               [f"--workdir={tmp_path / 'run'}"])
+  proc = subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=env, capture_output=True, text=True,
+                        timeout=300)
+  assert proc.returncode == 1, proc.stderr[-3000:]
+  assert "WT_JAX_DATA" in proc.stderr.strip().splitlines()[-1] and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+
+
 def test_killed_entry_point_resumes_to_the_same_numbers(tiny_corpus, tmp_path):
   """SIGKILL a real training process after its first checkpoint; re-running the command finishes the run
   with the numbers of an uninterrupted one."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from configs import inan as inan_config
 from experiments.reports.lm_tables import INAN_SMALL, PaperRow, ReportSpec, provenance, valid_axis_limits
 from experiments.reports.pages import _report_dir, _write
-from experiments.reports.records import load_runs, seeds_cell
+from experiments.reports.records import ReportError, load_runs, seeds_cell
 
 SMALL_PTB_HOME = "inan_ptb_table1"  # results/<this>: the small PTB runs (both sessions)
 VARIANT_LABELS = {"vd": "VD-LSTM", "al": "+ AL", "re": "+ RE", "real": "+ REAL"}
@@ -100,9 +100,9 @@ def load_inan_runs(report_dir: Path, out_root: Path) -> dict[str, list[dict]]:
     row = expected.get(r["config"])
     if row is None or row.home:
       where = f"results/{SMALL_PTB_HOME}" if row is not None else "no row of this page"
-      raise ValueError(f"{path} is a run of {r['config']!r}: its place is {where}.")
+      raise ReportError(f"{path} is a run of {r['config']!r}: its place is {where}.")
     if r.get("dataset", "ptb") != row.block.corpus:
-      raise ValueError(f"{path} is a run on {r.get('dataset', 'ptb')!r}, but {r['config']!r} is a "
+      raise ReportError(f"{path} is a run on {r.get('dataset', 'ptb')!r}, but {r['config']!r} is a "
                        f"{row.block.corpus!r} row.")
 
   by_config.update(load_runs(report_dir, dataset=None, check=check))

@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 
 from experiments.reports.pages import _report_dir, _write
-from experiments.reports.records import seeds_cell, load_runs
+from experiments.reports.records import ReportError, seeds_cell, load_runs
 
 @dataclasses.dataclass(frozen=True)
 class PaperRow:
@@ -318,7 +318,7 @@ def build(name: str, out_root: Path, runs_dir: Path | None = None, readme: Path 
   by_config = load_runs(report_dir, spec.dataset)
   unknown = sorted(set(by_config) - {row.config for row in spec.rows})
   if unknown:
-    raise ValueError(f"{report_dir} holds runs of configs not in report {name!r}: {unknown}")
+    raise ReportError(f"{report_dir} holds runs of configs not in report {name!r}: {unknown}")
   tab = table(spec, by_config) + (f"\n\n{spec.note}" if spec.note else "")
   png = figure(spec, by_config, report_dir / "valid_curves.png")
   lead = (f"Paper: {spec.source}. Ours: test perplexity is the batch-1 protocol (`test_ppl`); several seeds "

@@ -21,6 +21,7 @@ from pathlib import Path
 from absl import logging
 
 from experiments.reports.pages import splice_readme, write_page
+from experiments.reports.records import ReportError
 
 KINDS = {"members_sweep": "", "members_profile": "profile_", "members_profile_ratios": "profile_"}  # → file prefix
 
@@ -71,7 +72,7 @@ def build_members_speed(name: str, out_root: Path, runs_dir: Path | None = None,
   lines = [json.loads(l) for f in sorted(report_dir.glob("*.jsonl")) for l in f.read_text().splitlines() if l]
   records = [r for r in lines if r.get("bench") == "members_sweep"]  # (the folder holds other records too)
   if not records:
-    raise FileNotFoundError(f"no members_sweep records in {report_dir}; pass --runs=DIR of bench outputs")
+    raise ReportError(f"no members_sweep records in {report_dir}; pass --runs=DIR of bench outputs")
   tab = members_table(records)
   intro = ("K members trained in one program against one model trained alone, by `python -m experiments.bench "
            "--config=<config> --members_sweep=0,1,2,4,8` (each K in its own process, `rounds` interleaved rounds; "
@@ -105,7 +106,7 @@ def profile_table(records: list[dict], top: int = 6) -> str:
   for group, by_k in groups.items():
     config, device, jax_version = group
     if 0 not in by_k:
-      raise ValueError(f"the members_profile records of {config} on {device} have no K = 0 (one model) line")
+      raise ReportError(f"the members_profile records of {config} on {device} have no K = 0 (one model) line")
     median = {k: {key: statistics.median(r[key] for r in runs) for key in keys} for k, runs in by_k.items()}
     for k in sorted(by_k):
       cells = [f"{median[k][key]:,.0f}" + (f" ({median[k][key] / median[0][key]:.2f}×)" if k else "")

@@ -14,6 +14,11 @@ from wt_jax.train import metrics
 CURVE = "curve.jsonl"  # a run's per-epoch records (the 'epoch' lines of its metrics.jsonl)
 
 
+
+class ReportError(ValueError):
+  """Input a page cannot be built from: a missing folder or record, a run that belongs to another page or
+  corpus. `python -m experiments.report` prints it as one line."""
+
 def epoch_records(metrics_path) -> list[dict]:
   """The 'epoch' records of a metrics.jsonl, one per epoch (a resumed run may repeat one: the last wins)."""
   epochs = {}
@@ -71,7 +76,7 @@ def load_runs(report_dir: Path, dataset: str | None = "ptb", check=None) -> dict
   for path in sorted(report_dir.glob("*/results.json")):
     r = json.loads(path.read_text())
     if dataset is not None and r.get("dataset", "ptb") != dataset:
-      raise ValueError(f"{path} is a run on {r.get('dataset', 'ptb')!r}, but this report is for {dataset!r}.")
+      raise ReportError(f"{path} is a run on {r.get('dataset', 'ptb')!r}, but this report is for {dataset!r}.")
     if check is not None:
       check(path, r)
     r["_dir"] = path.parent.name

@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 
 from experiments.reports.pages import _report_dir, _write
-from experiments.reports.records import CURVE, seeds_cell, load_runs
+from experiments.reports.records import CURVE, ReportError, seeds_cell, load_runs
 from wt_jax import softmax
 from wt_jax.train import metrics
 
@@ -73,7 +73,7 @@ def softmax_settings_of(r: dict) -> tuple[dict, str]:
   commit = (r.get("versions") or {}).get("wt_jax_commit") or ""
   known = UNRECORDED_SOFTMAX_SETTINGS.get((commit, kind))
   if known is None:
-    raise ValueError(f"{r.get('_dir', 'a run')}: softmax {kind!r} without softmax_settings in results.json, from "
+    raise ReportError(f"{r.get('_dir', 'a run')}: softmax {kind!r} without softmax_settings in results.json, from "
                      f"commit {commit or '(not recorded)'} that report.UNRECORDED_SOFTMAX_SETTINGS does not know: "
                      "its settings are unknown.")
   return known, (f"not recorded: commit {commit[:7]}'s configs/lm_base.py defaults, the command setting only the "
@@ -114,7 +114,7 @@ def load_softmax_runs(report_dir: Path, out_root: Path, study: SoftmaxStudy = SO
   for path in sorted(report_dir.glob("*/results.json")):
     r = json.loads(path.read_text())
     if r.get("dataset", "ptb") != study.dataset:
-      raise ValueError(f"{path} is a run on {r.get('dataset', 'ptb')!r}, but this study is on {study.dataset!r}.")
+      raise ReportError(f"{path} is a run on {r.get('dataset', 'ptb')!r}, but this study is on {study.dataset!r}.")
     r["_dir"], r["_curve"] = path.parent.name, list(metrics.read(path.parent / CURVE))
     run_json = path.parent / "run.json"  # (runs imported with it: when it started, `softmax_provenance`)
     r["_run"] = json.loads(run_json.read_text()) if run_json.exists() else {}

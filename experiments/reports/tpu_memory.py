@@ -7,6 +7,7 @@ from pathlib import Path
 from absl import logging
 
 from experiments.reports.pages import splice_readme, write_page
+from experiments.reports.records import ReportError
 
 AOT_PREFIX = "AOT_JSON "  # experiments.compile's machine-readable line
 AOT_ORDER = ("small", "small_tied", "medium", "medium_tied", "large", "large_tied", "large_bd_wd",
@@ -69,7 +70,7 @@ def build_tpu_memory(name: str, out_root: Path, runs_dir: Path | None = None, re
     logging.info("imported %s", import_compiles(runs_dir, report_dir))
   every = [json.loads(f.read_text()) for f in sorted(report_dir.glob("*.json"))]
   if not every:
-    raise FileNotFoundError(f"no compile records in {report_dir}; pass --runs=DIR of experiments.compile outputs")
+    raise ReportError(f"no compile records in {report_dir}; pass --runs=DIR of experiments.compile outputs")
   records = [r for r in every if "max_members" not in r]
   member_records = [r for r in every if "max_members" in r]
   tab = tpu_memory_table(records)
