@@ -259,6 +259,11 @@ def vmap_step(make_body: Callable, members: Members, step_keys: jax.Array) -> Ca
     return guarded(make_body(members.bind(values_k), key_k))(state, *batch)
 
   def step(state, *batch):
-    return jax.vmap(one, in_axes=(0, 0, 0) + (None,) * len(batch))(state, values, step_keys, *batch)
+    # The batch is shared, but it enters every member's step on the member axis: with it unbatched, the
+    # gradient of the target-logit gather (the one-hot part of the cross-entropy's gradient) stays unbatched, so
+    # XLA scatters it into a zero buffer of its own and adds it to the members' softmax gradient in each
+    # consumer's fusion (XLA:CPU: three, one per layout); batched, it is scattered in place, as in one model.
+    batch = [jnp.broadcast_to(b, (members.size,) + b.shape) for b in batch]
+    return jax.vmap(one, in_axes=(0, 0, 0) + (0,) * len(batch))(state, values, step_keys, *batch)
 
   return step
