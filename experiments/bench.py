@@ -371,7 +371,7 @@ def members_sweep(config, sweep: list[int]) -> None:
       "time_of_one": {str(k): round(med[k] / med[0], 3) for k in sweep},
       "ms_per_model_step": {str(k): round(med[k] / max(k, 1), 3) for k in sweep},
       "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__, "host": runtime.host(),
-      "runs": {str(k): v for k, v in runs.items()}}))
+      "wt_jax_commit": runtime.code_revision(), "runs": {str(k): v for k, v in runs.items()}}))
 
 
 def members_task(config, train_stream, valid_stream):

@@ -640,10 +640,15 @@ def test_members_speed_page_from_bench_sweeps(tmp_path):
   page_dir.mkdir(parents=True)  # other records of the page's folder (batched_matmul.py's) are not sweeps
   (page_dir / "batched_matmul_cpu.jsonl").write_text(json.dumps({"shape": [20, 200, 800], "one_us": 102.3}) + "\n")
   tab = members_speed.build_members_speed("members", tmp_path / "results", src)
-  assert "| small_tied | NVIDIA H200 | 0.11.2 | 2 | 100 (99, 101) | — | 1.50× (140, 160 ms) | — | — |" in tab
+  assert ("| small_tied | NVIDIA H200 | 0.11.2 | not recorded | 2 | 100 (99, 101) | — | 1.50× (140, 160 ms) | — | — |"
+          in tab)
   members_speed.build_members_speed("members", tmp_path / "results", src)
   assert len((page_dir / "NVIDIA_H200.jsonl").read_text().splitlines()) == 1
   assert "report:members:profile" not in (page_dir / "README.md").read_text()  # no profile records yet
+  # A sweep of the same config by other code is a row of its own, named by its commit.
+  (src / "again.jsonl").write_text(json.dumps({**sweep, "wt_jax_commit": "abcdef0123456789+dirty"}) + "\n")
+  tab = members_speed.build_members_speed("members", tmp_path / "results", src)
+  assert "| small_tied | NVIDIA H200 | 0.11.2 | abcdef0+dirty | 2 |" in tab and tab.count("| small_tied |") == 2
 
 
 def test_members_page_profile_table_from_profile_records(tmp_path):
@@ -672,10 +677,18 @@ def test_members_page_profile_table_from_profile_records(tmp_path):
   page = tmp_path / "results" / "members" / "README.md"
   assert len((page.parent / "profile_cpu.jsonl").read_text().splitlines()) == 5
   text = page.read_text()
-  row = "| configs/small_tied.py | cpu | 0.10.2 | 20 | 2 |"
+  row = "| configs/small_tied.py | cpu | 0.10.2 | not recorded | 20 | 2 |"
   assert f"{row} 0 | 110 | 220 | 150 | 70 |" in text
   assert f"{row} 2 | 240 (2.18×) | 570 (2.59×) | 340 (2.27×) | 230 (3.29×) |" in text
-  assert "- configs/small_tied.py, K = 2, round 1: 350.0 ms product f32[2,400,10000] `logits/dot_general`" in text
+  assert ("- configs/small_tied.py (code not recorded), K = 2, round 1: 350.0 ms product f32[2,400,10000] "
+          "`logits/dot_general`") in text
+  # Rounds of other code are a group of their own, not pooled with these.
+  (src / "profile2.jsonl").write_text("".join(json.dumps({**l, "wt_jax_commit": "1234567abcdef"}) + "\n" for l in [
+      line(0, 0, 50, 70, 30), line(2, 0, 90, 120, 60)]))
+  members_speed.build_members_speed("members", tmp_path / "results", src)
+  text = page.read_text()
+  assert f"{row} 2 | 240 (2.18×) | 570 (2.59×) | 340 (2.27×) | 230 (3.29×) |" in text
+  assert "| configs/small_tied.py | cpu | 0.10.2 | 1234567 | — | 1 | 2 | 90 (1.80×) |" in text
   begin = "<!-- report:members:profile:begin -->"
   page.write_text(text.replace(begin, f"Prose kept.\n\n{begin}"))
   members_speed.build_members_speed("members", tmp_path / "results", src)

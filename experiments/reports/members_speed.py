@@ -47,9 +47,15 @@ def import_sweeps(src: Path, dest: Path) -> int:
   return count
 
 
+def code(record: dict) -> str:
+  """The commit a record's code came from, short ("+dirty" kept), or "not recorded" (records before it was)."""
+  commit = record.get("wt_jax_commit")
+  return f"{commit[:7]}{'+dirty' if commit.endswith('+dirty') else ''}" if commit else "not recorded"
+
+
 def members_table(records: list[dict]) -> str:
-  rows = ["| config | device | jax | rounds | one model alone, ms/step | K = 1 | K = 2 | K = 4 | K = 8 |",
-          "|---|---|---|---|---|---|---|---|---|"]
+  rows = ["| config | device | jax | code | rounds | one model alone, ms/step | K = 1 | K = 2 | K = 4 | K = 8 |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
   for r in records:
     ks = [str(k) for k in (1, 2, 4, 8)]
     each = lambda k: ", ".join(f"{x['train_ms_per_step']:,.0f}" for x in r["runs"][k])
@@ -59,7 +65,7 @@ def members_table(records: list[dict]) -> str:
         return "—"
       return f"{r['time_of_one'][k]:.2f}× ({each(k)} ms)"
 
-    rows.append(f"| {r['config']} | {r['device_kind']} | {r['jax']} | {r['rounds']} "
+    rows.append(f"| {r['config']} | {r['device_kind']} | {r['jax']} | {code(r)} | {r['rounds']} "
                 f"| {r['train_ms_per_step_median']['0']:,.0f} ({each('0')}) | " + " | ".join(cell(k) for k in ks) + " |")
   return "\n".join(rows)
 
@@ -93,31 +99,31 @@ def build_members_speed(name: str, out_root: Path, runs_dir: Path | None = None,
 def profile_table(records: list[dict], top: int = 6) -> str:
   """The members_profile records as a table (medians over rounds, ratios to K = 0; the steps per round from each
   run's members_profile_ratios line) and, per config, the `top` costliest ops of its largest K's last round."""
-  steps = {(r["config"], r["device_kind"], r["jax"]): r["steps"] for r in records
+  steps = {(r["config"], r["device_kind"], r["jax"], code(r)): r["steps"] for r in records
            if r["bench"] == "members_profile_ratios"}
-  groups: dict[tuple, dict[int, list[dict]]] = {}
+  groups: dict[tuple, dict[int, list[dict]]] = {}  # (config, device, jax, code): the rounds of one code version
   for r in records:
     if r["bench"] == "members_profile":
-      groups.setdefault((r["config"], r["device_kind"], r["jax"]), {}).setdefault(r["members"], []).append(r)
+      groups.setdefault((r["config"], r["device_kind"], r["jax"], code(r)), {}).setdefault(r["members"], []).append(r)
   keys = ("ms_per_step", "op_ms_per_step", "product_ms", "other_ms")
-  rows = ["| config | device | jax | steps | rounds | K | step, ms | op time, ms | products, ms | other ops, ms |",
-          "|---|---|---|---|---|---|---|---|---|---|"]
+  rows = ["| config | device | jax | code | steps | rounds | K | step, ms | op time, ms | products, ms | other ops, ms |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
   costliest = []
   for group, by_k in groups.items():
-    config, device, jax_version = group
+    config, device, jax_version, version = group
     if 0 not in by_k:
       raise ReportError(f"the members_profile records of {config} on {device} have no K = 0 (one model) line")
     median = {k: {key: statistics.median(r[key] for r in runs) for key in keys} for k, runs in by_k.items()}
     for k in sorted(by_k):
       cells = [f"{median[k][key]:,.0f}" + (f" ({median[k][key] / median[0][key]:.2f}×)" if k else "")
                for key in keys]
-      rows.append(f"| {config} | {device} | {jax_version} | {steps.get(group, '—')} | {len(by_k[k])} | {k} | "
+      rows.append(f"| {config} | {device} | {jax_version} | {version} | {steps.get(group, '—')} | {len(by_k[k])} | {k} | "
                   + " | ".join(cells) + " |")
     largest = max(by_k)
     last = max(by_k[largest], key=lambda r: r["round"])
     ops = "; ".join(f"{op['ms']:,.1f} ms {'product' if op['product'] else 'other'} {op['shape']} "
                     f"`{op['source']}`" for op in last["top_ops"][:top])
-    costliest.append(f"- {config}, K = {largest}, round {last['round']}: {ops}")
+    costliest.append(f"- {config} (code {version}), K = {largest}, round {last['round']}: {ops}")
   intro = ("Where the step's time goes (`python -m experiments.bench_helpers.members_profile --config=<config> "
            "--members=<Ks> --steps=<steps> --rounds=<rounds>`): per K, the medians over interleaved rounds of the "
            "step's ms (`steps` steps timed untraced) and of its op time (the same number of steps traced with "
