@@ -4,7 +4,7 @@ after training how far the output projection W [V, D] lies from the input embedd
 (`embeddings.subspace_distance`). Inan et al. argue that the AL drives W into L's span, which is what
 motivates reusing L as W.
 
-The KL's weight α is β·τ²·|V| in the paper's equation (6.1) (`kl_scale="tau2v"`: at high τ the KL's logit
+The KL's weight α is β·τ²·|V| in the paper's equation (18) (`kl_scale="tau2v"`: at high τ the KL's logit
 gradient is (W·h − Lᵀ·u)/(τ²|V|), eq. (15), so this scaling makes it a logit-matching term of unit size);
 `"tau"` (β·τ, the α = γτ of Table 1's runs) and `"tau2"` (β·τ², distillation's scaling) are weaker
 weightings, for comparison.

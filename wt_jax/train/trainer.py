@@ -46,9 +46,9 @@ from etils import epath
 
 from wt_jax import members as members_lib
 from wt_jax import parallel
+from wt_jax.data import paths
 from wt_jax.train import metrics as metrics_lib
 from wt_jax.train import run_results
-from wt_jax.data import paths
 from wt_jax.train.checkpoint import CheckpointMismatchError, Checkpoints
 from wt_jax.train.runtime import WorkdirBusyError  # noqa: F401  (raised by `run`: part of its interface)
 from wt_jax.train.runtime import ConfigChangedError  # noqa: F401  (raised by `run`: part of its interface)
