@@ -29,11 +29,11 @@ A job whose folder already holds a run counts as that run only if its `run.json`
 the keys a resume may change, `runtime.RESUMABLE_KEYS`; the precision may be any rung of the ladder; a members
 job's keys are part of that config): finished if it has `results.json` (a members job: `summary.json`, which
 the trainer writes last, after every member's results), resumed otherwise. A folder holding another run's
-record is moved aside (`<job>.<n>.set_aside`, said in one line and in `status.json`) and the job starts
-afresh.
+record, or a damaged one (a record that cannot be read, a member's results missing), is moved aside whole
+(`<job>.<n>.set_aside`, the first free n; said in one line and in `status.json`) and the job starts afresh.
 
 Precision ladder. A job starts at the first of `--precisions` (`config.matmul_precision`; the papers' GPUs
-computed true float32). After `--check_steps` steps its measured rate gives a projected end; if that end is
+computed true float32; the records name the rung, so `matmul_precision` is refused as an override). After `--check_steps` steps its measured rate gives a projected end; if that end is
 past the deadline and a lower rung exists, the job is stopped and restarted from scratch one rung down
 (`tensorfloat32`), its probe kept in the record. If a job other than the lowest-priority one is late on its
 last rung while sharing the device, the lowest-priority running job is stopped (shed) and the check repeats.
@@ -52,7 +52,8 @@ per variant) with each of `--probe_variants`: time steps per compiled loop itera
 command buffers over while loops; the fastest variant whose first-step loss matches the first variant's is
 then used by every job (`probe.json`). A members probe (`--probe=CONFIG:members=K`, or members set for every
 job by `--set`) times the members' program; its variants must agree on every member's first loss. The
-deadline can be moved while the driver runs: write a UNIX time to `<records>/deadline_at`.
+deadline can be moved while the driver runs: write a UNIX time to `<records>/deadline_at` (one before the
+driver started, as a file an earlier driver left holds, is ignored and said).
 
 Records (`--record_dir`): `env.json` (device, driver, jax/jaxlib, CUDA and cuDNN versions, the commit),
 `status.json` (every job's state, checks and decisions; rewritten after each change) and per job `<job>/`:
@@ -62,7 +63,10 @@ and per member `members/<k>/` with its `results.json`, `run.json`, `metrics.json
 layout `experiments.report --runs` imports as runs `<job>_m<k>`; no checkpoints). Every file is written to a
 temporary name and renamed, so a killed driver never leaves half a file; a job stopped at the deadline keeps
 its curve so far and is marked unfinished. At the deadline every job gets SIGTERM (the trainer saves and
-exits) and the driver exits.
+exits) and the driver exits: 1 if a job failed (one line each, naming its log), else 0. A driver that is
+itself stopped (SIGINT, SIGTERM: exit 130) or fails (exit 1; its traceback in `driver_error.txt`) stops its
+running jobs the same way, marks `status.json` done and says so in one line: no job trains on without it.
+A bad job or flag stops the driver with one line before anything starts.
 
 The commit. A copy of the checkout on another machine may carry a `.git` that is not its own, so the commit
 is stamped before the copy is made (`--stamp=DIR`: `DIR/commit`, HEAD with "+dirty" if tracked code differs
@@ -72,8 +76,10 @@ with the copy's files and adds "+dirty" if they differ; `experiments/gpu_setup.s
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib
 import json
+import math
 import os
 import re
 import shlex
@@ -82,6 +88,8 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
+import zlib
 from pathlib import Path
 
 from absl import app, flags
@@ -120,6 +128,18 @@ _PROBE_VARIANTS = flags.DEFINE_list("probe_variants", ["u1", "u5", "u35", "u1+wh
 _PROBE_STEPS = flags.DEFINE_integer("probe_steps", 100, "Timed steps per repeat of each probe variant.")
 _PROBE_TIMEOUT = flags.DEFINE_float("probe_timeout_s", 150.0, "Seconds one probe variant may take (compilation "
                                     "included) before it is abandoned.")
+
+PRECISIONS = ("default", "float32", "tensorfloat32")  # config.matmul_precision's values (wt_jax.precision)
+# Flag values the loop cannot run with stop it with one line before anything starts.
+for _name, _ok, _want in (
+    ("parallel", lambda v: v >= 1, "at least 1"),
+    ("budget_s", lambda v: math.isfinite(v) and v > 0, "a positive number of seconds"),
+    ("min_start_s", lambda v: math.isfinite(v) and v >= 0, "a number of seconds, 0 or more"),
+    ("poll_s", lambda v: math.isfinite(v) and v > 0, "a positive number of seconds"),
+    ("check_steps", lambda v: v >= 1, "at least 1 step"),
+    ("probe_steps", lambda v: v >= 1, "at least 1 step"),
+    ("precisions", lambda v: bool(v) and all(p in PRECISIONS for p in v), f"a ladder of {', '.join(PRECISIONS)}")):
+  flags.register_validator(_name, _ok, message=f"--{_name} must be {_want}.")
 
 # --dry_run: every job shrunk to seconds on a CPU, with every part of a real run (epochs, validation, test).
 DRY_RUN_SET = ("hidden_size=16", "batch_size=4", "bptt=5", "train_max_tokens=1200", "num_epochs=2",
@@ -169,19 +189,26 @@ def parse_job(spec: str, common: list[str] | tuple = ()) -> Job:
   'inan.py:medium,al' → Job(label='inan_medium_al', config='inan', arg='medium,al'). The first part after the
   config without '=' is the config file's argument. 'A + B' → one job training A's and B's models as members
   (`combined_job`; its members depend on `common`, the overrides every job gets)."""
-  if "+" in spec:
-    return combined_job([parse_job(part) for part in spec.split("+")], common)
+  parts = re.split(r"\+(?=\s*[A-Za-z_])", spec)  # ('+' before a config's name: not a value's 1e+3)
+  if len(parts) > 1:
+    return combined_job([parse_job(part) for part in parts], common)
   config, *rest = spec.strip().split(":")
   config = config[:-3] if config.endswith(".py") else config
-  if not config or not (REPO / "configs" / f"{config}.py").exists():
+  if not re.fullmatch(r"[A-Za-z]\w*", config) or not (REPO / "configs" / f"{config}.py").exists():
     raise app.UsageError(f"Unknown job {spec!r}: no configs/{config}.py.")
   arg = rest.pop(0) if rest and "=" not in rest[0] else None
   bad = [o for o in rest if "=" not in o]
   if bad or arg == "":
     raise app.UsageError(f"Job {spec!r}: expected CONFIG[:ARGUMENT][:key=value...], got {(bad or [''])[0]!r}.")
   parts = [config] + ([arg.replace(",", "_")] if arg else []) + [o.replace("=", "").replace(".", "") for o in rest]
-  label = re.sub(r"[^A-Za-z0-9_.-]", "", "_".join(parts))
-  return Job(label=label, config=config, overrides=rest, arg=arg)
+  return Job(label=_label("_".join(parts)), config=config, overrides=rest, arg=arg)
+
+
+def _label(text: str) -> str:
+  """A folder name for a job: `text`'s safe characters; a long one (many overrides or parts) is cut to 100
+  characters and its digest added, so that it stays a valid, distinct file name."""
+  label = re.sub(r"[^A-Za-z0-9_.-]", "", text)
+  return label if len(label) <= 120 else f"{label[:100]}_{hashlib.sha256(label.encode()).hexdigest()[:12]}"
 
 
 def read_job_specs(jobs: list[str], job: list[str], job_file: str) -> list[str]:
@@ -192,12 +219,16 @@ def read_job_specs(jobs: list[str], job: list[str], job_file: str) -> list[str]:
       lines = Path(job_file).read_text().splitlines()
     except OSError as e:
       raise app.UsageError(f"--job_file: cannot read {job_file}: {e.strerror}.") from None
+    except UnicodeDecodeError:
+      raise app.UsageError(f"--job_file: {job_file} is not UTF-8 text.") from None
     specs += [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()]
   return specs
 
 
 def _set_override(config, override: str) -> None:
-  key, value = override.split("=", 1)
+  key, eq, value = override.partition("=")
+  if not (eq and key):
+    raise app.UsageError(f"Override {override!r}: expected key=value.")
   node = config
   *path, leaf = key.split(".")
   try:
@@ -223,6 +254,11 @@ def job_config(job: Job, common: list[str], precision: str | None = None):
   """The config the job's process will run (experiments.ptb builds the same from the same file, argument and
   overrides): `common` then the job's own overrides, and `precision` if given."""
   module = importlib.import_module(f"configs.{job.config}")
+  if not hasattr(module, "get_config"):
+    raise app.UsageError(f"Job {job.label}: configs/{job.config}.py has no get_config(): not a run's config.")
+  ladder = [o for o in common + job.overrides if o.partition("=")[0] == "matmul_precision"]
+  if ladder:  # (the record names the rung it ran on: an override would run another precision under that name)
+    raise app.UsageError(f"Job {job.label}: {ladder[0]!r}: the precision is set by --precisions, not an override.")
   try:
     config = module.get_config(job.arg) if job.arg is not None else module.get_config()
   except (TypeError, ValueError) as e:
@@ -252,8 +288,10 @@ def combined_job(parts: list[Job], common: list[str] | tuple) -> Job:
     raise app.UsageError(f"Job {label}: {e}") from None
   first = parts[0]
   own = [o for o in first.overrides if o.split("=", 1)[0] not in ("members", "member_values")]
-  return Job(label=label, config=first.config, arg=first.arg,
-             overrides=own + ["members=0", f"member_values={values}"])
+  job = Job(label=label, config=first.config, arg=first.arg,
+            overrides=own + ["members=0", f"member_values={values}"])
+  job_members(job, list(common))  # (its members checked as the run checks them: no two the same run)
+  return job
 
 
 def members_of(config) -> int:
@@ -342,17 +380,43 @@ def _copy_atomic(src: Path, dst: Path) -> None:
 
 
 def _records_of(metrics_path: Path, kind: str) -> list[dict]:
+  """The records of `kind` in a metrics.jsonl; a line that is not a record (being written, or damaged) is
+  skipped."""
   if not metrics_path.exists():
     return []
   out = []
-  for line in metrics_path.read_text().splitlines():
+  for line in metrics_path.read_text(errors="replace").splitlines():
     try:
       r = json.loads(line)
     except ValueError:  # a line being written
       continue
-    if r.get("kind") == kind:
+    if isinstance(r, dict) and r.get("kind") == kind:
       out.append(r)
   return out
+
+
+def _json_object(path: Path, keys: tuple[str, ...]) -> dict:
+  """The JSON object a record file holds, with `keys`; ValueError naming the file if it cannot be read, is not
+  an object or lacks one of them."""
+  try:
+    value = json.loads(path.read_text())
+  except (OSError, ValueError) as e:  # (UnicodeDecodeError and JSONDecodeError are ValueErrors)
+    raise ValueError(f"its {path.name} cannot be read ({type(e).__name__})") from None
+  missing = [k for k in keys if not isinstance(value, dict) or k not in value]
+  if missing:
+    raise ValueError(f"its {path.name} is not a run's record (no {missing[0]!r})")
+  return value
+
+
+def _free(folder: Path, stem: str, suffix: str, numbered: bool = False) -> Path:
+  """A name nothing holds yet: folder/<stem>.<suffix> (unless `numbered`), else folder/<stem>.<n>.<suffix>
+  with the first free n from 1 (from 2 when unnumbered)."""
+  n = 1 if numbered else 0
+  path = folder / (f"{stem}.{n}.{suffix}" if n else f"{stem}.{suffix}")
+  while path.exists():
+    n += 1 if n else 2
+    path = folder / f"{stem}.{n}.{suffix}"
+  return path
 
 
 def parse_variant(name: str) -> tuple[int, str]:
@@ -417,7 +481,6 @@ SOURCE_DIRS, SOURCE_SUFFIXES = ("wt_jax", "configs", "experiments"), (".py", ".s
 def source_digest(root: Path) -> str:
   """A digest (sha256) of the code under `root`: each file's path and content, in path order. The same on
   this machine and on a copy of the tree, whatever each copy's `.git` says."""
-  import hashlib
   files = [p for d in SOURCE_DIRS for p in (root / d).rglob("*")
            if p.is_file() and p.suffix in SOURCE_SUFFIXES and "__pycache__" not in p.parts]
   files += [root / "setup.py"] if (root / "setup.py").exists() else []
@@ -504,6 +567,7 @@ class Driver:
     self.t0 = time.time() if t0 is None else t0
     self.deadline = self.t0 + budget_s
     self.events: list[dict] = []
+    self.ignored_deadline: str | None = None  # (said once)
     runs.mkdir(parents=True, exist_ok=True)
     records.mkdir(parents=True, exist_ok=True)
 
@@ -530,14 +594,25 @@ class Driver:
     own precision; a folder holding another run's record is moved aside and the job starts afresh."""
     wd = self.workdir(job)
     run_json, results_json = wd / "run.json", self.done_file(job)
+    if wd.exists() and not wd.is_dir():
+      return self.set_aside(job, "it is a file, not a run's folder")
     if not (run_json.exists() or results_json.exists() or (wd / "checkpoints").exists()):
       return False
     try:
-      run_config = json.loads(run_json.read_text())["config"]
-      results = json.loads(results_json.read_text()) if results_json.exists() else None
+      run_config = _json_object(run_json, ("config",))["config"]
+      if not isinstance(run_config, dict):
+        raise ValueError("its run.json's config is not an object")
+      results = None
+      if results_json.exists():
+        results = _json_object(results_json, ("config", "seeds") if job.members else ("config",))
+        lost = [k for k in range(job.members) if not (wd / MEMBERS_DIR / str(k) / "results.json").exists()]
+        if lost:  # (the trainer writes summary.json after every member's results.json)
+          raise ValueError(f"its {MEMBERS_DIR}/{lost[0]}/results.json is missing beside its {SUMMARY_FILE}")
       why = record_mismatch(run_config, job_config(job, self.common).to_dict(), _PRECISIONS.value, results)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-      why = f"its run.json cannot be read ({type(e).__name__}): whose run it is cannot be told"
+    except ValueError as e:
+      why = f"{e}: whose run it is, or whether it ended, cannot be told"
+    except (KeyError, TypeError, AttributeError) as e:
+      why = f"its run.json's config is not a run's ({type(e).__name__}): whose run it is cannot be told"
     if why is None:
       job.rung = _PRECISIONS.value.index(run_config["matmul_precision"])
       if results is None:
@@ -547,9 +622,14 @@ class Driver:
                          "precision": self.precision(job)})
       self.collect(job)
       return True
-    n = 1 + sum(1 for _ in self.runs.glob(f"{job.label}.*.set_aside"))
-    aside = wd.with_name(f"{job.label}.{n}.set_aside")
-    shutil.move(str(wd), str(aside))
+    return self.set_aside(job, why)
+
+  def set_aside(self, job: Job, why: str) -> bool:
+    """Move the job's folder, which is not the job's run, to `<job>.<n>.set_aside` (nothing in it is lost),
+    say so in one line and an event. Returns False: the job starts afresh."""
+    wd = self.workdir(job)
+    aside = _free(self.runs, job.label, "set_aside", numbered=True)
+    wd.rename(aside)
     print(f"{job.label}: {wd} holds another run's record ({why}); moved to {aside.name}, starting afresh.",
           file=sys.stderr, flush=True)
     job.events.append({"t": round(time.time() - self.t0, 1), "event": "set aside", "why": why,
@@ -596,7 +676,7 @@ class Driver:
     wd = self.workdir(job)
     out = self.records / job.label
     _copy_atomic(self.metrics_file(job), out / f"probe_{self.precision(job)}.jsonl")
-    shutil.move(str(wd), str(wd.with_name(f"{job.label}.{self.precision(job)}.abandoned")))
+    wd.rename(_free(self.runs, f"{job.label}.{self.precision(job)}", "abandoned"))
     for name in ("metrics.jsonl", "curve.jsonl", "log.txt", "run.json"):  # the record describes the new run only
       (out / name).unlink(missing_ok=True)
     shutil.rmtree(out / MEMBERS_DIR, ignore_errors=True)  # (a members run's: its members' records)
@@ -625,10 +705,28 @@ class Driver:
 
   def progress(self, job: Job) -> tuple[int, float] | None:
     """(step, steps/s) of the job's latest progress record, or None before its second one."""
-    train = _records_of(self.metrics_file(job), "train")
+    train = [r for r in _records_of(self.metrics_file(job), "train")
+             if isinstance(r.get("step"), int) and isinstance(r.get("steps_per_s"), (int, float))]
     if len(train) < 2:
       return None
     return train[-1]["step"], train[-1]["steps_per_s"]
+
+  def stop_running(self, why: str) -> int:
+    """Stop every running job (SIGTERM: the trainer saves its checkpoint) and write the final status, each
+    step on its own so that one failure (the reason the driver stops, perhaps) does not leave jobs running.
+    Returns how many were running."""
+    running = [j for j in self.jobs if j.state == "running"]
+    for job in running:
+      try:
+        self.stop(job, "stopped", why)
+      except Exception:  # (recording failed: the job is still stopped)
+        if job.proc is not None and job.proc.poll() is None:
+          job.proc.terminate()
+    try:
+      self.write_status(done=True)
+    except Exception:
+      pass
+    return len(running)
 
   # -- the loop --------------------------------------------------------------------------------------------
   def write_status(self, done: bool = False) -> None:
@@ -679,11 +777,18 @@ class Driver:
 
   def read_deadline(self) -> None:
     """A caller may move the deadline while the driver runs: `<records>/deadline_at` holds a UNIX time (e.g.
-    a later call that knows how much of the window is left)."""
+    a later call that knows how much of the window is left). A time before the driver started (a file left by
+    an earlier driver) or not finite is ignored, said once in a line and an event."""
     path = self.records / "deadline_at"
     try:
       at = float(path.read_text().strip())
     except (OSError, ValueError):
+      return
+    if not math.isfinite(at) or at < self.t0:
+      if str(at) != self.ignored_deadline:
+        self.ignored_deadline = str(at)
+        print(f"{path}: {at} ignored (before the driver started, or not a time).", file=sys.stderr, flush=True)
+        self.events.append({"t": round(time.time() - self.t0, 1), "event": "deadline_at ignored", "value": str(at)})
       return
     if abs(at - self.deadline) > 0.5:
       self.events.append({"t": round(time.time() - self.t0, 1), "event": "deadline moved",
@@ -733,24 +838,42 @@ def steps_of_job(job: Job, common: list[str]) -> int:
   config.download = False
   try:
     corpus = lm_corpora.load_corpus(config)
-  except (OSError, ValueError, KeyError, paths.DataUnavailableError) as e:
+  except (OSError, EOFError, zlib.error, ValueError, KeyError, paths.DataUnavailableError) as e:
     raise SystemExit(f"Job {job.label}: its corpus ({config.dataset}) cannot be read: {e} (a GPU machine has "
                      f"no network: carry it, e.g. in .gpu/data).") from None
   train = corpus.train[:config.train_max_tokens] if config.train_max_tokens else corpus.train
-  per_epoch = len(batching.lm_windows(train, config.batch_size, config.bptt))
-  return per_epoch * config.num_epochs if not config.max_steps else min(config.max_steps,
-                                                                         per_epoch * config.num_epochs)
+  try:
+    per_epoch = len(batching.lm_windows(train, config.batch_size, config.bptt))
+  except (ValueError, ZeroDivisionError) as e:
+    raise app.UsageError(f"Job {job.label}: no train windows of batch_size {config.batch_size} and bptt "
+                         f"{config.bptt}: {e}") from None
+  steps = per_epoch * config.num_epochs if not config.max_steps else min(config.max_steps,
+                                                                          per_epoch * config.num_epochs)
+  if steps < 1:
+    raise app.UsageError(f"Job {job.label}: {steps} train steps ({config.num_epochs} epochs of {per_epoch} "
+                         f"steps, max_steps {config.max_steps}).")
+  return steps
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  try:
+    _main()
+  except app.UsageError as e:  # a bad job or flag: one line (the usage text would bury it)
+    sys.exit(f"{e} (--help: the job syntax and flags)")
+
+
+def _main():
   if _STAMP.value:
-    print(stamp(Path(_STAMP.value)))
+    try:
+      print(stamp(Path(_STAMP.value)))
+    except OSError as e:
+      raise SystemExit(f"--stamp: cannot write {_STAMP.value}: {e.strerror or e}.") from None
     return
-  unknown = [p for p in _PRECISIONS.value if p not in ("default", "float32", "tensorfloat32")]
-  if unknown:
-    raise app.UsageError(f"Unknown precision {unknown[0]!r} in --precisions.")
+  if _MIN_START.value >= _BUDGET.value:
+    raise app.UsageError(f"--min_start_s ({_MIN_START.value:g}) leaves no time to start a job in --budget_s "
+                         f"({_BUDGET.value:g}).")
   common = list(_SET.value) + (list(DRY_RUN_SET) if _DRY_RUN.value else [])
   common += ["deterministic=true"] if _DETERMINISTIC.value else []
   specs = read_job_specs(_JOBS.value, _JOB.value, _JOB_FILE.value)
@@ -762,6 +885,12 @@ def main(argv):
   steps_of = {j.label: steps_of_job(j, common) for j in jobs}  # (every config built, every corpus read)
   for j in jobs:  # (and every members spelling checked)
     j.members = job_members(j, common)
+  probe_job = None
+  if _PROBE.value:
+    probe_job = parse_job(_PROBE.value, common)  # (a clear error for an unknown config or key)
+    job_members(probe_job, common)
+    for v in _PROBE_VARIANTS.value:
+      parse_variant(v)
   if _CHECK_JOBS.value:
     for j in jobs:
       print(f"{j.label}: --config={j.config_arg}", *(shlex.quote(f"--config.{o}") for o in j.overrides),
@@ -769,8 +898,14 @@ def main(argv):
     return
   if not (_RUNS.value and _RECORDS.value):
     raise app.UsageError("--run_dir and --record_dir are required.")
-  records = Path(_RECORDS.value)
-  records.mkdir(parents=True, exist_ok=True)
+  runs, records = Path(_RUNS.value), Path(_RECORDS.value)
+  if runs.resolve() == records.resolve():
+    raise app.UsageError("--run_dir and --record_dir must differ (records are copied out of the runs).")
+  try:
+    for folder in (runs, records):
+      folder.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise SystemExit(f"Cannot make {e.filename}: {e.strerror}.") from None
   env = environment()
   from wt_jax.train import runtime
   env["wt_jax_commit"] = runtime.code_revision()
@@ -780,29 +915,39 @@ def main(argv):
                      f"({env.get('jax_probe_error') or env.get('device_kind')}): no job started.")
   t0 = time.time()
   xla_flags = _XLA_FLAGS.value
-  if _PROBE.value:
-    probe_job = parse_job(_PROBE.value, common)  # (a clear error for an unknown config)
-    for v in _PROBE_VARIANTS.value:
-      parse_variant(v)
+  if probe_job is not None:
     chosen = probe(probe_job, _PROBE_VARIANTS.value, common, _PRECISIONS.value[0], records,
                    t0 + _BUDGET.value - _MIN_START.value)
     if chosen is not None:
       unroll, xla_flags = chosen
       common = common + [f"scan_unroll={unroll}"]
-  driver = Driver(jobs, Path(_RUNS.value), records, _BUDGET.value, common, xla_flags, t0)
+    else:
+      print(f"probe: no variant ran (their errors: {records / 'probe.json'}); the jobs run with the settings "
+            f"given.", file=sys.stderr, flush=True)
+  driver = Driver(jobs, runs, records, _BUDGET.value, common, xla_flags, t0)
   signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the jobs as SIGINT does
   try:
     driver.run(steps_of)
-  except KeyboardInterrupt:  # the driver itself was stopped: stop the jobs and keep their records
-    for job in jobs:
-      if job.state == "running":
-        driver.stop(job, "stopped", "driver interrupted")
-    driver.write_status(done=True)
-    raise
+  except BaseException as e:  # the driver itself was stopped, or failed: stop the jobs and keep their records
+    interrupted = isinstance(e, KeyboardInterrupt)
+    why = "interrupted" if interrupted else f"{type(e).__name__}: {e}"
+    if not interrupted:
+      _write_atomic(records / "driver_error.txt", traceback.format_exc())
+    stopped = driver.stop_running(f"driver {why}")
+    print(f"The driver stopped ({why}{'' if interrupted else f'; traceback in {records}/driver_error.txt'}); "
+          f"{stopped} running job(s) stopped (SIGTERM: each saves its checkpoint); records kept in {records}.",
+          file=sys.stderr, flush=True)
+    sys.exit(130 if interrupted else 1)
   env = json.loads((records / "env.json").read_text())
   env["driver_wall_s"] = round(time.time() - driver.t0, 1)
   _write_atomic(records / "env.json", json.dumps(env, indent=1))
   print(json.dumps({j.label: j.state for j in jobs}))
+  failed = [j for j in jobs if j.state == "failed"]
+  for j in failed:
+    code = j.proc.returncode if j.proc is not None else None
+    print(f"{j.label} failed (return code {code}): its log is {records / j.label / 'log.txt'}.", file=sys.stderr)
+  if failed:
+    sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ rate check, the commit it names, and its whole path as a CPU dry run: probe, two
 a second driver on the same folders, and experiments/gpu_window.sh as a lent machine runs it."""
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -92,6 +93,64 @@ def test_job_and_variant_specs(tmp_path):
   assert g.parse_variant("u35-cb") == (35, "--xla_gpu_enable_command_buffer=")
   with pytest.raises(Exception, match="Unknown probe variant"):
     g.parse_variant("unroll5")
+
+
+def test_malformed_jobs_and_overrides_are_refused_with_their_reason(tmp_path):
+  _parsed_flags()
+  with pytest.raises(Exception, match="expected key=value"):
+    g.job_config(g.parse_job("small_tied"), ["bptt"])
+  with pytest.raises(Exception, match="the precision is set by --precisions"):  # (the record names the rung)
+    g.job_config(g.parse_job("small_tied:matmul_precision=tensorfloat32"), [])
+  with pytest.raises(Exception, match="the precision is set by --precisions"):
+    g.job_config(g.parse_job("small_tied"), ["matmul_precision=float32"])
+  with pytest.raises(Exception, match="Unknown job '__init__'"):  # (configs/__init__.py: not a run's config)
+    g.parse_job("__init__")
+  with pytest.raises(Exception, match="Unknown job '../configs/small_tied'"):
+    g.parse_job("../configs/small_tied")
+  with pytest.raises(Exception, match="has no get_config"):
+    g.job_config(g.Job(label="x", config="__init__", overrides=[]), [])
+  with pytest.raises(Exception, match="members 0 and 1 are the same run"):  # the same model twice
+    g.parse_job("small_tied + small_tied")
+  with pytest.raises(Exception, match="members 1 and 2 are the same run"):
+    g.parse_job("small_tied:members=2 + small_tied:seed=1")
+  job = g.parse_job("small_tied:learning_rate=1e+3")  # '+' inside a value does not join jobs
+  assert job.overrides == ["learning_rate=1e+3"] and g.job_config(job, []).learning_rate == 1000.0
+  long = [g.parse_job(f"small_tied:name={c * 300}") for c in "ab"]  # a label stays a valid, distinct file name
+  assert all(len(j.label) <= 120 for j in long) and long[0].label != long[1].label
+  binary = tmp_path / "jobs.bin"
+  binary.write_bytes(b"\xff\xfe small_tied\n")
+  with pytest.raises(Exception, match="not UTF-8 text"):
+    g.read_job_specs([], [], str(binary))
+
+
+def test_a_job_without_train_steps_is_refused(shared_data_root, monkeypatch):
+  _parsed_flags()
+  monkeypatch.setenv("WT_JAX_DATA", str(shared_data_root))
+  job = g.parse_job("small_tied")
+  with pytest.raises(Exception, match="no train windows of batch_size 20 and bptt 0"):
+    g.steps_of_job(job, ["bptt=0"])
+  with pytest.raises(Exception, match="-2 epochs"):
+    g.steps_of_job(job, ["num_epochs=-2"])
+
+
+def test_bad_flags_stop_the_driver_with_one_line(tmp_path, shared_data_root):
+  """Flag values the loop cannot run with, a job refused after the flags are read, and a stamp folder that
+  cannot be made: each one line on stderr (absl's flag check adds its hint), no traceback, no job started."""
+  env = {**os.environ, "WT_JAX_DATA": str(shared_data_root), "JAX_PLATFORMS": "cpu"}
+  folders = [f"--run_dir={tmp_path / 'runs'}", f"--record_dir={tmp_path / 'records'}"]
+  (tmp_path / "file").write_text("")
+  for args, said in [(["--parallel=0"], "--parallel must be at least 1"),
+                     (["--budget_s=nan"], "--budget_s must be a positive number of seconds"),
+                     (["--precisions="], "--precisions must be a ladder of"),
+                     (["--min_start_s=800", "--budget_s=700"], "--min_start_s (800) leaves no time"),
+                     (["--set=matmul_precision=tensorfloat32"], "the precision is set by --precisions"),
+                     ([f"--record_dir={tmp_path / 'runs'}"], "--run_dir and --record_dir must differ"),
+                     ([f"--stamp={tmp_path / 'file' / 'stamp'}"], "--stamp: cannot write")]:
+    res = _queue(["--jobs=small_tied", *folders, *args], env, timeout=120)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 1 and "Traceback" not in res.stderr and len(lines) <= 2, (args, res.stderr[-2000:])
+    assert said in lines[0], (args, lines)
+  assert not (tmp_path / "runs").exists()
 
 
 def test_the_next_windows_job_list_names_configs_that_build():
@@ -237,6 +296,51 @@ def test_a_members_run_is_finished_by_its_summary_judged_by_member_0_and_collect
   assert g.MEMBERS_DIR == run_results.MEMBERS_DIR and g.SUMMARY_FILE == run_results.SUMMARY_FILE
 
 
+def test_a_damaged_record_is_set_aside_whole_under_a_free_name_and_said_why(tmp_path):
+  """What a job's folder holds, damaged: a results.json without a run's keys, a run.json whose config is not
+  an object, a members summary whose member's results are gone, a file where the folder should be. Each is
+  moved aside whole (its checkpoints with it) under a name nothing holds, with the file that is wrong named."""
+  _parsed_flags()
+  job = g.parse_job("small_tied")
+  runs = tmp_path / "runs"
+  driver = g.Driver([job], runs, tmp_path / "records", 100.0, [])
+  own = {**g.job_config(job, []).to_dict(), "matmul_precision": "float32"}
+  (runs / "small_tied.1.set_aside" / "small_tied").mkdir(parents=True)  # taken names: never nested into
+  (runs / "small_tied.2.set_aside").write_text("")
+  _folder_with_record(runs / "small_tied", own, {})
+  (runs / "small_tied" / "checkpoints").mkdir()
+  assert driver.adopt(job) is False and job.state == "queued"
+  assert (runs / "small_tied.3.set_aside" / "checkpoints").is_dir() and not (runs / "small_tied").exists()
+  assert job.events[-1]["why"].startswith("its results.json is not a run's record (no 'config')")
+  (runs / "small_tied").mkdir()
+  (runs / "small_tied" / "run.json").write_text(json.dumps({"config": []}))
+  assert driver.adopt(job) is False and "config is not an object" in job.events[-1]["why"]
+  (runs / "small_tied").write_text("not a folder")
+  assert driver.adopt(job) is False and job.events[-1]["moved_to"] == "small_tied.5.set_aside"
+  members = g.parse_job("small_tied:members=2")
+  driver = g.Driver([members], runs, tmp_path / "records", 100.0, [])
+  _members_folder(runs / members.label, {**g.job_config(members, []).to_dict(), "matmul_precision": "float32"},
+                  [0, 1], summary=True)
+  (runs / members.label / "members" / "1" / "results.json").unlink()
+  assert driver.adopt(members) is False and members.state == "queued"
+  assert "members/1/results.json is missing" in members.events[-1]["why"]
+  assert g._free(runs, "small_tied.float32", "abandoned").name == "small_tied.float32.abandoned"
+  (runs / "small_tied.float32.abandoned").mkdir()
+  assert g._free(runs, "small_tied.float32", "abandoned").name == "small_tied.float32.2.abandoned"
+
+
+def test_progress_skips_lines_that_are_not_progress_records(tmp_path):
+  _parsed_flags()
+  job = g.parse_job("small_tied")
+  driver = g.Driver([job], tmp_path / "runs", tmp_path / "records", 100.0, [])
+  (tmp_path / "runs" / "small_tied").mkdir()
+  good = [{"kind": "train", "step": s, "steps_per_s": 10.0 * s} for s in (10, 20)]
+  (tmp_path / "runs" / "small_tied" / "metrics.jsonl").write_bytes(
+      "".join(json.dumps(r) + "\n" for r in good).encode() + b'[1, 2]\n\xff\xfe\n{"kind": "train"}\n'
+      b'{"kind": "train", "step": "30", "steps_per_s": 1}\n{"kind": "train", "ste')
+  assert driver.progress(job) == (20, 200.0)
+
+
 def test_a_members_job_restarted_one_rung_down_keeps_member_0s_probe_and_starts_a_clean_record(tmp_path,
                                                                                              monkeypatch):
   _parsed_flags()
@@ -348,11 +452,55 @@ def test_a_deadline_file_moves_the_deadline(tmp_path):
   (tmp_path / "records" / "deadline_at").write_text("garbage")
   driver.read_deadline()  # unreadable: unchanged
   assert driver.deadline == pytest.approx(driver.t0 + 250.0)
+  for stale in (str(driver.t0 - 3600.0), "nan", "inf"):  # a file an earlier driver left, or not a time
+    (tmp_path / "records" / "deadline_at").write_text(stale)
+    driver.read_deadline()
+    driver.read_deadline()  # (said once)
+    assert driver.deadline == pytest.approx(driver.t0 + 250.0)
+  assert [e["event"] for e in driver.events[-3:]] == ["deadline_at ignored"] * 3
 
 
 def _queue(args, env, timeout=600):
   return subprocess.run([sys.executable, "-m", "experiments.gpu_queue", *args], cwd=REPO, env=env,
                         capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_driver_that_fails_or_is_stopped_stops_its_jobs_and_a_failed_job_fails_the_driver(tmp_path,
+                                                                                            shared_data_root):
+  """The driver failing (here: a file where a job's records go), or stopped by SIGTERM, stops its running jobs
+  (none is left training without a driver), marks its status done and says so in one line (130 for a stop);
+  a job whose process fails makes the driver exit 1, naming the job and its log."""
+  env = {**os.environ, "WT_JAX_DATA": str(shared_data_root), "JAX_PLATFORMS": "cpu"}
+  flags_ = ["--dry_run", "--jobs=small_tied", "--poll_s=0.2", "--min_start_s=5"]
+  status = lambda rec: json.loads((rec / "status.json").read_text())
+  rec = tmp_path / "a" / "records"
+  rec.mkdir(parents=True)
+  (rec / "small_tied").write_text("")
+  res = _queue([*flags_, f"--run_dir={tmp_path / 'a' / 'runs'}", f"--record_dir={rec}"], env, timeout=120)
+  assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
+  assert res.stderr.strip().splitlines()[-1].startswith("The driver stopped (FileExistsError: ")
+  assert "1 running job(s) stopped" in res.stderr and (rec / "driver_error.txt").read_text().startswith("Traceback")
+  assert status(rec)["done"] and [(j["state"], j["returncode"] != 0) for j in status(rec)["jobs"]] == [("stopped", True)]
+
+  rec = tmp_path / "b" / "records"
+  driver = subprocess.Popen([sys.executable, "-m", "experiments.gpu_queue", *flags_, f"--record_dir={rec}",
+                             f"--run_dir={tmp_path / 'b' / 'runs'}"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+  t0 = time.time()
+  while time.time() - t0 < 120 and not ((rec / "status.json").exists() and status(rec)["jobs"][0]["state"] == "running"):
+    time.sleep(0.2)
+  driver.terminate()
+  out, err = driver.communicate(timeout=120)
+  assert driver.returncode == 130 and "Traceback" not in err, err[-2000:]
+  assert err.strip().splitlines()[-1].startswith("The driver stopped (interrupted); 1 running job(s) stopped")
+  assert status(rec)["done"] and status(rec)["jobs"][0]["state"] == "stopped"
+
+  rec = tmp_path / "c" / "records"
+  res = _queue([*flags_, f"--run_dir={tmp_path / 'c' / 'runs'}", f"--record_dir={rec}",
+                "--xla_flags=--xla_no_such_flag=1"], env, timeout=120)  # (XLA stops the job's process)
+  assert res.returncode == 1 and json.loads(res.stdout.strip().splitlines()[-1]) == {"small_tied": "failed"}
+  assert re.fullmatch(rf"small_tied failed \(return code -?\d+\): its log is {re.escape(str(rec))}/small_tied/log\.txt\.",
+                      res.stderr.strip().splitlines()[-1]), res.stderr[-2000:]
 
 
 def test_dry_run_probes_trains_two_jobs_side_by_side_and_leaves_whole_records(tmp_path, shared_data_root):

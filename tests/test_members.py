@@ -125,7 +125,9 @@ def test_member_values_are_parsed_and_checked():
                       ("al.alpha", "is not KEY=V1,V2"),
                       ("dropout=0.1,1.5", "must be in \\[0, 1\\)"),
                       ("al.target_gradient=yes,no", "is not a bool"),
-                      ("al.alpha=1,2;al.alpha=3,4", "given twice")]:
+                      ("al.alpha=1,2;al.alpha=3,4", "given twice"),
+                      ("seed=4,4", "members 0 and 1 are the same run"),  # one model twice under one name
+                      ("seed=1,2,1;al.alpha=3,4,3", "members 0 and 2 are the same run")]:
     c = tiny_config()
     c.member_values = spec
     with pytest.raises(ValueError, match=match):

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import re
 from typing import Any, Callable
 
@@ -148,7 +149,8 @@ class Members:
 def parse(config) -> Members | None:
   """The members `config.members` and `config.member_values` ask for, or None for a plain run (members = 0
   and no member_values). Member k's config: `config` with members = 0, member_values = '', seed + k (or the
-  listed seed) and its listed values; each is checked as a run alone would be."""
+  listed seed) and its listed values; each is checked as a run alone would be, and no two may be the same
+  run."""
   values = parse_values(config.member_values, config)
   sizes = {len(v) for v in values.values()}
   if len(sizes) > 1:
@@ -173,6 +175,12 @@ def parse(config) -> Members | None:
       if not 0.0 <= _get(c, key) < 1.0:
         raise ValueError(f"member {i}: {key} must be in [0, 1), not {_get(c, key)}.")
     configs.append(c)
+  first_of = {}  # a member whose config is another's would train the same model twice under one name
+  for i, c in enumerate(configs):
+    j = first_of.setdefault(json.dumps(c.to_dict(), sort_keys=True, default=str), i)
+    if j != i:
+      raise ValueError(f"members {j} and {i} are the same run ({c.name}, seed {c.seed}): give each its own seed "
+                       f"or values.")
   varying = {key: vals for key, vals in values.items() if key not in LABEL_KEYS and len(set(vals)) > 1}
   return Members(tuple(configs), varying)
 
