@@ -33,9 +33,10 @@ record, or a damaged one (a record that cannot be read, a member's results missi
 (`<job>.<n>.set_aside`, the first free n; said in one line and in `status.json`) and the job starts afresh.
 
 Precision ladder. A job starts at the first of `--precisions` (`config.matmul_precision`; the papers' GPUs
-computed true float32; the records name the rung, so `matmul_precision` is refused as an override). After `--check_steps` steps its measured rate gives a projected end; if that end is
-past the deadline and a lower rung exists, the job is stopped and restarted from scratch one rung down
-(`tensorfloat32`), its probe kept in the record. If a job other than the lowest-priority one is late on its
+computed true float32; the records name the rung, so `matmul_precision` is refused as an override). After
+`--check_steps` steps its measured rate gives a projected end; if that end is past the deadline and a lower rung
+exists, the job is stopped and restarted from scratch one rung down (`tensorfloat32`), its probe kept in the
+record. If a job other than the lowest-priority one is late on its
 last rung while sharing the device, the lowest-priority running job is stopped (shed) and the check repeats.
 The lowest-priority job, late on its own, runs on to the deadline and keeps its curve: the way to give a run
 longer than the window whatever the others leave. Every check (step, rate, projection) is kept in

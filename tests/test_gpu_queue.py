@@ -480,14 +480,16 @@ def test_a_driver_that_fails_or_is_stopped_stops_its_jobs_and_a_failed_job_fails
   assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
   assert res.stderr.strip().splitlines()[-1].startswith("The driver stopped (FileExistsError: ")
   assert "1 running job(s) stopped" in res.stderr and (rec / "driver_error.txt").read_text().startswith("Traceback")
-  assert status(rec)["done"] and [(j["state"], j["returncode"] != 0) for j in status(rec)["jobs"]] == [("stopped", True)]
+  jobs = status(rec)["jobs"]
+  assert status(rec)["done"] and [(j["state"], j["returncode"] != 0) for j in jobs] == [("stopped", True)]
 
   rec = tmp_path / "b" / "records"
   driver = subprocess.Popen([sys.executable, "-m", "experiments.gpu_queue", *flags_, f"--record_dir={rec}",
                              f"--run_dir={tmp_path / 'b' / 'runs'}"], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
   t0 = time.time()
-  while time.time() - t0 < 120 and not ((rec / "status.json").exists() and status(rec)["jobs"][0]["state"] == "running"):
+  running = lambda: (rec / "status.json").exists() and status(rec)["jobs"][0]["state"] == "running"
+  while time.time() - t0 < 120 and not running():
     time.sleep(0.2)
   driver.terminate()
   out, err = driver.communicate(timeout=120)
@@ -499,8 +501,8 @@ def test_a_driver_that_fails_or_is_stopped_stops_its_jobs_and_a_failed_job_fails
   res = _queue([*flags_, f"--run_dir={tmp_path / 'c' / 'runs'}", f"--record_dir={rec}",
                 "--xla_flags=--xla_no_such_flag=1"], env, timeout=120)  # (XLA stops the job's process)
   assert res.returncode == 1 and json.loads(res.stdout.strip().splitlines()[-1]) == {"small_tied": "failed"}
-  assert re.fullmatch(rf"small_tied failed \(return code -?\d+\): its log is {re.escape(str(rec))}/small_tied/log\.txt\.",
-                      res.stderr.strip().splitlines()[-1]), res.stderr[-2000:]
+  said = rf"small_tied failed \(return code -?\d+\): its log is {re.escape(f'{rec}/small_tied/log.txt.')}"
+  assert re.fullmatch(said, res.stderr.strip().splitlines()[-1]), res.stderr[-2000:]
 
 
 def test_dry_run_probes_trains_two_jobs_side_by_side_and_leaves_whole_records(tmp_path, shared_data_root):
