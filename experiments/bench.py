@@ -57,6 +57,7 @@ import optax
 from absl import app, flags
 from ml_collections import config_flags
 
+from experiments import run_main
 from wt_jax import losses, members, models, precision, softmax, tying
 from wt_jax.data import batching, lm_corpora, paths, ptb, translation, vocab
 from wt_jax.train import evaluate, lm, nmt, optim, runtime, skipgram, trainer
@@ -517,4 +518,4 @@ def _main(config):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  run_main(main)

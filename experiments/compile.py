@@ -23,6 +23,7 @@ from absl import app, flags
 from etils import epath
 from ml_collections import config_flags
 
+from experiments import run_main
 from wt_jax import aot, batch_search
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file in configs/.", lock_config=True)
@@ -144,4 +145,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  run_main(main)

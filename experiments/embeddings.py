@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 from absl import app, flags, logging
 
+from experiments import run_main
 from wt_jax import tying
 from wt_jax.analysis import embeddings as emb
 from wt_jax.data import paths, ptb, wikitext2
@@ -347,4 +348,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  run_main(main)

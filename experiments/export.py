@@ -20,6 +20,7 @@ import sys
 
 from absl import app, flags
 
+from experiments import run_main
 from wt_jax import convert, export
 from wt_jax.data import paths
 from wt_jax.train import metrics
@@ -65,4 +66,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  run_main(main)

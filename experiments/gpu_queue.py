@@ -95,6 +95,8 @@ from pathlib import Path
 
 from absl import app, flags
 
+from experiments import run_main
+
 _JOBS = flags.DEFINE_list("jobs", [], "Jobs by priority, comma-separated (CONFIG[:ARGUMENT][:key=value...]); a "
                           "job whose argument holds a comma goes in --job or --job_file.")
 _JOB = flags.DEFINE_multi_string("job", [], "One job (repeatable), after --jobs.")
@@ -859,13 +861,6 @@ def steps_of_job(job: Job, common: list[str]) -> int:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-  try:
-    _main()
-  except app.UsageError as e:  # a bad job or flag: one line (the usage text would bury it)
-    sys.exit(f"{e} (--help: the job syntax and flags)")
-
-
-def _main():
   if _STAMP.value:
     try:
       print(stamp(Path(_STAMP.value)))
@@ -952,4 +947,4 @@ def _main():
 
 
 if __name__ == "__main__":
-  app.run(main)
+  run_main(main)

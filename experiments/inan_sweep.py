@@ -22,6 +22,7 @@ from pathlib import Path
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from experiments import run_main
 from wt_jax.analysis import al_sweep
 from wt_jax.data import ptb
 from wt_jax.train import metrics, trainer
@@ -71,4 +72,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  run_main(main)

@@ -13,6 +13,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from experiments import run_main
 from wt_jax import parallel
 from wt_jax.data import translation
 from wt_jax.train import metrics, nmt, trainer
@@ -43,4 +44,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  run_main(main)

@@ -44,6 +44,7 @@ from pathlib import Path
 
 from absl import app, flags
 
+from experiments import run_main
 from experiments.reports import inan, lm_tables, members_speed, nmt, records, softmax_study, tpu_memory
 
 _RUNS = flags.DEFINE_string("runs", None, "Directory of run workdirs to import finished runs from.")
@@ -74,4 +75,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  run_main(main)

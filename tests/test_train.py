@@ -254,13 +254,16 @@ def test_entry_point_end_to_end(tiny_corpus, tmp_path):
                            "--config.vocab_size=31", f"--config.hidden_size={hidden}", "--config.test_window=64"]
   proc = _run_entry(args(), root, tmp_path)
   assert proc.returncode == 0, proc.stderr[-3000:]
-  # Bad input stops the entry point with its one line and no traceback: a resume under another config, and
-  # (with the change allowed) a checkpoint of another model.
+  # Bad input stops the entry point with its one line and no traceback: a resume under another config, (with
+  # the change allowed) a checkpoint of another model, and a value the entry point refuses (a UsageError: its
+  # message alone, not under the usage text, experiments.run_main).
   for extra, says in ((args() + ["--config.learning_rate=0.5"], "(learning_rate 1.0 → 0.5)"),
-                      (args(16) + ["--config.allow_resume_changes=true"], "does not fit the model this config builds")):
+                      (args(16) + ["--config.allow_resume_changes=true"], "does not fit the model this config builds"),
+                      (args() + ["--config.dataset=nope"], "Unknown dataset 'nope'; known: ptb, ")):
     bad = _run_entry(extra, root, tmp_path)
     assert bad.returncode == 1 and says in bad.stderr.strip().splitlines()[-1], bad.stderr[-3000:]
     assert "Traceback" not in bad.stderr, bad.stderr[-3000:]
+  assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr[-3000:]
   res = json.loads((tmp_path / "results.json").read_text())
   assert res["config"] == "small_tied" and res["steps"] == 5
   assert res["num_params"] == 31 * 8 + 31 + 2 * (4 * 16 * 8 + 4 * 8)
