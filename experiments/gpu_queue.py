@@ -79,6 +79,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib
+import inspect
 import json
 import math
 import os
@@ -262,6 +263,9 @@ def job_config(job: Job, common: list[str], precision: str | None = None):
   ladder = [o for o in common + job.overrides if o.partition("=")[0] == "matmul_precision"]
   if ladder:  # (the record names the rung it ran on: an override would run another precision under that name)
     raise app.UsageError(f"Job {job.label}: {ladder[0]!r}: the precision is set by --precisions, not an override.")
+  if job.arg is not None and not inspect.signature(module.get_config).parameters:
+    raise app.UsageError(f"Job {job.label}: configs/{job.config}.py takes no argument, not {job.arg!r} (an "
+                         f"override is key=value).")
   try:
     config = module.get_config(job.arg) if job.arg is not None else module.get_config()
   except (TypeError, ValueError) as e:

@@ -107,6 +107,8 @@ def test_malformed_jobs_and_overrides_are_refused_with_their_reason(tmp_path):
     g.parse_job("__init__")
   with pytest.raises(Exception, match="Unknown job '../configs/small_tied'"):
     g.parse_job("../configs/small_tied")
+  with pytest.raises(Exception, match="configs/large_tied.py takes no argument, not 'seed'"):
+    g.job_config(g.parse_job("large_tied:seed"), [])
   with pytest.raises(Exception, match="has no get_config"):
     g.job_config(g.Job(label="x", config="__init__", overrides=[]), [])
   with pytest.raises(Exception, match="members 0 and 1 are the same run"):  # the same model twice
