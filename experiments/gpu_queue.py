@@ -418,12 +418,12 @@ def _json_object(path: Path, keys: tuple[str, ...]) -> dict:
 def _free(folder: Path, stem: str, suffix: str, numbered: bool = False) -> Path:
   """A name nothing holds yet: folder/<stem>.<suffix> (unless `numbered`), else folder/<stem>.<n>.<suffix>
   with the first free n from 1 (from 2 when unnumbered)."""
-  n = 1 if numbered else 0
-  path = folder / (f"{stem}.{n}.{suffix}" if n else f"{stem}.{suffix}")
-  while path.exists():
-    n += 1 if n else 2
-    path = folder / f"{stem}.{n}.{suffix}"
-  return path
+  if not numbered and not (folder / f"{stem}.{suffix}").exists():
+    return folder / f"{stem}.{suffix}"
+  n = 1 if numbered else 2
+  while (folder / f"{stem}.{n}.{suffix}").exists():
+    n += 1
+  return folder / f"{stem}.{n}.{suffix}"
 
 
 def parse_variant(name: str) -> tuple[int, str]:
