@@ -38,7 +38,7 @@ from experiments import run_main
 from wt_jax import tying
 from wt_jax.analysis import embeddings as emb
 from wt_jax.data import paths, ptb, wikitext2
-from wt_jax.train.checkpoint import Checkpoints
+from wt_jax.train.checkpoint import CheckpointUnreadableError, Checkpoints
 
 _W2V_UNTIED = flags.DEFINE_string("w2v_untied", None, "Workdir of an untied word2vec run.")
 _W2V_TIED = flags.DEFINE_string("w2v_tied", None, "Workdir of the tied word2vec run.")
@@ -336,7 +336,8 @@ def main(argv):
   try:
     tables = build_tables(pairs["w2v"], pairs["lm"], _LM_CORPUS.value, _DATA_DIR.value, _TABLE4_WORDS.value,
                           _TABLE4_SEED.value)
-  except (FileNotFoundError, paths.DataUnavailableError) as e:  # no such run, checkpoint or corpus: one line
+  except (FileNotFoundError, CheckpointUnreadableError, paths.DataUnavailableError) as e:  # no such run,
+    # checkpoint or corpus, or a checkpoint this user may not read: one line
     sys.exit(str(e))
   out = Path(_OUT.value)
   out.mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,7 @@ from experiments import run_main
 from wt_jax import convert, export
 from wt_jax.data import paths
 from wt_jax.train import metrics
+from wt_jax.train.checkpoint import CheckpointUnreadableError
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The trained run's folder (holds checkpoints/).")
 _FORMAT = flags.DEFINE_list("format", list(export.FORMATS), "word2vec and/or npz (comma-separated).")
@@ -61,7 +62,7 @@ def main(argv):
       shapes = ", ".join(f"{k} {tuple(v['shape'])}" for k, v in manifest["matrices"].items())
       print(f"{manifest['tying']} run, step {manifest['step']}: {shapes}; vocabulary {manifest['vocab_source']}"
             f"; wrote {', '.join(manifest['formats'])} to {out}.")
-  except (export.ExportError, convert.ConversionError, paths.DataUnavailableError) as e:
+  except (export.ExportError, convert.ConversionError, paths.DataUnavailableError, CheckpointUnreadableError) as e:
     sys.exit(f"error: {e}")
 
 

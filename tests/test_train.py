@@ -437,6 +437,87 @@ def test_a_run_resumed_past_a_damaged_checkpoint_trains_through_that_step_again(
     assert res[key] == pytest.approx(undisturbed[key], rel=1e-5), key
 
 
+def _refused(monkeypatch, module, refused: dict) -> None:
+  """This process may not read or write some paths: `refused` maps a path to the os.access mode bits refused
+  there. Each path is chmod-ed so (which a non-root user's reads and writes obey) and `module`'s `os.access`
+  answers so (root passes every mode check of the kernel: for root the refusal is modelled, not real)."""
+  real = os.access
+  for path, mode in refused.items():
+    bits = {os.R_OK: 0o444, os.W_OK: 0o222, os.X_OK: 0o111}
+    os.chmod(path, os.stat(path).st_mode & ~sum(b for m, b in bits.items() if mode & m))
+  monkeypatch.setattr(module.os, "access", lambda path, mode, **kw: (
+      not (mode & refused.get(os.fspath(path), 0)) and real(path, mode, **kw)))
+
+
+def test_a_checkpoint_this_user_may_not_read_stops_the_run_and_is_not_moved(tmp_path, monkeypatch):
+  """A step whose read fails while one of its files is one this process may not read is a permission to
+  fix, not damage: `CheckpointUnreadableError` names the file, the step stays in place (not `.unreadable`,
+  which would start the run over from an older step) and, readable again, it is the step resumed."""
+  from wt_jax.train import checkpoint
+  state = {"params": {"w": jnp.arange(6.0).reshape(2, 3)}, "step": jnp.int32(0)}
+  ckpts = checkpoint.Checkpoints(tmp_path / "checkpoints")
+  for step in (2, 4):
+    ckpts.save("last", step, {**state, "step": jnp.int32(step)}, {"step": step})
+  step4 = tmp_path / "checkpoints" / "last" / "4"
+  largest = max((p for p in step4.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+  _refused(monkeypatch, checkpoint, {os.fspath(largest): os.R_OK})
+  if os.geteuid() == 0:  # root reads it anyway: the read fails as orbax's fails for another user
+    mngr = ckpts._managers["last"]
+    def refused_read(step, *a, **kw):
+      raise KeyError("Unknown key: state. Available keys: dict_keys([])")
+    monkeypatch.setattr(mngr, "item_metadata", refused_read)
+  with pytest.raises(checkpoint.CheckpointUnreadableError, match=f"step 4.*permission denied: {largest}"):
+    ckpts.restore_intact(state)
+  assert sorted(p.name for p in step4.parent.iterdir()) == ["2", "4"]
+  monkeypatch.undo()
+  largest.chmod(0o644)
+  ckpts.close()
+  restored, meta, kind, step = checkpoint.Checkpoints(tmp_path / "checkpoints").restore_intact(state)
+  assert (kind, step, int(restored["step"]), meta) == ("last", 4, 4, {"step": 4})
+
+
+def test_a_run_whose_outputs_this_user_may_not_write_stops_before_training(tiny_corpus, tmp_path, monkeypatch):
+  """A resumed run whose results.json (or a checkpoint folder) this process may not write stops at once with
+  a PermissionError naming it, before a step is trained or a line written — not at the end, after training."""
+  from wt_jax.train import runtime
+  corpus, _ = tiny_corpus
+  lm.fit(tiny_config(max_steps=2), corpus, tmp_path)
+  for name in ("results.json", "checkpoints/best"):
+    lines = (tmp_path / "metrics.jsonl").read_text()
+    with monkeypatch.context() as m:
+      _refused(m, runtime, {os.fspath(tmp_path / name): os.W_OK})
+      with pytest.raises(PermissionError) as refused:
+        lm.fit(tiny_config(max_steps=4, allow_resume_changes=True), corpus, tmp_path)
+    (tmp_path / name).chmod(0o755)
+    assert refused.value.filename == os.fspath(tmp_path / name)
+    assert (tmp_path / "metrics.jsonl").read_text() == lines
+  assert lm.fit(tiny_config(max_steps=4, allow_resume_changes=True), corpus, tmp_path)["steps"] == 4
+
+
+@pytest.mark.parametrize("error, says", [
+    (PermissionError(13, "Permission denied", "/data/ptb/ptb.train.txt"),
+     "Permission denied: '/data/ptb/ptb.train.txt'; check the owner and mode of it and of the folders above it."),
+    (OSError(28, "No space left on device", "/runs/x/results.json"),
+     "No space left on device: '/runs/x/results.json'; free some space or use another folder.")])
+def test_an_entry_point_refused_by_the_machine_ends_with_one_line(error, says, monkeypatch):
+  """`experiments.run_main`: an OSError that says the machine refused (a permission, a full or read-only disk)
+  ends the process with its message and path as one line, exit status 1; any other error keeps its
+  traceback."""
+  import experiments
+
+  def main(argv):
+    raise error
+
+  monkeypatch.setattr(sys, "argv", ["entry"])
+  with pytest.raises(SystemExit) as ended:
+    experiments.run_main(main)
+  assert ended.value.code == says
+  def other(argv):
+    raise FileNotFoundError(2, "No such file or directory", "/nowhere")
+  with pytest.raises(FileNotFoundError):
+    experiments.run_main(other)
+
+
 class _RaisesWhenCollected:
   """An object whose finaliser raises `error`: Python reports it to sys.unraisablehook when it is collected."""
 

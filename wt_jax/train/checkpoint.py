@@ -9,10 +9,14 @@ damaged disk), `restore_intact` says so in one line, moves it aside (`<step>.unr
 falls back to the previous step, then to `best`; a `best` step newer than the one resumed from is moved aside
 too (`<step>.superseded`), since the run replays that step and saves it again. The reads orbax leaves behind
 when a step fails are silenced (`_abandoned_reads_silenced`), so that the damage is reported in that one line.
+A step this process may not read (a file or folder of another user's, without read permission) is not damage:
+`CheckpointUnreadableError` names the path and nothing is moved, so the run does not start over from an older
+step while its newest is intact.
 """
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from typing import Any
 
@@ -65,6 +69,30 @@ class CheckpointMismatchError(ValueError):
   """The checkpoint's tree does not match the tree the current config builds."""
 
 
+class CheckpointUnreadableError(PermissionError):
+  """A checkpoint's files exist but this process is not permitted to read them."""
+
+
+def _forbidden(step_dir) -> str | None:
+  """The first path under the local folder `step_dir` (itself included) that this process may not read — a
+  folder it cannot list or enter, a file it cannot open — or None (also for a bucket, whose access is not a
+  file mode). (`os.access` checks the process's real user, which is the user its reads run as unless the
+  interpreter runs setuid.)"""
+  top = str(step_dir)
+  if "://" in top:
+    return None
+  if not os.access(top, os.R_OK | os.X_OK):
+    return top
+  for folder, dirs, files in os.walk(top):
+    for name in dirs:
+      if not os.access(os.path.join(folder, name), os.R_OK | os.X_OK):
+        return os.path.join(folder, name)
+    for name in files:
+      if not os.access(os.path.join(folder, name), os.R_OK):
+        return os.path.join(folder, name)
+  return None
+
+
 def _paths(tree) -> set[str]:
   return {jax.tree_util.keystr(p, simple=True, separator="/")
           for p, _ in jax.tree_util.tree_leaves_with_path(tree)}
@@ -114,7 +142,8 @@ class Checkpoints:
     step = mngr.latest_step() if step is None else step
     if step is None:
       raise FileNotFoundError(f"No {kind!r} checkpoint in {self.directory}.")
-    saved = mngr.item_metadata(step)["state"]
+    with self._permission_named(kind, step):
+      saved = mngr.item_metadata(step)["state"]
     saved_params, want_params = _shapes(saved["params"]), _shapes(target["params"])
     if saved_params != want_params:
       only_saved = sorted(set(saved_params) - set(want_params))
@@ -132,22 +161,40 @@ class Checkpoints:
           f"(optimizer or recurrent state) from this config's; use the config that wrote it or a new "
           f"--workdir.")
     abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, target)
-    restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
-                                                          meta=ocp.args.JsonRestore()))
+    with self._permission_named(kind, step):
+      restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
+                                                            meta=ocp.args.JsonRestore()))
     return restored["state"], restored["meta"]
+
+  @contextlib.contextmanager
+  def _permission_named(self, kind: str, step: int):
+    """Reading `<kind>/<step>`: if the read fails and a file or folder of the step is one this process may not
+    read, raise `CheckpointUnreadableError` naming it (orbax reports a missing permission as a missing item or
+    a TensorStore error); any other failure propagates unchanged."""
+    try:
+      yield
+    except Exception as e:
+      forbidden = _forbidden(self.directory / kind / str(step))
+      if forbidden is None:
+        raise
+      raise CheckpointUnreadableError(
+          f"Checkpoint {self.directory / kind / str(step)} (step {step}) is not readable by this user (permission "
+          f"denied: {forbidden}); nothing was moved. Give this user read access and run the same command "
+          f"again.") from e
 
   def restore_intact(self, target: Any, kinds: tuple[str, ...] = ("last", "best")) -> tuple[Any, dict, str, int] | None:
     """(state, meta, kind, step) of the newest readable checkpoint of `kinds` — `last` steps newest first, then
     `best` — or None when there is none. A step that cannot be read is reported in one line and moved aside to
     `<step>.unreadable` (so that training can write that step again); a checkpoint of another model
-    (`CheckpointMismatchError`) is an error, not damage."""
+    (`CheckpointMismatchError`) or one whose files this process may not read (`CheckpointUnreadableError`:
+    a permission, which the user can fix; the step stays where it is) is an error, not damage."""
     fell_back = False
     for kind in kinds:
       for step in reversed(self.steps(kind)):
         try:
           with _abandoned_reads_silenced(self.directory / kind / str(step)):
             state, meta = self.restore(kind, target, step)
-        except CheckpointMismatchError:
+        except (CheckpointMismatchError, CheckpointUnreadableError):
           raise
         except Exception as e:  # noqa: BLE001 (whatever orbax or TensorStore raise for damaged files)
           first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
@@ -180,10 +227,11 @@ class Checkpoints:
     step = mngr.latest_step() if step is None else step
     if step is None:
       raise FileNotFoundError(f"No {kind!r} checkpoint in {self.directory}.")
-    saved = mngr.item_metadata(step)["state"]
-    abstract = jax.tree_util.tree_map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), saved)
-    restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
-                                                          meta=ocp.args.JsonRestore()))
+    with self._permission_named(kind, step):
+      saved = mngr.item_metadata(step)["state"]
+      abstract = jax.tree_util.tree_map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), saved)
+      restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
+                                                            meta=ocp.args.JsonRestore()))
     return jax.device_get(restored["state"]), restored["meta"]
 
   def close(self) -> None:

@@ -4,6 +4,7 @@ a lock on its workdir, JSON that every reader parses, and a record of the code, 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import platform
@@ -218,6 +219,27 @@ def write_json(path: epath.Path, value: Any) -> None:
   """JSON with None for every NaN/inf (`metrics.finite`): valid for every reader."""
   path.write_text(json.dumps(metrics_lib.finite(value), indent=2, allow_nan=False))
 
+
+
+# What a run writes again when it resumes, in its folder (and each member's): the files are rewritten or
+# appended to, the folders receive new files.
+RUN_OUTPUTS = ("run.json", "metrics.jsonl", "results.json", "summary.json", "curves.png", "vocab.txt")
+RUN_FOLDERS = ("", "checkpoints", "checkpoints/last", "checkpoints/best")
+
+
+def check_writable(lane_dirs) -> None:
+  """Raise PermissionError naming the first of the run's existing outputs (`RUN_OUTPUTS`, `RUN_FOLDERS`) in the
+  local folders `lane_dirs` that this process may not write, before training starts, so that a folder left by
+  another user stops the run at once and not at its first progress line, checkpoint or final results. Folders
+  that do not exist yet and buckets are not checked (a bucket's access is not a file mode)."""
+  for d in lane_dirs:
+    if not is_local(d):
+      continue
+    for name, need in [(f, os.W_OK) for f in RUN_OUTPUTS] + [(f, os.W_OK | os.X_OK) for f in RUN_FOLDERS]:
+      path = os.path.join(os.fspath(d), name) if name else os.fspath(d)
+      if os.path.exists(path) and not os.access(path, need):
+        raise PermissionError(errno.EACCES, f"{os.strerror(errno.EACCES)} (a run's output this user may not "
+                              f"write)", path)
 
 
 class WorkdirBusyError(RuntimeError):

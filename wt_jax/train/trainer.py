@@ -19,7 +19,9 @@ validation and its final evaluation. The skeleton does the rest, once for every 
 - results.json with the keys every task shares (`run_results.common_results`) and the task's own; no NaN or
   inf in any JSON file (null instead);
 - a lock on the workdir (`runtime.workdir_lock`), and a fall-back to the previous checkpoint when the newest
-  cannot be read (`Checkpoints.restore_intact`). The workdir may be a bucket (`etils.epath`);
+  cannot be read (`Checkpoints.restore_intact`; a checkpoint this user may not read stops the run instead); a
+  resumed run whose outputs this user may not write stops before its first step (`runtime.check_writable`).
+  The workdir may be a bucket (`etils.epath`);
 - a folder that describes itself: at the first start `run.json` (the whole config, command line, code commit,
   library versions, host) and the task's own files (`write_run_files`, e.g. an LM's vocab.txt); a resume
   with a config that differs outside the run-length and reporting keys stops with one line naming them
@@ -49,11 +51,11 @@ from wt_jax import parallel
 from wt_jax.data import paths
 from wt_jax.train import metrics as metrics_lib
 from wt_jax.train import run_results
-from wt_jax.train.checkpoint import CheckpointMismatchError, Checkpoints
+from wt_jax.train.checkpoint import CheckpointMismatchError, CheckpointUnreadableError, Checkpoints
 from wt_jax.train.runtime import WorkdirBusyError  # noqa: F401  (raised by `run`: part of its interface)
 from wt_jax.train.runtime import ConfigChangedError  # noqa: F401  (raised by `run`: part of its interface)
-from wt_jax.train.runtime import (check_resume, deferred_signals, describe_run, is_local, versions, workdir_lock,
-                                  write_json)
+from wt_jax.train.runtime import (check_resume, check_writable, deferred_signals, describe_run, is_local, versions,
+                                  workdir_lock, write_json)
 
 LOG_EVERY_S = 30.0  # a progress line at least this often, whatever log_every is
 RUN_FILE = "run.json"  # the run's config, command, code and machine (runtime.describe_run), and its resumes
@@ -68,10 +70,10 @@ class Interrupted(KeyboardInterrupt):
 
 
 # What stops a run for a reason its user acts on: bad input (no corpus, a resume under another config, a
-# checkpoint of another model), a workdir in use, a diverged or an interrupted run (`last` saved: the same
+# checkpoint of another model or one this user may not read), a workdir in use, a diverged or an interrupted run (`last` saved: the same
 # command resumes). The entry points print the message as one line and exit 1, with no traceback.
 STOPS = (Interrupted, NonFiniteLossError, ConfigChangedError, WorkdirBusyError, CheckpointMismatchError,
-         paths.DataUnavailableError)
+         CheckpointUnreadableError, paths.DataUnavailableError)
 
 
 class Task(Protocol):
@@ -118,6 +120,8 @@ def run(task: Task, config, workdir: str | os.PathLike) -> dict:
   workdir.mkdir(parents=True, exist_ok=True)
   with workdir_lock(workdir):
     lane_dirs = _lane_dirs(task, workdir)
+    if parallel.is_writer():
+      check_writable([workdir, *lane_dirs])
     writers = [metrics_lib.MetricsWriter(d / "metrics.jsonl", d) if parallel.is_writer() else metrics_lib.NoWriter()
                for d in lane_dirs]
     try:
