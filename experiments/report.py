@@ -21,7 +21,9 @@ With --runs, every run directory there that holds a results.json (a finished run
 results/<report>/<run>/ as results.json and curve.jsonl (its per-epoch records; the per-step log, plots,
 translations and checkpoints stay in the run's workdir). The report is then built from results/<report>/
 alone, so anyone can rebuild it from the committed files: results/<report>/valid_curves.png and the study
-page results/<report>/README.md.
+page results/<report>/README.md. A damaged or foreign record stops the report with one line naming it; if a
+build fails in any way, results/<report> (and the --readme file) are put back byte for byte as they were, so
+an import never replaces committed records with broken ones.
 
 The study page is the report's own page: the prose around the generated parts is written by hand and kept.
 The generated parts sit between markers: the table (with the paper's source, the note, the figure and the
@@ -39,7 +41,10 @@ kind of page, with the run records (records.py) and the study page's markers (pa
 """
 from __future__ import annotations
 
+import contextlib
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from absl import app, flags
@@ -60,17 +65,44 @@ OTHER_REPORTS = {"tpu_memory": tpu_memory.build_tpu_memory, "inan_table1_2": ina
                  **{name: softmax_study.build_softmax_study for name in softmax_study.SOFTMAX_STUDIES}}
 
 
+@contextlib.contextmanager
+def _as_it_was_if_it_fails(paths: list[Path]):
+  """While a page is built: if the build fails in any way, each of `paths` (the study's folder, the README it
+  splices) is put back exactly as it was, so a record that an import copied in or a page half written never
+  replaces committed files."""
+  with tempfile.TemporaryDirectory() as saved:
+    kept = {}
+    for i, path in enumerate(paths):
+      if path.is_dir():
+        kept[path] = shutil.copytree(path, Path(saved) / str(i), symlinks=True)
+      elif path.exists():
+        kept[path] = shutil.copy2(path, Path(saved) / str(i))
+    try:
+      yield
+    except BaseException:
+      for path in paths:
+        if path.is_dir() and not path.is_symlink():
+          shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+          path.unlink()
+        if path in kept:
+          (shutil.copytree(kept[path], path, symlinks=True) if Path(kept[path]).is_dir()
+           else shutil.copy2(kept[path], path))
+      raise
+
+
 def main(argv):
   names = [*REPORTS, *NMT_REPORTS, *OTHER_REPORTS]
   if len(argv) != 2 or argv[1] not in names:
     raise app.UsageError(f"usage: python -m experiments.report {{{','.join(names)}}} [--runs=DIR]")
   builder = (lm_tables.build if argv[1] in REPORTS else nmt.build_nmt if argv[1] in NMT_REPORTS
              else OTHER_REPORTS[argv[1]])
+  readme = Path(_README.value) if _README.value else None
   try:
-    tab = builder(argv[1], Path(_OUT.value), Path(_RUNS.value) if _RUNS.value else None,
-                  Path(_README.value) if _README.value else None)
+    with _as_it_was_if_it_fails([Path(_OUT.value) / argv[1], *([readme] if readme else [])]):
+      tab = builder(argv[1], Path(_OUT.value), Path(_RUNS.value) if _RUNS.value else None, readme)
   except records.ReportError as e:  # a missing folder or record, a run that belongs elsewhere: one line
-    sys.exit(str(e))
+    sys.exit(f"{e} ({Path(_OUT.value) / argv[1]} is as it was)" if _RUNS.value else str(e))
   print(tab)
 
 

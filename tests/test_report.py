@@ -709,3 +709,57 @@ def test_the_report_command_stops_on_bad_input_with_one_line(tmp_path):
                          text=True, timeout=300)
     assert res.returncode == 1 and says in res.stderr.strip().splitlines()[-1], res.stderr[-2000:]
     assert "Traceback" not in res.stderr, res.stderr[-2000:]
+
+
+def _tree(root: Path) -> dict:
+  return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("kind, page, bad", [
+    ("not JSON", "ptb_table6", lambda d: (d / "results.json").write_text('{"config": "small", "se')),
+    ("a list", "ptb_table6", lambda d: (d / "results.json").write_text("[1, 2]")),
+    ("no epoch records", "ptb_table6", lambda d: (d / "metrics.jsonl").unlink()),
+    ("a damaged metrics line", "ptb_table6", lambda d: (d / "metrics.jsonl").write_text('{"kind": "epo\n')),
+    ("another corpus", "ptb_table6", lambda d: (d / "results.json").write_text(json.dumps(
+        {**json.loads((d / "results.json").read_text()), "dataset": "wikitext2"}))),
+    ("an incomplete compile record", "tpu_memory", lambda d: (d / "out.txt").write_text(
+        'AOT_JSON {"config": "small", "topology": "v5e:2x2", "chips": 4}\n')),
+    ("a damaged bench line", "members", lambda d: (d / "bench.jsonl").write_text('{"bench": "members_sw\n'))])
+def test_a_damaged_record_is_refused_in_one_line_and_the_committed_page_is_as_it_was(kind, page, bad, tmp_path):
+  """`python -m experiments.report PAGE --runs=DIR` with one damaged or foreign record among good ones: one
+  line naming it, exit 1, and every file of results/PAGE byte for byte as it was — the good records of DIR are
+  not imported either, and a record already there with the same name is not replaced."""
+  import shutil
+  import subprocess
+  import sys
+  out = tmp_path / "results"
+  shutil.copytree(REPO / "results" / page, out / page)
+  runs = tmp_path / "runs"
+  if page == "ptb_table6":
+    _fake_run(runs / "small_seed0", "small", 0, 118.0)  # (the committed record of that name is replaced if taken)
+    _fake_run(runs / "small_seed1", "small", 1, 119.0)
+    bad(runs / "small_seed0")
+  else:
+    runs.mkdir()
+    bad(runs)
+  before = _tree(out)
+  proc = subprocess.run([sys.executable, "-m", "experiments.report", page, f"--runs={runs}", f"--out={out}"],
+                        cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+  assert proc.stderr.strip().splitlines()[-1].endswith(f"({out / page} is as it was)"), proc.stderr
+  assert _tree(out) == before
+
+
+def test_an_import_with_a_damaged_run_copies_nothing(tmp_path):
+  """`records.import_runs` reads every run before it copies any: one damaged run among good ones raises
+  `ReportError` naming it, and the destination is left as it was (a record of the same name not replaced)."""
+  _fake_run(tmp_path / "first" / "small_seed0", "small", 0, 118.0)
+  dest = tmp_path / "results" / "ptb_table6"
+  records.import_runs(tmp_path / "first", dest)
+  before = _tree(dest)
+  _fake_run(tmp_path / "runs" / "small_seed0", "small", 0, 150.0)
+  _fake_run(tmp_path / "runs" / "small_seed1", "small", 1, 119.0)
+  (tmp_path / "runs" / "small_seed1" / "results.json").write_text('{"config": "sm')
+  with pytest.raises(records.ReportError, match="small_seed1/results.json is not JSON"):
+    records.import_runs(tmp_path / "runs", dest)
+  assert _tree(dest) == before

@@ -21,7 +21,7 @@ from pathlib import Path
 from absl import logging
 
 from experiments.reports.pages import splice_readme, write_page
-from experiments.reports.records import ReportError
+from experiments.reports.records import ReportError, json_record, runs_folder
 
 KINDS = {"members_sweep": "", "members_profile": "profile_", "members_profile_ratios": "profile_"}  # → file prefix
 
@@ -30,14 +30,16 @@ def import_sweeps(src: Path, dest: Path) -> int:
   """The members_sweep lines of every file in `src` → dest/<device kind>.jsonl, its members_profile and
   members_profile_ratios lines → dest/profile_<device kind>.jsonl (appended, duplicates skipped)."""
   count = 0
-  for f in sorted(p for p in src.iterdir() if p.is_file()):
-    for line in f.read_text(errors="replace").splitlines():
+  for f in sorted(p for p in runs_folder(src).iterdir() if p.is_file()):
+    for n, line in enumerate(f.read_text(errors="replace").splitlines(), 1):
       if not line.startswith("{"):
         continue
-      record = json.loads(line)
+      record = json_record(line, f"{f} line {n}")
       record = record.get("result", record)  # (gpu_bench.sh wraps each line: {"name", "wall_s", "result"})
-      if record.get("bench") not in KINDS:
+      if not isinstance(record, dict) or record.get("bench") not in KINDS:
         continue
+      if "device_kind" not in record:
+        raise ReportError(f"{f} line {n} is a {record['bench']} record without 'device_kind'.")
       out = dest / f"{KINDS[record['bench']]}{record['device_kind'].replace(' ', '_')}.jsonl"
       kept = out.read_text().splitlines() if out.exists() else []
       text = json.dumps(record)

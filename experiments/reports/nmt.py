@@ -3,11 +3,10 @@ parameters and the joint BPE's subword overlap."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 from experiments.reports.pages import _report_dir, _write
-from experiments.reports.records import CURVE, seeds_cell
+from experiments.reports.records import CURVE, read_results, seeds_cell
 from wt_jax.train import metrics
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +53,7 @@ def load_nmt_runs(report_dir: Path) -> dict[tuple[str, str], list[dict]]:
   """(target language, tying mode) → the results.json of its runs, each with its per-epoch history."""
   runs: dict[tuple[str, str], list[dict]] = {}
   for path in sorted(report_dir.glob("*/results.json")):
-    r = json.loads(path.read_text())
+    r = read_results(path, ("config", "tgt_lang", "tying"))  # (an LM run has neither)
     r["_dir"] = path.parent.name
     r["_bleu_curve"] = [(rec["epoch"], rec["valid_bleu_greedy"]) for rec in metrics.read(path.parent / CURVE)]
     runs.setdefault((r["tgt_lang"], r["tying"]), []).append(r)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from absl import logging
 
-from experiments.reports.records import ReportError, import_runs
+from experiments.reports.records import import_runs, runs_folder
 
 def splice_readme(readme: Path, name: str, body: str) -> bool:
   """Replace the text between the markers `<!-- report:NAME:begin -->` and `<!-- report:NAME:end -->` in
@@ -47,9 +47,7 @@ def _report_dir(name: str, out_root: Path, runs_dir: Path | None) -> Path:
   report_dir = out_root / name
   report_dir.mkdir(parents=True, exist_ok=True)
   if runs_dir is not None:
-    if not runs_dir.is_dir():
-      raise ReportError(f"--runs={runs_dir} is not a directory")
-    logging.info("imported %s", import_runs(runs_dir, report_dir))
+    logging.info("imported %s", import_runs(runs_folder(runs_dir), report_dir))
   return report_dir
 
 

@@ -34,10 +34,11 @@ def finished_runs(runs_dir: Path) -> list[tuple[str, Path]]:
   members run (`wt_jax.members`: <run>/members/<k>/) as `<run>_m<k>`, except members that diverged."""
   found = []
   for run in sorted(p for p in runs_dir.iterdir() if p.is_dir()):
-    member_dirs = sorted((run / "members").glob("*/results.json"), key=lambda p: int(p.parent.name))
+    member_dirs = sorted((p for p in (run / "members").glob("*/results.json") if p.parent.name.isdigit()),
+                         key=lambda p: int(p.parent.name))  # (members/<k>/; another folder there is not one)
     if member_dirs:
       for path in member_dirs:
-        diverged = (json.loads(path.read_text()).get("member") or {}).get("diverged")
+        diverged = (read_results(path).get("member") or {}).get("diverged")
         if diverged:
           logging.warning("skipping %s: the member diverged (%s)", path.parent, diverged.get("reason"))
           continue
@@ -49,22 +50,54 @@ def finished_runs(runs_dir: Path) -> list[tuple[str, Path]]:
   return found
 
 
+def json_record(text: str, where, keys: tuple[str, ...] = ()) -> dict:
+  """One JSON object holding `keys` (a record line or file), else `ReportError` naming `where`."""
+  try:
+    r = json.loads(text)
+  except json.JSONDecodeError as e:
+    raise ReportError(f"{where} is not JSON ({e}); a damaged or half-written record.") from e
+  if not isinstance(r, dict) or not set(keys) <= set(r):
+    raise ReportError(f"{where} is not a complete record (an object with {', '.join(map(repr, keys))}).")
+  return r
+
+
+def runs_folder(runs_dir: Path) -> Path:
+  """`--runs`, which must be a folder, else `ReportError`."""
+  if not runs_dir.is_dir():
+    raise ReportError(f"--runs={runs_dir} is not a directory")
+  return runs_dir
+
+
+def read_results(path: Path, keys: tuple[str, ...] = ("config",)) -> dict:
+  """A run's results.json, which must be a JSON object holding `keys`; else `ReportError` naming the file and
+  what is wrong with it."""
+  return json_record(path.read_text(errors="replace"), path, keys)
+
+
 def import_runs(runs_dir: Path, dest: Path) -> list[str]:
   """Copy the small outputs of every finished run in `runs_dir` (`finished_runs`) into `dest`; returns the
-  run names."""
-  imported = []
+  run names. Every run is read first, and nothing is copied unless each has a results.json that is a run's
+  (`read_results`) and at least one epoch record (in metrics.jsonl, or curve.jsonl for a record collected by
+  experiments.gpu_queue): a damaged record raises `ReportError` and never replaces one already in `dest`."""
+  staged = []
   for name, run in finished_runs(runs_dir):
+    read_results(run / "results.json")
+    source = run / "metrics.jsonl" if (run / "metrics.jsonl").exists() else run / CURVE
+    try:
+      records = epoch_records(source)
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, AttributeError) as e:
+      raise ReportError(f"{source} holds a line that is not a metrics record ({type(e).__name__}: {e}); not "
+                        f"imported.") from e
+    if not records:
+      raise ReportError(f"{run}: no epoch records in metrics.jsonl or {CURVE}; not imported (its curve would be "
+                        f"empty).")
+    staged.append((name, run, records))
+  for name, run, records in staged:
     target = dest / name
     target.mkdir(parents=True, exist_ok=True)
     shutil.copy2(run / "results.json", target / "results.json")
-    # a run's workdir holds metrics.jsonl; a record collected by experiments.gpu_queue holds curve.jsonl
-    source = run / "metrics.jsonl" if (run / "metrics.jsonl").exists() else run / CURVE
-    records = epoch_records(source)
-    if not records:
-      logging.warning("%s: no epoch records in metrics.jsonl or %s; its curve will be empty", run, CURVE)
     (target / CURVE).write_text("".join(json.dumps(r) + "\n" for r in records))
-    imported.append(name)
-  return imported
+  return [name for name, _, _ in staged]
 
 
 def load_runs(report_dir: Path, dataset: str | None = "ptb", check=None) -> dict[str, list[dict]]:
@@ -74,7 +107,7 @@ def load_runs(report_dir: Path, dataset: str | None = "ptb", check=None) -> dict
   raises ValueError for a run that does not belong."""
   by_config: dict[str, list[dict]] = {}
   for path in sorted(report_dir.glob("*/results.json")):
-    r = json.loads(path.read_text())
+    r = read_results(path, ("config", "seed"))
     if dataset is not None and r.get("dataset", "ptb") != dataset:
       raise ReportError(f"{path} is a run on {r.get('dataset', 'ptb')!r}, but this report is for {dataset!r}.")
     if check is not None:

@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 
 from experiments.reports.pages import _report_dir, _write
-from experiments.reports.records import CURVE, ReportError, seeds_cell, load_runs
+from experiments.reports.records import CURVE, ReportError, load_runs, read_results, seeds_cell
 from wt_jax import softmax
 from wt_jax.train import metrics
 
@@ -112,9 +112,11 @@ def load_softmax_runs(report_dir: Path, out_root: Path, study: SoftmaxStudy = SO
   on PTB the full-softmax cells from Table 6's committed runs. Every run must be on the study's corpus."""
   runs: dict[tuple[str, str], list[dict]] = {}
   for path in sorted(report_dir.glob("*/results.json")):
-    r = json.loads(path.read_text())
+    r = read_results(path, ("config", "seed"))
     if r.get("dataset", "ptb") != study.dataset:
       raise ReportError(f"{path} is a run on {r.get('dataset', 'ptb')!r}, but this study is on {study.dataset!r}.")
+    if "tying" not in r:
+      raise ReportError(f"{path} names no 'tying': not a run of this study.")
     r["_dir"], r["_curve"] = path.parent.name, list(metrics.read(path.parent / CURVE))
     run_json = path.parent / "run.json"  # (runs imported with it: when it started, `softmax_provenance`)
     r["_run"] = json.loads(run_json.read_text()) if run_json.exists() else {}

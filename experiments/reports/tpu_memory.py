@@ -7,7 +7,7 @@ from pathlib import Path
 from absl import logging
 
 from experiments.reports.pages import splice_readme, write_page
-from experiments.reports.records import ReportError
+from experiments.reports.records import ReportError, json_record, runs_folder
 
 AOT_PREFIX = "AOT_JSON "  # experiments.compile's machine-readable line
 AOT_ORDER = ("small", "small_tied", "medium", "medium_tied", "large", "large_tied", "large_bd_wd",
@@ -17,14 +17,19 @@ AOT_ORDER = ("small", "small_tied", "medium", "medium_tied", "large", "large_tie
 def import_compiles(src: Path, dest: Path) -> list[str]:
   """Each file of `src` holding an `AOT_JSON` line (experiments.compile's stdout) → dest/<config>_<topology>.json."""
   names = []
-  for f in sorted(src.iterdir()):
+  staged = []
+  for f in sorted(runs_folder(src).iterdir()):
     lines = [l for l in f.read_text(errors="replace").splitlines() if l.startswith(AOT_PREFIX)] if f.is_file() else []
     if lines:
-      rec = json.loads(lines[-1][len(AOT_PREFIX):])
-      name = f"{rec['config']}_{rec['topology'].replace(':', '_')}" + ("_members" if "max_members" in rec else "")
-      (dest / f"{name}.json").write_text(json.dumps(rec, indent=1) + "\n")
-      names.append(name)
-  return names
+      rec = json_record(lines[-1][len(AOT_PREFIX):], f"{f}'s last {AOT_PREFIX.strip()} line",
+                        ("config", "topology", "chips", "fits", "programs"))
+      if "train_step" not in rec["programs"] or len(rec["programs"]) < 2:
+        raise ReportError(f"{f}'s last {AOT_PREFIX.strip()} line lacks the train step or the other program.")
+      staged.append((f"{rec['config']}_{rec['topology'].replace(':', '_')}" + ("_members" if "max_members" in rec
+                                                                                  else ""), rec))
+  for name, rec in staged:  # (written only when every record is whole)
+    (dest / f"{name}.json").write_text(json.dumps(rec, indent=1) + "\n")
+  return [name for name, _ in staged]
 
 
 def tpu_memory_table(records: list[dict]) -> str:
