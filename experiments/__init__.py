@@ -4,6 +4,8 @@ import sys
 
 from absl import app
 
+from wt_jax.errors import InputError
+
 # An OSError that says the machine refused, not that the code is wrong: a file or folder this user may not read
 # or write, a read-only file system, a full disk or quota. Its traceback tells the user nothing more than its
 # message and the path.
@@ -14,18 +16,39 @@ _REFUSALS = {errno.EACCES: "check the owner and mode of it and of the folders ab
 
 
 def run_main(main) -> None:
-  """`absl.app.run(main)`, except that a `UsageError` raised by `main` (a bad value found once the flags are
-  read: an unknown dataset, a malformed job) ends the process with its message as one line on stderr and exit
-  status 1, not under the module's whole usage text (which `--help` prints); so does an OSError of `_REFUSALS`
-  (a permission, a read-only or full disk), with the path and what to check, not a traceback."""
+  """`absl.app.run(main)`, with what `main` or the flags refuse ended as one line (`one_line`,
+  `parse_flags`) instead of a traceback or the module's whole usage text (which `--help` prints)."""
+  app.run(one_line(main), flags_parser=parse_flags)
+
+
+def one_line(main):
+  """`main`, except that a `UsageError` it raises (a bad value found once the flags are read: an unknown
+  dataset, a malformed job) ends the process with its message as one line on stderr and exit status 1; so
+  does a value or file the library refuses (`wt_jax.errors.InputError`), a `--config` file that would not load
+  (its reason), and an OSError of `_REFUSALS` (a permission, a read-only or full disk), with the path and
+  what to check."""
   def main_one_line(argv):
     try:
       return main(argv)
-    except app.UsageError as e:
+    except (app.UsageError, InputError) as e:
       sys.exit(str(e))
     except OSError as e:
+      if e.errno is None and str(e).startswith("Configuration is not available"):  # a --config file that
+        sys.exit(f"--config: {str(e).strip().splitlines()[-1].strip()}")  # would not load (its last line: why)
       if e.errno not in _REFUSALS:
         raise
       where = " → ".join(repr(str(f)) for f in (e.filename, e.filename2) if f is not None) or "(no path given)"
       sys.exit(f"{e.strerror}: {where}; {_REFUSALS[e.errno]}.")
-  app.run(main_one_line)
+  return main_one_line
+
+
+def parse_flags(argv):
+  """absl's parser, except that an override of a key the config lacks (`--config.hiden_size=8`: raised by
+  ml_collections as an AttributeError, not a flags error) is one line, its "did you mean" kept."""
+  try:
+    return app.parse_flags_with_usage(argv)
+  except (AttributeError, KeyError) as e:
+    why = e
+    while isinstance(why, BaseException) and why.args:  # (the AttributeError wraps the KeyError that says it)
+      why = why.args[0]
+    sys.exit(f"--config: no such key {str(why).strip()}".replace("\n", "; "))

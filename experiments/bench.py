@@ -43,6 +43,7 @@ trained alone ("K models in X times the time of one").
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -87,6 +88,17 @@ _PEAK = flags.DEFINE_bool("peak", True, "Measure the float32 matmul peak and rep
 _MEMBERS_SWEEP = flags.DEFINE_list("members_sweep", [], "Numbers of members K (0: one plain run) to time, each in "
                                    "its own process, --rounds times interleaved; prints their ratios to K = 0.")
 flags.mark_flag_as_required("config")
+# Counts a benchmark cannot run with 0 of (no timed step, no repeat, no round), and the members' list: each
+# an absl validator, so a bad value is one line before anything is built.
+for _flag in ("steps", "repeats", "rounds", "w2v_epochs", "nmt_epochs", "nmt_train_pairs"):
+  flags.register_validator(_flag, lambda v: v >= 1, message=f"--{_flag} must be ≥ 1.")
+for _flag in ("warmup", "eval_windows", "nmt_eval_sentences"):
+  flags.register_validator(_flag, lambda v: v >= 0, message=f"--{_flag} must be ≥ 0.")
+flags.register_validator("members_sweep", lambda ks: all(k.strip().isdigit() for k in ks),
+                         message="--members_sweep lists whole numbers ≥ 0 (0: one plain run), e.g. 0,2,4.")
+for _flag in ("torch_python", "gensim_python"):
+  flags.register_validator(_flag, lambda v: v is None or Path(v).is_file() or shutil.which(v) is not None,
+                           message=f"--{_flag}: no such interpreter.")
 
 
 def torch_reference(model: str | None, script: str) -> str:

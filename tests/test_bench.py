@@ -78,6 +78,17 @@ def test_bench_prints_one_json_line():
   assert out["head_loss_fwd_bwd_ms"] > 0 and out["optimizer_update_ms"] > 0  # --breakdown
 
 
+def test_counts_a_benchmark_cannot_run_with_are_refused_in_its_flags():
+  """--steps=0 (no timed step), a members list that is not whole numbers, an interpreter that is not there:
+  absl's one-line flags error naming the flag, before anything is built."""
+  for flag, says in (("--steps=0", "--steps must be ≥ 1."), ("--members_sweep=0,-1", "--members_sweep lists whole"),
+                     ("--torch_python=/no/such/python", "--torch_python: no such interpreter.")):
+    r = subprocess.run([sys.executable, "-m", "experiments.bench", "--config=configs/small_tied.py", flag],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "FATAL Flags parsing error" in r.stderr and says in r.stderr, r.stderr[-2000:]
+
+
 def test_skipgram_bench_reports_words_per_second_per_epoch():
   """The skip-gram mode trains the real pipeline on a small corpus; one entry per epoch, words counted
   in vocabulary (as experiments.word2vec and gensim_reference.py count them)."""

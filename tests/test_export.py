@@ -1,5 +1,6 @@
 """Exporting a run's embeddings (word2vec text read by gensim, npz, manifest) and converting parameters between
 tied and untied (Press & Wolf 2017: one shared matrix S, or an input U and an output V)."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -323,6 +324,19 @@ def test_convert_run_tie_keeps_the_output_embedding_by_default(runs, tmp_path):
                                 trained["words"]["out_embedding"])
   with pytest.raises(convert.ConversionError, match="already tied"):
     convert.convert_run(runs["tied"], tmp_path / "x", "tie")
+
+
+@pytest.mark.parametrize("config, says", [({"model": "skipgram"}, "is a word2vec run"),
+                                          ({"model": "nmt", "src_lang": "en"}, "is a translation run")])
+def test_convert_run_refuses_a_run_that_is_not_a_language_model(runs, tmp_path, config, says):
+  """Only experiments.ptb reads converted parameters (--config.init_from): a word2vec or translation run's
+  conversion is refused, not written with a command its configs have no key for."""
+  run = export.load_run(runs["tied"])
+  faked = mock.patch.object(export, "load_run",
+                            lambda *a, **kw: dataclasses.replace(run, meta={**run.meta, "config": config}))
+  with faked, pytest.raises(convert.ConversionError, match=says):
+    convert.convert_run(runs["tied"], tmp_path / "init", "untie")
+  assert not (tmp_path / "init").exists()
 
 
 def test_training_from_an_untied_init_moves_the_two_copies_apart(runs, tmp_path):

@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import REPO, tiny_config, write_corpus
 from wt_jax import losses, models, tying
 from wt_jax.data import ptb
+from wt_jax.errors import InputError
 from wt_jax.train import evaluate, lm, optim, trainer
 from wt_jax.train import metrics as metrics_lib
 from wt_jax.train.checkpoint import CheckpointMismatchError
@@ -204,10 +205,13 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_corpus, tmp_path):
   corpus, _ = tiny_corpus
   lm.fit(tiny_config(max_steps=5), corpus, tmp_path)
   before = sorted(p.name for p in (tmp_path / "checkpoints" / "last").iterdir())
-  with pytest.raises(trainer.NonFiniteLossError, match="last good checkpoint"):
-    lm.fit(tiny_config(max_steps=20, learning_rate=float("nan"), allow_resume_changes=True), corpus, tmp_path)
+  diverging = dict(learning_rate=1e20, clip_norm=1e9, allow_resume_changes=True)  # (a NaN rate is refused)
+  with pytest.raises(trainer.NonFiniteLossError, match=r"the last good checkpoint \(step 5\) is kept"):
+    lm.fit(tiny_config(max_steps=20, **diverging), corpus, tmp_path)
   after = sorted(p.name for p in (tmp_path / "checkpoints" / "last").iterdir())
   assert before == after == ["5"]
+  with pytest.raises(trainer.NonFiniteLossError, match="no checkpoint had been saved yet"):  # a fresh run
+    lm.fit(tiny_config(max_steps=20, **diverging), corpus, tmp_path / "fresh")
   # and the run can go on from it with a sane config
   res = lm.fit(tiny_config(max_steps=8), corpus, tmp_path)
   assert res["resumed_from_step"] == 5 and math.isfinite(res["valid_ppl"])
@@ -222,7 +226,7 @@ def test_a_run_that_stops_closes_its_metrics_writers(tiny_corpus, tmp_path, monk
   close = metrics_lib.MetricsWriter.close
   monkeypatch.setattr(metrics_lib.MetricsWriter, "close", lambda self: (closed.append(str(self.path)), close(self)))
   with pytest.raises(trainer.NonFiniteLossError):
-    lm.fit(tiny_config(max_steps=5, learning_rate=float("nan")), corpus, tmp_path)
+    lm.fit(tiny_config(max_steps=5, learning_rate=1e20, clip_norm=1e9), corpus, tmp_path)
   assert closed == [str(tmp_path / "metrics.jsonl")]
 
 
@@ -259,6 +263,7 @@ def test_entry_point_end_to_end(tiny_corpus, tmp_path):
   # message alone, not under the usage text, experiments.run_main).
   for extra, says in ((args() + ["--config.learning_rate=0.5"], "(learning_rate 1.0 → 0.5)"),
                       (args(16) + ["--config.allow_resume_changes=true"], "does not fit the model this config builds"),
+                      (args() + ["--config.optimizer=adamw"], "Unknown optimizer 'adamw'; expected 'sgd' or 'adam'."),
                       (args() + ["--config.dataset=nope"], "Unknown dataset 'nope'; known: ptb, ")):
     bad = _run_entry(extra, root, tmp_path)
     assert bad.returncode == 1 and says in bad.stderr.strip().splitlines()[-1], bad.stderr[-3000:]
@@ -292,12 +297,32 @@ def test_entry_point_trains_a_class_softmax_and_resumes_it(tiny_corpus, tmp_path
   assert res["num_params"] == 31 * 8 + 31 + 2 * (4 * 16 * 8 + 4 * 8) + (len(bounds) - 1) * (8 + 1)
 
 
+@pytest.mark.parametrize("key, value", [("dropout", 1.5), ("dropout_h", -0.1), ("dropout_x", 1.0),
+                                        ("num_epochs", 0), ("batch_size", 0), ("bptt", 0), ("eval_batch_size", 0),
+                                        ("num_layers", 0), ("hidden_size", -1), ("learning_rate", math.nan),
+                                        ("learning_rate", -1.0), ("learning_rate", math.inf)])
+def test_a_value_no_run_can_train_with_is_refused_before_anything_is_built(tiny_corpus, tmp_path, key, value):
+  """`lm.check_ranges`: a count below 1 (a 0 batch or window divides by zero, 0 layers builds no model, 0
+  epochs writes results of an untrained model), a drop probability outside [0, 1), a learning rate that is not
+  a finite number ≥ 0: `InputError` naming the key, and the workdir is not even made."""
+  corpus, _ = tiny_corpus
+  with pytest.raises(InputError, match=f"^{key} "):
+    lm.fit(tiny_config(**{key: value}), corpus, tmp_path / "run")
+  assert not (tmp_path / "run").exists()
+  lm.check_ranges(tiny_config(learning_rate=0.0, dropout=0.0, dropout_h=0.99))  # the edges that are allowed
+
+
 def test_entry_point_rejects_unknown_config_key(tiny_corpus, tmp_path):
+  """A mistyped key (ml_collections raises it while absl parses the flags) or a config file that is not there:
+  one line, its "did you mean" or the file's error kept, no traceback."""
   _, root = tiny_corpus
-  proc = _run_entry(["--config=configs/small_tied.py", f"--workdir={tmp_path}", "--config.num_epoch=1"],
-                    root, tmp_path)
-  assert proc.returncode != 0
-  assert "num_epoch" in proc.stderr
+  for args, says in ((["--config=configs/small_tied.py", "--config.num_epoch=1"],
+                      '--config: no such key \'num_epoch\'; Did you mean "num_epochs" instead of "num_epoch"?'),
+                     (["--config=configs/smal_tied.py"],
+                      "--config: [Errno 2] No such file or directory: 'configs/smal_tied.py'")):
+    proc = _run_entry([*args, f"--workdir={tmp_path}"], root, tmp_path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == says, proc.stderr[-3000:]
 
 
 def test_entry_point_missing_data_names_env_var(tmp_path):
@@ -495,27 +520,28 @@ def test_a_run_whose_outputs_this_user_may_not_write_stops_before_training(tiny_
 
 
 @pytest.mark.parametrize("error, says", [
+    (InputError("Unknown optimizer 'adamw'; expected 'sgd' or 'adam'."),
+     "Unknown optimizer 'adamw'; expected 'sgd' or 'adam'."),
     (PermissionError(13, "Permission denied", "/data/ptb/ptb.train.txt"),
      "Permission denied: '/data/ptb/ptb.train.txt'; check the owner and mode of it and of the folders above it."),
     (OSError(28, "No space left on device", "/runs/x/results.json"),
      "No space left on device: '/runs/x/results.json'; free some space or use another folder.")])
-def test_an_entry_point_refused_by_the_machine_ends_with_one_line(error, says, monkeypatch):
-  """`experiments.run_main`: an OSError that says the machine refused (a permission, a full or read-only disk)
-  ends the process with its message and path as one line, exit status 1; any other error keeps its
-  traceback."""
+def test_an_entry_point_refused_by_the_machine_ends_with_one_line(error, says):
+  """`experiments.run_main`: a value the library refuses (`InputError`), or an OSError that says the machine
+  refused (a permission, a full or read-only disk), ends the process with its message (and path) as one line,
+  exit status 1; any other error keeps its traceback."""
   import experiments
 
   def main(argv):
     raise error
 
-  monkeypatch.setattr(sys, "argv", ["entry"])
-  with pytest.raises(SystemExit) as ended:
-    experiments.run_main(main)
+  with pytest.raises(SystemExit) as ended:  # (`run_main` = absl's app.run of `one_line(main)`)
+    experiments.one_line(main)(["entry"])
   assert ended.value.code == says
   def other(argv):
     raise FileNotFoundError(2, "No such file or directory", "/nowhere")
   with pytest.raises(FileNotFoundError):
-    experiments.run_main(other)
+    experiments.one_line(other)(["entry"])
 
 
 class _RaisesWhenCollected:

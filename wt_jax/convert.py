@@ -184,6 +184,11 @@ def convert_run(workdir: str | Path, out: str | Path | None = None, direction: s
   if direction not in DIRECTIONS:
     raise ConversionError(f"Unknown conversion {direction!r}; expected one of {', '.join(DIRECTIONS)}.")
   run = load_run(workdir, kind)
+  config = run.meta.get("config") or {}
+  if config.get("model") == "skipgram" or "src_lang" in config:  # (word2vec; a translation model)
+    raise ConversionError(f"{workdir} is a {'word2vec' if config.get('model') == 'skipgram' else 'translation'} "
+                          f"run; only language-model runs (experiments.ptb) start from converted parameters "
+                          f"(--config.init_from).")
   mode = tying_mode(run.params)
   if direction == "copy":  # Inan et al.'s footnote 4: retrain from the final state of a first session
     new_mode, params, default = mode, run.params, f"init_step{run.step}"

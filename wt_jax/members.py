@@ -41,6 +41,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from wt_jax.errors import InputError
+
 # Keys members may set differently: none changes a parameter's shape or the program's structure. The seed
 # enters through the members' keys; the others are read as traced scalars where the step is built.
 MEMBER_KEYS = ("seed", "learning_rate", "lr_decay", "clip_norm", "weight_decay",
@@ -70,7 +72,7 @@ def _parse_value(key: str, text: str, like):
   text = text.strip()
   if isinstance(like, str):
     if not NAME.fullmatch(text):
-      raise ValueError(f"member_values: {key}={text!r} is not a name (letters, digits, '_', '.', '-').")
+      raise InputError(f"member_values: {key}={text!r} is not a name (letters, digits, '_', '.', '-').")
     return text
   try:
     if isinstance(like, bool):
@@ -81,7 +83,7 @@ def _parse_value(key: str, text: str, like):
       return int(text)
     return float(text)
   except ValueError:
-    raise ValueError(f"member_values: {key}={text!r} is not a {type(like).__name__}.") from None
+    raise InputError(f"member_values: {key}={text!r} is not a {type(like).__name__}.") from None
 
 
 def parse_values(spec: str, config) -> dict[str, list]:
@@ -93,12 +95,12 @@ def parse_values(spec: str, config) -> dict[str, list]:
     key, eq, listed = item.partition("=")
     key = key.strip()
     if not eq or not listed.strip():
-      raise ValueError(f"member_values: {item!r} is not KEY=V1,V2,… (items separated by ';').")
+      raise InputError(f"member_values: {item!r} is not KEY=V1,V2,… (items separated by ';').")
     if key not in MEMBER_KEYS:
-      raise ValueError(f"member_values: {key!r} cannot differ between members (it would change a shape or the "
+      raise InputError(f"member_values: {key!r} cannot differ between members (it would change a shape or the "
                        f"program); members may differ in: {', '.join(MEMBER_KEYS)}.")
     if key in values:
-      raise ValueError(f"member_values: {key!r} is given twice.")
+      raise InputError(f"member_values: {key!r} is given twice.")
     like = _get(config, key)
     values[key] = [_parse_value(key, v, like) for v in listed.split(",")]
   return values
@@ -154,16 +156,16 @@ def parse(config) -> Members | None:
   values = parse_values(config.member_values, config)
   sizes = {len(v) for v in values.values()}
   if len(sizes) > 1:
-    raise ValueError(f"member_values: every key needs one value per member; got lists of lengths "
+    raise InputError(f"member_values: every key needs one value per member; got lists of lengths "
                      f"{sorted(sizes)} ({config.member_values!r}).")
   listed = sizes.pop() if sizes else 0
   k = config.members or listed
   if config.members < 0:
-    raise ValueError(f"members must be ≥ 0 (0: one model, the usual run), not {config.members}.")
+    raise InputError(f"members must be ≥ 0 (0: one model, the usual run), not {config.members}.")
   if not k:
     return None
   if listed and listed != k:
-    raise ValueError(f"members={config.members} but member_values lists {listed} values per key.")
+    raise InputError(f"members={config.members} but member_values lists {listed} values per key.")
   configs = []
   for i in range(k):
     c = copy.deepcopy(config)
@@ -173,13 +175,13 @@ def parse(config) -> Members | None:
       _set(c, key, vals[i])
     for key in DROPOUT_KEYS:
       if not 0.0 <= _get(c, key) < 1.0:
-        raise ValueError(f"member {i}: {key} must be in [0, 1), not {_get(c, key)}.")
+        raise InputError(f"member {i}: {key} must be in [0, 1), not {_get(c, key)}.")
     configs.append(c)
   first_of = {}  # a member whose config is another's would train the same model twice under one name
   for i, c in enumerate(configs):
     j = first_of.setdefault(json.dumps(c.to_dict(), sort_keys=True, default=str), i)
     if j != i:
-      raise ValueError(f"members {j} and {i} are the same run ({c.name}, seed {c.seed}): give each its own seed "
+      raise InputError(f"members {j} and {i} are the same run ({c.name}, seed {c.seed}): give each its own seed "
                        f"or values.")
   varying = {key: vals for key, vals in values.items() if key not in LABEL_KEYS and len(set(vals)) > 1}
   return Members(tuple(configs), varying)

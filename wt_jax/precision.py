@@ -17,6 +17,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from wt_jax.errors import InputError
+
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 # `config.matmul_precision` → jax's default matmul precision, i.e. how a float32 × float32 product is computed.
@@ -29,14 +31,14 @@ MATMUL_PRECISIONS = {"default": None, "float32": "float32", "tensorfloat32": "te
 def compute_dtype(name: str):
   """The dtype named by `config.compute_dtype`; a clear error for anything else."""
   if name not in DTYPES:
-    raise ValueError(f"Unknown compute_dtype {name!r}; expected one of {', '.join(DTYPES)}.")
+    raise InputError(f"Unknown compute_dtype {name!r}; expected one of {', '.join(DTYPES)}.")
   return DTYPES[name]
 
 
 def matmul_precision(name: str):
   """A context in which float32 matmuls are traced with `config.matmul_precision` (see MATMUL_PRECISIONS)."""
   if name not in MATMUL_PRECISIONS:
-    raise ValueError(f"Unknown matmul_precision {name!r}; expected one of {', '.join(MATMUL_PRECISIONS)}.")
+    raise InputError(f"Unknown matmul_precision {name!r}; expected one of {', '.join(MATMUL_PRECISIONS)}.")
   return jax.default_matmul_precision(MATMUL_PRECISIONS[name])
 
 

@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from wt_jax import precision
+from wt_jax.errors import InputError
 
 KINDS = ("full", "sampled", "nce", "class")
 PROPOSALS = ("log_uniform", "unigram")
@@ -56,10 +57,10 @@ def proposal_log_probs(kind: str, vocab_size: int, counts: np.ndarray | None = N
     return np.log(np.log1p(1.0 / (r + 1.0))) - math.log(math.log(vocab_size + 1.0))
   if kind == "unigram":
     if counts is None or len(counts) != vocab_size:
-      raise ValueError(f"softmax.proposal='unigram' needs the training counts of all {vocab_size} words.")
+      raise InputError(f"softmax.proposal='unigram' needs the training counts of all {vocab_size} words.")
     w = np.maximum(np.asarray(counts, np.float64), 1.0) ** power
     return np.log(w) - math.log(w.sum())
-  raise ValueError(f"Unknown softmax.proposal {kind!r}; expected one of {', '.join(PROPOSALS)}.")
+  raise InputError(f"Unknown softmax.proposal {kind!r}; expected one of {', '.join(PROPOSALS)}.")
 
 
 DRAW_BITS = 32  # a draw reads one uniform 32-bit integer
@@ -154,7 +155,7 @@ def class_bounds(counts: np.ndarray, num_classes: int, power: float = 0.5) -> tu
   classes of their own, rare ones share large classes); 0.5, the toolkit's default, evens the class sizes."""
   counts = np.asarray(counts, np.float64)
   if num_classes < 1 or num_classes > len(counts):
-    raise ValueError(f"softmax.num_classes must be in [1, V = {len(counts)}], not {num_classes}.")
+    raise InputError(f"softmax.num_classes must be in [1, V = {len(counts)}], not {num_classes}.")
   if np.any(np.diff(counts) > 0):
     raise ValueError("Class bins need ids sorted by decreasing training frequency (wt_jax.data.vocab).")
   f = np.maximum(counts, 0.0) ** power
@@ -230,9 +231,9 @@ def kind_of(config) -> str:
   s = config.get("softmax")
   kind = "full" if s is None else s.kind
   if kind not in KINDS:
-    raise ValueError(f"Unknown softmax.kind {kind!r}; expected one of {', '.join(KINDS)}.")
+    raise InputError(f"Unknown softmax.kind {kind!r}; expected one of {', '.join(KINDS)}.")
   if kind in ("sampled", "nce") and not 0 < s.num_samples:
-    raise ValueError(f"softmax.num_samples must be ≥ 1, not {s.num_samples}.")
+    raise InputError(f"softmax.num_samples must be ≥ 1, not {s.num_samples}.")
   return kind
 
 
@@ -289,7 +290,7 @@ def check_nce_start(config) -> None:
   """One line (ValueError) when NCE is asked to start normalised (`start_normalised`) with no output bias to
   move: the setting would do nothing, and NCE would start unnormalised."""
   if kind_of(config) == "nce" and config.softmax.nce_start_normalised and not config.words.output_bias:
-    raise ValueError(NCE_NEEDS_BIAS)
+    raise InputError(NCE_NEEDS_BIAS)
 
 
 def start_normalised(params, config):
@@ -301,7 +302,7 @@ def start_normalised(params, config):
   if kind_of(config) != "nce" or not config.softmax.nce_start_normalised:
     return params
   if "out_bias" not in params.get("words", {}):
-    raise ValueError(NCE_NEEDS_BIAS)
+    raise InputError(NCE_NEEDS_BIAS)
   words = {**params["words"], "out_bias": params["words"]["out_bias"] - math.log(config.vocab_size)}
   return {**params, "words": words}
 
@@ -311,6 +312,6 @@ def model_class_bounds(config) -> tuple[int, ...]:
   if kind_of(config) != "class":
     return ()
   if not config.softmax.class_bounds:
-    raise ValueError("softmax.kind='class' needs softmax.class_bounds, the frequency bins of the training "
+    raise InputError("softmax.kind='class' needs softmax.class_bounds, the frequency bins of the training "
                      "counts: wt_jax.softmax.resolve(config, train_ids) fills them (experiments.ptb does).")
   return tuple(int(b) for b in config.softmax.class_bounds)

@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 
 from wt_jax import precision, softmax
+from wt_jax.errors import InputError
 
 MODES = ("untied", "tied", "projection", "tied_projection")
 PENALTIES = "penalties"  # the linen collection that regularisers sow into
@@ -53,7 +54,7 @@ def uniform_init(scale: float):
 
 def check_mode(mode: str) -> str:
   if mode not in MODES:
-    raise ValueError(f"Unknown tying mode {mode!r}; expected one of {', '.join(MODES)}.")
+    raise InputError(f"Unknown tying mode {mode!r}; expected one of {', '.join(MODES)}.")
   return mode
 
 
@@ -105,7 +106,7 @@ class WordEmbeddings(nn.Module):
     if self.class_bounds:
       b = self.class_bounds
       if b[0] != 0 or b[-1] != V or any(x >= y for x, y in zip(b, b[1:])):
-        raise ValueError(f"class_bounds must rise strictly from 0 to V = {V}; got {b[:3]}…{b[-3:]}.")
+        raise InputError(f"class_bounds must rise strictly from 0 to V = {V}; got {b[:3]}…{b[-3:]}.")
       self.class_embedding = self.param("class_embedding", init, (len(b) - 1, D))
       if self.output_bias:
         self.class_bias = self.param("class_bias", init, (len(b) - 1,))
@@ -179,9 +180,9 @@ def constrain_embedding_rows(params: Any, norm: float) -> Any:
   if not norm:
     return params
   if norm < 0:
-    raise ValueError(f"words.row_norm must be ≥ 0 (0: off), not {norm}.")
+    raise InputError(f"words.row_norm must be ≥ 0 (0: off), not {norm}.")
   if "words" not in params or "embedding" not in params["words"]:
-    raise ValueError("words.row_norm needs a model whose input embedding is params['words']['embedding'].")
+    raise InputError("words.row_norm needs a model whose input embedding is params['words']['embedding'].")
   embedding = params["words"]["embedding"]
   row_norms = jnp.linalg.norm(embedding, axis=-1, keepdims=True)
   words = {**params["words"], "embedding": embedding * (norm / jnp.maximum(row_norms, 1e-12))}

@@ -10,6 +10,8 @@ import dataclasses
 
 import numpy as np
 
+from wt_jax.errors import InputError
+
 
 @dataclasses.dataclass
 class Windows:
@@ -37,12 +39,12 @@ def lm_windows(stream: np.ndarray, batch_size: int, bptt: int, drop_remainder: b
   stream = np.asarray(stream, dtype=np.int32)
   row_len = len(stream) // batch_size
   if row_len < 2:
-    raise ValueError(f"A stream of {len(stream)} tokens is too short for batch size {batch_size}.")
+    raise InputError(f"A stream of {len(stream)} tokens is too short for batch size {batch_size}.")
   rows = stream[: row_len * batch_size].reshape(batch_size, row_len)
   n_targets = row_len - 1
   num = n_targets // bptt if drop_remainder else -(-n_targets // bptt)
   if num == 0:
-    raise ValueError(f"A stream of {len(stream)} tokens gives no full window of {bptt} steps at batch "
+    raise InputError(f"A stream of {len(stream)} tokens gives no full window of {bptt} steps at batch "
                      f"size {batch_size}.")
   pad = num * bptt - n_targets
   x = np.pad(rows[:, :-1], ((0, 0), (0, max(pad, 0))))[:, : num * bptt]

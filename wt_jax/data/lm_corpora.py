@@ -6,6 +6,7 @@ vocabulary; the data root is resolved as everywhere (`--config.data_dir`, then $
 import functools
 
 from wt_jax.data import bbc, imdb, ptb, wikitext2
+from wt_jax.errors import InputError
 
 CORPORA = {"ptb": ptb.load,              # Mikolov's PTB, 10k vocabulary
            "wikitext2": wikitext2.load,  # Merity et al. (2017), 33,278 types (set --config.vocab_size=33278)
@@ -20,5 +21,5 @@ CORPORA = {"ptb": ptb.load,              # Mikolov's PTB, 10k vocabulary
 def load_corpus(config):
   """The corpus named by `config.dataset`, read from `config.data_dir` (or the usual resolution)."""
   if config.dataset not in CORPORA:
-    raise ValueError(f"Unknown dataset {config.dataset!r}; known: {', '.join(CORPORA)}.")
+    raise InputError(f"Unknown dataset {config.dataset!r}; known: {', '.join(CORPORA)}.")
   return CORPORA[config.dataset](config.data_dir or None, download=config.download)

@@ -12,6 +12,7 @@ import gzip
 from pathlib import Path
 
 from wt_jax.data import paths
+from wt_jax.errors import InputError
 
 URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 FILES = {"train": "train", "valid": "val", "test": "test_2016_flickr"}  # split → file stem
@@ -28,7 +29,7 @@ def ensure(langs: tuple[str, ...], data_dir: str | None = None, download: bool =
   """The folder holding every split of `langs`, downloading the missing files first if allowed."""
   for lang in langs:
     if lang not in LANGS:
-      raise ValueError(f"Unknown Multi30k language {lang!r}; expected one of {', '.join(LANGS)}.")
+      raise InputError(f"Unknown Multi30k language {lang!r}; expected one of {', '.join(LANGS)}.")
   folder = paths.data_root(data_dir) / "multi30k"
   missing = [(s, l) for s in FILES.values() for l in langs if not split_file(folder, s, l)]
   if missing and not download:

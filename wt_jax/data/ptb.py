@@ -20,6 +20,7 @@ import numpy as np
 
 from wt_jax.data import paths
 from wt_jax.data.vocab import Vocab
+from wt_jax.errors import InputError
 
 URL = "http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz"
 SPLITS = ("train", "valid", "test")
@@ -92,7 +93,7 @@ def sentences(split: str = "train", data_dir: str | None = None, download: bool 
     out = [line.split() for line in f]
   out = [s for s in out if s]
   if not out:
-    raise ValueError(f"PTB {split} split at {path} contains no words.")
+    raise InputError(f"PTB {split} split at {path} contains no words.")
   return out
 
 
@@ -103,7 +104,14 @@ def load(data_dir: str | None = None, download: bool = True, url: str = URL) -> 
   for s in SPLITS:
     streams[s] = read_tokens(split_file(folder, s))
     if len(streams[s]) == 0 or all(t == EOS for t in streams[s]):
-      raise ValueError(f"PTB {s} split at {split_file(folder, s)} contains no words.")
+      raise InputError(f"PTB {s} split at {split_file(folder, s)} contains no words.")
   vocab = Vocab.from_tokens(streams["train"])
   unk = "<unk>" if "<unk>" in vocab else None
-  return Corpus(*(vocab.encode(streams[s], unk=unk) for s in SPLITS), vocab=vocab)
+  encoded = []
+  for s in SPLITS:
+    try:
+      encoded.append(vocab.encode(streams[s], unk=unk))
+    except KeyError as e:  # (PTB's valid and test words are all in its training text, <unk> included)
+      raise InputError(f"PTB {s} split at {split_file(folder, s)}: {e.args[0]} The vocabulary is the training "
+                       f"split's, which has no <unk> to map it to; is the training file whole?") from None
+  return Corpus(*encoded, vocab=vocab)

@@ -18,6 +18,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from wt_jax.data.subwords import BOS, EOS, PAD
+from wt_jax.errors import InputError
 
 DEFAULT_BUCKETS = (8, 16, 24, 32, 48, 64, 96, 128)
 CORPORA = ("multi30k", "wmt14_enfr", "wmt15_ende")
@@ -32,7 +33,7 @@ def load_corpus(config) -> dict[str, tuple[list[str], list[str]]]:
   if config.dataset in wmt.BUILDERS:
     return wmt.load_pair(config.dataset, config.src_lang, config.tgt_lang, config.data_dir or None,
                          config.download, config.get("max_train_pairs", 0))
-  raise ValueError(f"Unknown dataset {config.dataset!r}; known: {', '.join(CORPORA)}.")
+  raise InputError(f"Unknown dataset {config.dataset!r}; known: {', '.join(CORPORA)}.")
 
 
 @dataclasses.dataclass

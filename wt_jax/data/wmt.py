@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from wt_jax.data import paths
+from wt_jax.errors import InputError
 
 BUILDERS = {"wmt14_enfr": ("wmt14_translate/fr-en", ("en", "fr")),
             "wmt15_ende": ("wmt15_translate/de-en", ("en", "de"))}
@@ -34,7 +35,7 @@ def load_pair(dataset: str, src: str, tgt: str, data_dir: str | None = None, dow
   """Sentences of `dataset` (a key of BUILDERS) as aligned lists; `max_train` > 0 keeps the first N training
   pairs (for a quick look at the pipeline)."""
   if dataset not in BUILDERS:
-    raise ValueError(f"Unknown WMT dataset {dataset!r}; expected one of {', '.join(BUILDERS)}.")
+    raise InputError(f"Unknown WMT dataset {dataset!r}; expected one of {', '.join(BUILDERS)}.")
   name, langs = BUILDERS[dataset]
   if {src, tgt} != set(langs):
     raise ValueError(f"{dataset} translates between {' and '.join(langs)}, not {src}→{tgt}.")

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from wt_jax import softmax, tying
+from wt_jax.errors import InputError
 from wt_jax.models import bd_lstm_lm, ffnn_lm, lstm_lm, rhn_lm, transformer_lm
 
 CARRY_BATCH_AXIS = 1  # where the batch sits in every leaf of a carry (data parallelism shards it there)
@@ -35,7 +36,7 @@ def build(config):
   """Build the model named by `config.model`."""
   name = config.model
   if name not in _REGISTRY:
-    raise ValueError(f"Unknown model {name!r}; known models: {', '.join(sorted(_REGISTRY))}.")
+    raise InputError(f"Unknown model {name!r}; known models: {', '.join(sorted(_REGISTRY))}.")
   if config.words.init_scale and name not in ("lstm_lm", "transformer_lm"):
     raise ValueError(f"words.init_scale is only implemented for lstm_lm and transformer_lm, not {name!r}; "
                      "leave it at 0.")

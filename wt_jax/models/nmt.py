@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from wt_jax import tying
+from wt_jax.errors import InputError
 
 TYING_MODES = ("none", "decoder", "three_way")
 NEG_INF = -1e9
@@ -45,7 +46,7 @@ NEG_INF = -1e9
 
 def check_tying(mode: str) -> str:
   if mode not in TYING_MODES:
-    raise ValueError(f"Unknown NMT tying mode {mode!r}; expected one of {', '.join(TYING_MODES)}.")
+    raise InputError(f"Unknown NMT tying mode {mode!r}; expected one of {', '.join(TYING_MODES)}.")
   return mode
 
 

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from wt_jax import tying
+from wt_jax.errors import InputError
 
 MODES = ("untied", "tied")
 
@@ -43,7 +44,7 @@ class SkipGram(nn.Module):
 
   def setup(self):
     if self.tying not in MODES:
-      raise ValueError(f"Unknown skip-gram tying {self.tying!r}; expected one of {', '.join(MODES)}.")
+      raise InputError(f"Unknown skip-gram tying {self.tying!r}; expected one of {', '.join(MODES)}.")
     self.words = tying.WordEmbeddings(vocab_size=self.vocab_size, dim=self.dim, mode=self.tying,
                                       init_scale=0.5 / self.dim, output_bias=False)
 

@@ -14,6 +14,7 @@ skeleton's (`wt_jax.train.trainer`).
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Callable
 
@@ -26,6 +27,7 @@ import optax
 from wt_jax import convert, losses, models, parallel, precision, softmax, tying
 from wt_jax import members as members_lib
 from wt_jax.data import batching
+from wt_jax.errors import InputError
 from wt_jax.train import evaluate as eval_lib
 from wt_jax.train import optim, trainer
 
@@ -124,21 +126,41 @@ def initial_state(config, model, tx, init_key: jax.Array) -> dict:
           "carry": model.initial_carry(config.batch_size)}
 
 
+# Keys that count something, ≥ 1 for any run (a 0 divides by zero in the batching or builds no layer).
+POSITIVE_KEYS = ("vocab_size", "hidden_size", "num_layers", "batch_size", "bptt", "eval_batch_size", "num_epochs")
+
+
+def check_ranges(config) -> None:
+  """`InputError` for a value no run can train with, before anything is built: a count below 1
+  (`POSITIVE_KEYS`), a drop probability outside [0, 1) (`members.DROPOUT_KEYS`; 1 would drop everything), a
+  learning rate that is not a finite number ≥ 0 (0 trains nothing, which a test of the initial parameters
+  uses)."""
+  for key in POSITIVE_KEYS:
+    if not isinstance(config[key], int) or config[key] < 1:
+      raise InputError(f"{key} must be an integer ≥ 1, not {config[key]!r}.")
+  for key in members_lib.DROPOUT_KEYS:
+    if not 0.0 <= config.get(key, 0.0) < 1.0:
+      raise InputError(f"{key} is a drop probability, in [0, 1); not {config[key]!r}.")
+  if not (math.isfinite(config.learning_rate) and config.learning_rate >= 0):
+    raise InputError(f"learning_rate must be a finite number ≥ 0, not {config.learning_rate!r}.")
+
+
 class LMTask:
   """A language model on a corpus's train/valid/test streams (see the module docstring). With
   `config.members` or `config.member_values` (`wt_jax.members`), K models in one program: the state gains a
   leading member axis, `members` = K, and validation, the test protocol and the results are per member."""
 
   def __init__(self, config, corpus):
+    check_ranges(config)
     if config.test_params not in ("final", "best"):
-      raise ValueError(f"Unknown test_params {config.test_params!r}; expected 'final' or 'best'.")
+      raise InputError(f"Unknown test_params {config.test_params!r}; expected 'final' or 'best'.")
     if corpus.vocab_size != config.vocab_size:
-      raise ValueError(f"config.vocab_size={config.vocab_size} but the corpus has {corpus.vocab_size} "
+      raise InputError(f"config.vocab_size={config.vocab_size} but the corpus has {corpus.vocab_size} "
                        f"types; set --config.vocab_size={corpus.vocab_size}.")
     B, T = config.batch_size, config.bptt
     if config.train_max_tokens:  # train on a prefix of the training stream (Inan et al. Section 6.2)
       if config.train_max_tokens < B * T + 1:
-        raise ValueError(f"train_max_tokens={config.train_max_tokens} is less than one batch (B·T+1 = "
+        raise InputError(f"train_max_tokens={config.train_max_tokens} is less than one batch (B·T+1 = "
                          f"{B * T + 1} tokens).")
       corpus = dataclasses.replace(corpus, train=corpus.train[:config.train_max_tokens])
     if config.eval_max_tokens:  # smoke runs of big models: evaluate on a prefix of valid and test only

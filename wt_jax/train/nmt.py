@@ -28,6 +28,7 @@ from absl import logging
 from wt_jax import decode, parallel
 from wt_jax.data import subwords as sw_lib
 from wt_jax.data import translation as tr
+from wt_jax.errors import InputError
 from wt_jax.models import nmt
 from wt_jax.train import evaluate, trainer
 
@@ -41,7 +42,7 @@ def make_optimizer(config) -> optax.GradientTransformation:
   elif config.optimizer == "adam":
     opt = optax.adam(config.learning_rate)
   else:
-    raise ValueError(f"Unknown optimizer {config.optimizer!r}; expected 'adadelta' or 'adam'.")
+    raise InputError(f"Unknown optimizer {config.optimizer!r}; expected 'adadelta' or 'adam'.")
   return optax.chain(optax.clip_by_global_norm(config.clip_norm), opt)
 
 
@@ -69,7 +70,7 @@ def init_state(model, tx, key, output_bias_init: str, train_targets: list[np.nda
   the word frequencies. The other parameters do not depend on the choice.
   """
   if output_bias_init not in ("uniform", "log_unigram"):
-    raise ValueError(f"Unknown output_bias_init {output_bias_init!r}; expected 'uniform' or 'log_unigram'.")
+    raise InputError(f"Unknown output_bias_init {output_bias_init!r}; expected 'uniform' or 'log_unigram'.")
 
   def init(key):
     dummy = jnp.full((1, 4), sw_lib.EOS, jnp.int32)

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import optax
 
 from wt_jax import hparams, tying
+from wt_jax.errors import InputError
 
 
 def epoch_lr(epoch: int, base_lr: float, decay: float, decay_after_epoch: int) -> float:
@@ -89,7 +90,7 @@ def scale_word_matrices(factor: float) -> optax.GradientTransformation:
 
 def check_weight_decay_mode(config) -> None:
   if config.weight_decay_mode not in ("decoupled", "loss"):
-    raise ValueError(f"Unknown weight_decay_mode {config.weight_decay_mode!r}; expected 'decoupled' "
+    raise InputError(f"Unknown weight_decay_mode {config.weight_decay_mode!r}; expected 'decoupled' "
                      "(p ← (p + u)(1 − wd) after each step, Gal / Press & Wolf) or 'loss' "
                      "(wd·½‖θ‖² added to the cost, Zilly et al.).")
 
@@ -108,7 +109,7 @@ def make_optimizer(config, steps_per_epoch: int) -> optax.GradientTransformation
   elif config.optimizer == "adam":
     opt = optax.adam(lr)
   else:
-    raise ValueError(f"Unknown optimizer {config.optimizer!r}; expected 'sgd' or 'adam'.")
+    raise InputError(f"Unknown optimizer {config.optimizer!r}; expected 'sgd' or 'adam'.")
   check_weight_decay_mode(config)
   chain = [optax.clip_by_global_norm(config.clip_norm), opt]
   if config.words.lr_scale != 1.0:

@@ -49,6 +49,7 @@ from etils import epath
 from wt_jax import members as members_lib
 from wt_jax import parallel
 from wt_jax.data import paths
+from wt_jax.errors import InputError
 from wt_jax.train import metrics as metrics_lib
 from wt_jax.train import run_results
 from wt_jax.train.checkpoint import CheckpointMismatchError, CheckpointUnreadableError, Checkpoints
@@ -69,11 +70,11 @@ class Interrupted(KeyboardInterrupt):
   """SIGINT or SIGTERM arrived; `last` was saved at the step reached."""
 
 
-# What stops a run for a reason its user acts on: bad input (no corpus, a resume under another config, a
-# checkpoint of another model or one this user may not read), a workdir in use, a diverged or an interrupted run (`last` saved: the same
+# What stops a run for a reason its user acts on: bad input (no corpus, a value refused, a resume under another
+# config, a checkpoint of another model or one this user may not read), a workdir in use, a diverged or an interrupted run (`last` saved: the same
 # command resumes). The entry points print the message as one line and exit 1, with no traceback.
 STOPS = (Interrupted, NonFiniteLossError, ConfigChangedError, WorkdirBusyError, CheckpointMismatchError,
-         CheckpointUnreadableError, paths.DataUnavailableError)
+         CheckpointUnreadableError, paths.DataUnavailableError, InputError)
 
 
 class Task(Protocol):
@@ -106,6 +107,13 @@ def _add(a, b):
 
 
 _add_jit = jax.jit(_add, donate_argnums=(0,))
+
+
+def _kept(ckpts: Checkpoints) -> str:
+  """What a stopped run leaves: its last good checkpoint, or that it had saved none yet."""
+  step = ckpts.latest_step()
+  return (f"the last good checkpoint (step {step}) is kept in {ckpts.directory}" if step is not None
+          else "no checkpoint had been saved yet")
 
 
 def _better(value: float, best: float | None, mode: str) -> bool:
@@ -200,8 +208,8 @@ def _run(task: Task, config, workdir: epath.Path, lane_dirs: list[epath.Path], w
       logging.warning("Member %d (seed %s) diverged: %s; frozen at its last finite state, the others train on.",
                       k, task.member_config(k).seed, why)
     if all(lane["diverged"] is not None for lane in meta["members"]):
-      raise NonFiniteLossError(f"All {K} members diverged (the last: {why}); stopped without saving, the last "
-                               f"good checkpoint (step {ckpts.latest_step()}) is kept in {ckpts.directory}.")
+      raise NonFiniteLossError(f"All {K} members diverged (the last: {why}); stopped without saving; "
+                               f"{_kept(ckpts)}.")
 
   def sync_diverged() -> None:
     """Record the members the step itself froze (a non-finite sum: `members.guarded`)."""
@@ -225,8 +233,7 @@ def _run(task: Task, config, workdir: epath.Path, lane_dirs: list[epath.Path], w
       if bad and not K:
         raise NonFiniteLossError(
             f"The training {bad[0]} became non-finite before step {step} (epoch {meta['epoch']}); stopped "
-            f"without saving, the last good checkpoint (step {ckpts.latest_step()}) is kept in "
-            f"{ckpts.directory}. Try a lower learning rate or clip norm.")
+            f"without saving; {_kept(ckpts)}. Try a lower learning rate or clip norm.")
       totals.append(total)
     return totals
 
@@ -253,8 +260,7 @@ def _run(task: Task, config, workdir: epath.Path, lane_dirs: list[epath.Path], w
       if bad and not K:  # e.g. a perplexity that overflowed although the summed NLL is still finite
         raise NonFiniteLossError(
             f"The training {bad[0]} is {lane_shown[bad[0]]} at step {step} (epoch {meta['epoch']}): the model "
-            f"diverged. Stopped without saving; the last good checkpoint (step {ckpts.latest_step()}) is kept "
-            f"in {ckpts.directory}.")
+            f"diverged. Stopped without saving; {_kept(ckpts)}.")
       if bad and meta["members"][k]["diverged"] is None:
         diverge(k, f"the training {bad[0]} is {lane_shown[bad[0]]} at step {step}")
     return sums_now, shown
@@ -329,7 +335,7 @@ def _run(task: Task, config, workdir: epath.Path, lane_dirs: list[epath.Path], w
           if bad and not K:
             raise NonFiniteLossError(
                 f"{bad[0]} is {record[bad[0]]} after epoch {epoch}: the model diverged. Stopped without saving; "
-                f"the last good checkpoint (step {ckpts.latest_step()}) is kept in {ckpts.directory}.")
+                f"{_kept(ckpts)}.")
           if bad and lane["diverged"] is None:
             diverge(k, f"{bad[0]} is {record[bad[0]]} after epoch {epoch}")
           record["train_s"] = meta["train_s"]
