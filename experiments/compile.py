@@ -43,6 +43,10 @@ _HBM_GIB = flags.DEFINE_float("hbm_gib", 0.0, "Compare with this many GiB per ch
                               "(e.g. to keep a margin).")
 _DUMP_DIR = flags.DEFINE_string("dump_dir", "", "Write each program's optimised HLO (compiled.as_text()) here.")
 flags.mark_flags_as_required(["config", "topology"])
+flags.register_validator("hbm_gib", lambda v: v == 0 or 0 < v < float("inf"),
+                         message="--hbm_gib must be a finite number of GiB > 0 (0: the chip's HBM).")
+flags.register_validator("batch_rel_tol", lambda v: 0 <= v < float("inf"),
+                         message="--batch_rel_tol must be a finite number ≥ 0 (0: exact).")
 
 MIB = 1024 ** 2
 

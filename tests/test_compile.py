@@ -203,3 +203,12 @@ def test_members_compile_with_the_member_axis_over_the_chips(dp):
     assert "num_partitions=4" in p.compiled.as_text()
     per_chip[k, m] = p.memory.arguments / params
   assert 1.6 < per_chip[8, 4] < 2.5 and 0.8 < per_chip[4, 4] < 1.3 and 1.6 < per_chip[4, 2] < 2.5, per_chip
+
+
+def test_a_memory_budget_that_is_not_a_size_is_refused_in_its_flag():
+  """--hbm_gib=-1 had been compared against as "-1048576.0 KiB per chip" and recorded; now absl's one-line
+  flags error, before any compile."""
+  r = subprocess.run([sys.executable, "-m", "experiments.compile", "--config=configs/small.py",
+                      "--topology=v5e:2x2", "--hbm_gib=-1"], cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+  assert "--hbm_gib must be a finite number of GiB > 0" in r.stderr, r.stderr[-2000:]

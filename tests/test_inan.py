@@ -186,8 +186,9 @@ def test_section_6_2_sweep_grid_configs_and_runs(tmp_path):
   assert [p.name for p in pts] == ["beta0_tau20", "beta0.5_tau20", "beta1_tau20", "beta0.5_tau5"]
   with pytest.raises(ValueError, match="proportions"):
     al_sweep.grid([1.5], [20], 20, 0.5)
-  with pytest.raises(ValueError, match="Temperatures"):
-    al_sweep.grid([0.5], [0], 20, 0.5)
+  for bad in (0, float("nan"), float("inf")):
+    with pytest.raises(ValueError, match="Temperatures"):
+      al_sweep.grid([0.5], [bad], 20, 0.5)
   base = tiny_config(train_max_tokens=400, num_epochs=1)
   s = al_sweep.point_config(base, al_sweep.Point(0.25, 5.0, "tau")).al
   assert s.ce_weight == 0.75 and s.alpha == pytest.approx(0.25 * 5.0) and s.tau == 5.0

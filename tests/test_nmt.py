@@ -403,3 +403,14 @@ def test_wmt_through_tensorflow_datasets(monkeypatch, tmp_path):
     wmt.load_pair("wmt15_ende", "en", "de", str(tmp_path), download=False)
   with pytest.raises(ValueError, match="not en→fr"):
     wmt.load_pair("wmt15_ende", "en", "fr", str(tmp_path))
+
+
+@pytest.mark.parametrize("key", ["bpe_vocab_size", "beam_size", "max_len", "batch_size", "num_epochs"])
+def test_a_translation_count_of_zero_is_refused_before_anything_is_built(tmp_path, key):
+  """A 0 subword vocabulary, beam, length, batch or epoch count: `InputError` naming the key, before the
+  subword model is learned or the workdir made (a 0 beam had been accepted and recorded beside BLEU values)."""
+  from wt_jax.errors import InputError
+  from wt_jax.train import nmt as nmt_train
+  with pytest.raises(InputError, match=f"^{key} must be an integer ≥ 1, not 0"):
+    nmt_train.fit_nmt(_tiny_config("none", **{key: 0}), {}, tmp_path / "run")
+  assert not (tmp_path / "run").exists()

@@ -110,3 +110,13 @@ def test_sparse_updates_equal_optax_dense_sgd(tmp_path, tying):
   np.testing.assert_allclose([h["loss_per_pair"] for h in rs["history"]],
                              [h["loss_per_pair"] for h in rd["history"]], rtol=1e-5)
   jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), ps, pd)
+
+
+@pytest.mark.parametrize("key", ["dim", "window", "negatives", "min_count", "batch_size", "num_epochs"])
+def test_a_count_of_zero_is_refused_before_anything_is_built(tmp_path, key):
+  """A 0 window draws from an empty range, a 0 dimension divides by zero, 0 negatives trains with no noise
+  words: each count is refused by name (`InputError`) before the vocabulary or the workdir is made."""
+  from wt_jax.errors import InputError
+  with pytest.raises(InputError, match=f"^{key} must be an integer ≥ 1, not 0"):
+    skipgram.fit_skipgram(_config(**{key: 0}), [["a", "b", "c"]] * 3, tmp_path / "run")
+  assert not (tmp_path / "run").exists()

@@ -9,3 +9,12 @@ trainer's `STOPS` print it as one line, with no traceback, since its message alr
 
 class InputError(ValueError):
   """A config value or an input file that a run refuses; the message names it and what would be accepted."""
+
+
+def require_counts(config, keys) -> None:
+  """`InputError` unless each of `keys` in `config` is an integer ≥ 1 (a count: a size, a batch, a window, a
+  number of epochs, samples or beams, where 0 divides by zero, builds nothing or decodes nothing)."""
+  for key in keys:
+    value = config[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+      raise InputError(f"{key} must be an integer ≥ 1, not {value!r}.")

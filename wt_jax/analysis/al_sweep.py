@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Sequence
 
@@ -27,6 +28,7 @@ import numpy as np
 from wt_jax import models, tying
 from wt_jax.analysis import embeddings
 from wt_jax.data import batching
+from wt_jax.errors import InputError
 from wt_jax.train import lm, trainer
 from wt_jax.train.checkpoint import Checkpoints
 
@@ -65,10 +67,10 @@ def grid(proportions: Sequence[float], temperatures: Sequence[float], fixed_tau:
   all with the KL weighted by `kl_scale` (see `Point`; `vocab_size` for tau2v)."""
   for b in [*proportions, fixed_proportion]:
     if not 0.0 <= b <= 1.0:
-      raise ValueError(f"AL proportions must lie in [0, 1], not {b}.")
+      raise InputError(f"AL proportions must lie in [0, 1], not {b}.")
   for t in [*temperatures, fixed_tau]:
-    if t <= 0:
-      raise ValueError(f"Temperatures must be positive, not {t}.")
+    if not (math.isfinite(t) and t > 0):
+      raise InputError(f"Temperatures must be finite and positive, not {t}.")
   points = [Point(float(b), float(fixed_tau), kl_scale, vocab_size) for b in proportions]
   points += [Point(float(fixed_proportion), float(t), kl_scale, vocab_size) for t in temperatures]
   return list(dict.fromkeys(points))

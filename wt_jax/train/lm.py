@@ -27,7 +27,7 @@ import optax
 from wt_jax import convert, losses, models, parallel, precision, softmax, tying
 from wt_jax import members as members_lib
 from wt_jax.data import batching
-from wt_jax.errors import InputError
+from wt_jax.errors import InputError, require_counts
 from wt_jax.train import evaluate as eval_lib
 from wt_jax.train import optim, trainer
 
@@ -135,9 +135,7 @@ def check_ranges(config) -> None:
   (`POSITIVE_KEYS`), a drop probability outside [0, 1) (`members.DROPOUT_KEYS`; 1 would drop everything), a
   learning rate that is not a finite number ≥ 0 (0 trains nothing, which a test of the initial parameters
   uses)."""
-  for key in POSITIVE_KEYS:
-    if not isinstance(config[key], int) or config[key] < 1:
-      raise InputError(f"{key} must be an integer ≥ 1, not {config[key]!r}.")
+  require_counts(config, POSITIVE_KEYS)
   for key in members_lib.DROPOUT_KEYS:
     if not 0.0 <= config.get(key, 0.0) < 1.0:
       raise InputError(f"{key} is a drop probability, in [0, 1); not {config[key]!r}.")

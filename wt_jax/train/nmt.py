@@ -28,7 +28,7 @@ from absl import logging
 from wt_jax import decode, parallel
 from wt_jax.data import subwords as sw_lib
 from wt_jax.data import translation as tr
-from wt_jax.errors import InputError
+from wt_jax.errors import InputError, require_counts
 from wt_jax.models import nmt
 from wt_jax.train import evaluate, trainer
 
@@ -166,10 +166,11 @@ class NMTTask:
   """Translation on {'train'|'valid'|'test': (source sentences, target sentences)} (see the module doc)."""
 
   def __init__(self, config, data: dict, workdir: str | Path):
+    require_counts(config, ("bpe_vocab_size", "beam_size", "max_len", "batch_size", "num_epochs"))
     nmt.check_tying(config.tying)
     for split in SPLITS:
       if split not in data or not data[split][0]:
-        raise ValueError(f"The translation data has no {split!r} sentences (splits: {', '.join(data)}).")
+        raise InputError(f"The translation data has no {split!r} sentences (splits: {', '.join(data)}).")
     workdir = epath.Path(workdir)
     joint = config.joint_vocab or config.tying == "three_way"
     if config.tying == "three_way" and not config.joint_vocab:

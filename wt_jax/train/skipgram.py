@@ -25,6 +25,7 @@ from absl import logging
 
 from wt_jax import parallel
 from wt_jax.data import skipgram as sg
+from wt_jax.errors import InputError, require_counts
 from wt_jax.models.skipgram import SkipGram, negative_sampling_loss
 from wt_jax.train import trainer
 
@@ -92,6 +93,7 @@ class SkipGramTask:
   """Skip-gram with negative sampling on tokenised sentences (see the module docstring)."""
 
   def __init__(self, config, sentences: Sequence[Sequence[str]], workdir: str | Path):
+    require_counts(config, ("dim", "window", "negatives", "min_count", "batch_size", "num_epochs"))
     self.vocab, self.counts = sg.build_vocab(sentences, config.min_count)
     self.ids, self.sent = sg.encode(sentences, self.vocab)
     self.keep = sg.keep_probability(self.counts, config.sample)
@@ -115,7 +117,7 @@ class SkipGramTask:
     pairs_per_epoch = len(self._pairs(1)[0])
     self.steps_per_epoch = pairs_per_epoch // B
     if self.steps_per_epoch == 0:
-      raise ValueError(f"One epoch has {pairs_per_epoch} pairs, fewer than batch_size={B}.")
+      raise InputError(f"One epoch has {pairs_per_epoch} pairs, fewer than batch_size={B}.")
     self.num_epochs, self.max_steps, self.tokens_per_step = config.num_epochs, 0, B  # (pairs per step)
     self.total = self.steps_per_epoch * config.num_epochs
     self.selection = None  # no validation set: the analyses read the final embeddings
