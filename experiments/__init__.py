@@ -1,6 +1,8 @@
 """Runnable entry points: `python -m experiments.<name> --config=configs/<file>.py`."""
 import errno
 import sys
+import traceback
+from pathlib import Path
 
 from absl import app
 
@@ -44,10 +46,16 @@ def one_line(main):
 
 def parse_flags(argv):
   """absl's parser, except that an override of a key the config lacks (`--config.hiden_size=8`: raised by
-  ml_collections as an AttributeError, not a flags error) is one line, its "did you mean" kept."""
+  ml_collections as an AttributeError, not a flags error) is one line, its "did you mean" kept. Only an error
+  raised where ml_collections resolves an override's path (`config_flags/config_path.py`) is taken for one:
+  the same error from inside a config file's `get_config` (also run while the flags are parsed) is a bug in
+  that file and keeps its traceback."""
   try:
     return app.parse_flags_with_usage(argv)
   except (AttributeError, KeyError) as e:
+    where = [Path(frame.filename).parts[-2:] for frame in traceback.extract_tb(e.__traceback__)]
+    if ("config_flags", "config_path.py") not in where:
+      raise
     why = e
     while isinstance(why, BaseException) and why.args:  # (the AttributeError wraps the KeyError that says it)
       why = why.args[0]

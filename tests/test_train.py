@@ -314,7 +314,8 @@ def test_a_value_no_run_can_train_with_is_refused_before_anything_is_built(tiny_
 
 def test_entry_point_rejects_unknown_config_key(tiny_corpus, tmp_path):
   """A mistyped key (ml_collections raises it while absl parses the flags) or a config file that is not there:
-  one line, its "did you mean" or the file's error kept, no traceback."""
+  one line, its "did you mean" or the file's error kept, no traceback; a bug inside a config file keeps its
+  traceback."""
   _, root = tiny_corpus
   for args, says in ((["--config=configs/small_tied.py", "--config.num_epoch=1"],
                       '--config: no such key \'num_epoch\'; Did you mean "num_epochs" instead of "num_epoch"?'),
@@ -323,6 +324,10 @@ def test_entry_point_rejects_unknown_config_key(tiny_corpus, tmp_path):
     proc = _run_entry([*args, f"--workdir={tmp_path}"], root, tmp_path)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines()[-1] == says, proc.stderr[-3000:]
+  # The same AttributeError from inside a config file's get_config is that file's bug: its traceback is kept.
+  (tmp_path / "buggy.py").write_text("def get_config():\n  return None.hidden_size\n")
+  proc = _run_entry([f"--config={tmp_path / 'buggy.py'}", f"--workdir={tmp_path}"], root, tmp_path)
+  assert proc.returncode == 1 and "Traceback" in proc.stderr and "buggy.py" in proc.stderr, proc.stderr[-3000:]
 
 
 def test_entry_point_missing_data_names_env_var(tmp_path):
