@@ -16,7 +16,6 @@ AOT_ORDER = ("small", "small_tied", "medium", "medium_tied", "large", "large_tie
 
 def import_compiles(src: Path, dest: Path) -> list[str]:
   """Each file of `src` holding an `AOT_JSON` line (experiments.compile's stdout) → dest/<config>_<topology>.json."""
-  names = []
   staged = []
   for f in sorted(runs_folder(src).iterdir()):
     lines = [l for l in f.read_text(errors="replace").splitlines() if l.startswith(AOT_PREFIX)] if f.is_file() else []
@@ -25,8 +24,8 @@ def import_compiles(src: Path, dest: Path) -> list[str]:
                         ("config", "topology", "chips", "fits", "programs"))
       if "train_step" not in rec["programs"] or len(rec["programs"]) < 2:
         raise ReportError(f"{f}'s last {AOT_PREFIX.strip()} line lacks the train step or the other program.")
-      staged.append((f"{rec['config']}_{rec['topology'].replace(':', '_')}" + ("_members" if "max_members" in rec
-                                                                                  else ""), rec))
+      name = f"{rec['config']}_{rec['topology'].replace(':', '_')}" + ("_members" if "max_members" in rec else "")
+      staged.append((name, rec))
   for name, rec in staged:  # (written only when every record is whole)
     (dest / f"{name}.json").write_text(json.dumps(rec, indent=1) + "\n")
   return [name for name, _ in staged]
