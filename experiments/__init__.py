@@ -1,5 +1,6 @@
 """Runnable entry points: `python -m experiments.<name> --config=configs/<file>.py`."""
 import errno
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -37,11 +38,34 @@ def one_line(main):
     except OSError as e:
       if e.errno is None and str(e).startswith("Configuration is not available"):  # a --config file that
         sys.exit(f"--config: {str(e).strip().splitlines()[-1].strip()}")  # would not load (its last line: why)
+      if _file_for_a_folder(e):
+        sys.exit(f"{e.strerror}: {str(e.filename)!r} is a file (or under one) where a folder is needed; move it "
+                 "or give another folder.")
       if e.errno not in _REFUSALS:
         raise
       where = " → ".join(repr(str(f)) for f in (e.filename, e.filename2) if f is not None) or "(no path given)"
       sys.exit(f"{e.strerror}: {where}; {_REFUSALS[e.errno]}.")
   return main_one_line
+
+
+def _file_for_a_folder(e: OSError) -> bool:
+  """Whether `e` is a folder that could not be made or entered because a file has its name or one above it
+  (mkdir's EEXIST where a file is, or ENOTDIR)."""
+  if e.errno == errno.ENOTDIR:
+    return True
+  return e.errno == errno.EEXIST and e.filename is not None and os.path.isfile(e.filename)
+
+
+def check_folder(path, flag: str) -> None:
+  """Refuse, before any work, an output folder that cannot be made: `path`, or the nearest part of it that
+  exists, is a file. `flag` names it in the message. A bucket (`gs://…`) is not checked."""
+  if path is None or "://" in str(path):
+    return
+  for part in (Path(path), *Path(path).absolute().parents):
+    if part.exists():
+      if not part.is_dir():
+        raise InputError(f"{flag}={path}: {part} is a file, not a folder; move it or give another folder.")
+      return
 
 
 def parse_flags(argv):

@@ -23,7 +23,7 @@ from absl import app, flags
 from etils import epath
 from ml_collections import config_flags
 
-from experiments import run_main
+from experiments import check_folder, run_main
 from wt_jax import aot, batch_search
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file in configs/.", lock_config=True)
@@ -62,6 +62,7 @@ def _mib(n: int) -> str:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  check_folder(_DUMP_DIR.value or None, "--dump_dir")
   config, topology = _CONFIG.value, _TOPOLOGY.value
   # A compile-only TPU executable cannot be read back from the persistent cache without a TPU client.
   jax.config.update("jax_enable_compilation_cache", False)

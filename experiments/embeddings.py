@@ -34,10 +34,11 @@ from pathlib import Path
 import numpy as np
 from absl import app, flags, logging
 
-from experiments import run_main
+from experiments import check_folder, run_main
 from wt_jax import tying
 from wt_jax.analysis import embeddings as emb
 from wt_jax.data import paths, ptb, wikitext2
+from wt_jax.errors import InputError
 from wt_jax.train.checkpoint import CheckpointUnreadableError, Checkpoints
 
 _W2V_UNTIED = flags.DEFINE_string("w2v_untied", None, "Workdir of an untied word2vec run.")
@@ -98,24 +99,53 @@ FINDINGS = {
 }
 
 
-def run_embeddings(workdir: str | Path) -> dict[str, np.ndarray]:
-  """{'embedding': [V, D], ('out_embedding': [V, D])} from a run's last checkpoint."""
+def run_embeddings(workdir: str | Path) -> tuple[dict[str, np.ndarray], dict]:
+  """({'embedding': [V, D], ('out_embedding': [V, D])}, the run's config) from a run's last checkpoint; the
+  config is the checkpoint's meta['config'] ({} where the meta holds none)."""
   ckpts = Checkpoints(Path(workdir) / "checkpoints", read_only=True)
-  state, _ = ckpts.restore_saved("last")
+  state, meta = ckpts.restore_saved("last")
   ckpts.close()
   leaves = tying.embedding_leaves(state["params"])
-  return {name.rsplit("/", 1)[-1]: np.asarray(x) for name, x in leaves.items()}
+  return ({name.rsplit("/", 1)[-1]: np.asarray(x) for name, x in leaves.items()},
+          dict((meta or {}).get("config") or {}))
 
 
-def three_embeddings(untied_dir, tied_dir) -> dict[str, np.ndarray]:
-  """{'input': U, 'output': V, 'tied': S} from an untied and a tied run."""
-  untied, tied = run_embeddings(untied_dir), run_embeddings(tied_dir)
+def check_run(workdir, config: dict, family: str, corpus: str | None = None) -> None:
+  """Refuse a run of another kind than its pair's: `family` 'w2v' takes skip-gram runs (model 'skipgram'),
+  'lm' language models (any other model; an NMT config names none) trained on `corpus` when one is given (a
+  half of WikiText-2's training text, `wikitext2_half1/2`, has WikiText-2's vocabulary and counts as it). A
+  run whose checkpoint holds no config is not checked."""
+  if not config:
+    return
+  model, dataset = config.get("model"), config.get("dataset")
+  if family == "w2v" and model != "skipgram":
+    raise InputError(f"{workdir} is not a word2vec run (its model: {model or 'NMT'}); --w2v_untied and "
+                     "--w2v_tied take skip-gram runs.")
+  if family == "lm" and model in (None, "skipgram"):
+    raise InputError(f"{workdir} is not a language-model run (its model: {model or 'NMT'}); --lm_untied and "
+                     "--lm_tied take LM runs.")
+  if corpus and dataset and dataset.split("_half")[0] != corpus:
+    raise InputError(f"{workdir} was trained on {dataset}, not {corpus}: give --lm_corpus="
+                     f"{dataset.split('_half')[0]}.")
+
+
+def three_embeddings(untied_dir, tied_dir, family: str | None = None, corpus: str | None = None
+                     ) -> dict[str, np.ndarray]:
+  """{'input': U, 'output': V, 'tied': S} from an untied and a tied run; with `family` ('w2v' or 'lm', the
+  pair's flags) the runs must be of that kind, and with `corpus` trained on it (`check_run`)."""
+  (untied, untied_config), (tied, tied_config) = run_embeddings(untied_dir), run_embeddings(tied_dir)
+  if family:
+    check_run(untied_dir, untied_config, family, corpus)
+    check_run(tied_dir, tied_config, family, corpus)
+  if "out_embedding" not in untied and "out_embedding" in tied:
+    pair = f"--{family}_untied and --{family}_tied" if family else "the untied and the tied run"
+    raise InputError(f"{untied_dir} is a tied run and {tied_dir} an untied one: {pair} swapped?")
   if "out_embedding" not in untied:
-    raise ValueError(f"{untied_dir} is not an untied run (it has one embedding matrix).")
+    raise InputError(f"{untied_dir} is not an untied run (it has one embedding matrix).")
   if "out_embedding" in tied:
-    raise ValueError(f"{tied_dir} is not a tied run (it has two embedding matrices).")
+    raise InputError(f"{tied_dir} is not a tied run (it has two embedding matrices).")
   if untied["embedding"].shape[0] != tied["embedding"].shape[0]:
-    raise ValueError(f"The runs have different vocabularies: {untied['embedding'].shape[0]} vs "
+    raise InputError(f"The runs have different vocabularies: {untied['embedding'].shape[0]} vs "
                      f"{tied['embedding'].shape[0]} words.")
   return {"input": untied["embedding"], "output": untied["out_embedding"], "tied": tied["embedding"]}
 
@@ -177,7 +207,10 @@ def training_summary(workdir) -> dict | None:
   path = Path(workdir) / "results.json"
   if not path.is_file():
     return None
-  r = json.loads(path.read_text())
+  try:
+    r = json.loads(path.read_text())
+  except json.JSONDecodeError as e:
+    raise InputError(f"{path} is not JSON ({e}).") from e
   hist = r.get("history") or []
   if not hist:
     return None
@@ -275,24 +308,24 @@ def build_tables(w2v: tuple | None, lm: tuple | None, lm_corpus: str = "ptb", da
   """w2v, lm: (untied_dir, tied_dir) or None. Returns the tables as a dict (see module docstring)."""
   tables: dict = {"table4": {}}
   if w2v:
-    mats = three_embeddings(*w2v)
+    mats = three_embeddings(*w2v, family="w2v")
     tables["table2"] = {"source": f"word2vec {w2v[0]} / {w2v[1]}",
                         "rho": similarity_table(mats, run_vocab(w2v[1]), data_dir),
                         "training": {"untied": training_summary(w2v[0]), "tied": training_summary(w2v[1])}}
     tables["table4"]["word2vec"] = {**correlation_row(mats, table4_words, table4_seed),
                                     "vocab": len(mats["tied"])}
   if lm:
-    mats = three_embeddings(*lm)
+    mats = three_embeddings(*lm, family="lm", corpus=lm_corpus)
     own = [Path(d) / "vocab.txt" for d in lm]
     if all(p.is_file() for p in own):  # the runs' own vocabularies (written at their first start)
       vocabs = [run_vocab(d) for d in lm]
       if vocabs[0] != vocabs[1]:
-        raise ValueError(f"The LM runs {lm[0]} and {lm[1]} were trained with different vocabularies.")
+        raise InputError(f"The LM runs {lm[0]} and {lm[1]} were trained with different vocabularies.")
       index = vocabs[1]
     else:  # runs from before vocab.txt: the corpus, rebuilt by the same reader
       index = LM_CORPORA[lm_corpus](data_dir, download=False).vocab.index
     if len(index) != len(mats["tied"]):
-      raise ValueError(f"The LM runs have {len(mats['tied'])} words, the {lm_corpus} vocabulary "
+      raise InputError(f"The LM runs have {len(mats['tied'])} words, the {lm_corpus} vocabulary "
                        f"{len(index)}: not runs on {lm_corpus}?")
     tables["table3"] = {"source": f"{lm_corpus} LM {lm[0]} / {lm[1]}", "corpus": lm_corpus,
                         "rho": similarity_table(mats, index, data_dir)}
@@ -308,7 +341,16 @@ def rerender(tables_dir) -> str:
   training summary from tables_dir/w2v_{untied,tied}/results.json, the LM's corpus); rewrites both files and
   returns the markdown."""
   out = Path(tables_dir)
-  tables = json.loads((out / "tables.json").read_text())
+  path = out / "tables.json"
+  if not path.is_file():
+    raise InputError(f"No tables.json in {out}: --rerender rebuilds tables built before; build them from runs "
+                     "first (--lm_untied/--lm_tied, --w2v_untied/--w2v_tied).")
+  try:
+    tables = json.loads(path.read_text())
+  except json.JSONDecodeError as e:
+    raise InputError(f"{path} is not JSON ({e}); nothing was rewritten.") from e
+  if not isinstance(tables, dict) or not {"table2", "table3", "table4"} & set(tables):
+    raise InputError(f"{path} holds no table (table2, table3 or table4); nothing was rewritten.")
   training = (tables.get("table2") or {}).get("training") or {}
   if "table2" in tables and not (training.get("untied") and training.get("tied")):
     tables["table2"]["training"] = {k: training_summary(out / f"w2v_{k}") for k in ("untied", "tied")}
@@ -326,6 +368,7 @@ def main(argv):
   if _RERENDER.value:
     print(rerender(_OUT.value))
     return
+  check_folder(_OUT.value, "--tables_dir")
   pairs = {}
   for name, (u, t) in {"w2v": (_W2V_UNTIED.value, _W2V_TIED.value), "lm": (_LM_UNTIED.value, _LM_TIED.value)}.items():
     if bool(u) != bool(t):

@@ -20,7 +20,7 @@ import sys
 
 from absl import app, flags
 
-from experiments import run_main
+from experiments import check_folder, run_main
 from wt_jax import convert, export
 from wt_jax.data import paths
 from wt_jax.train import metrics
@@ -47,6 +47,7 @@ flags.mark_flag_as_required("workdir")
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  check_folder(_OUT.value, "--out")
   metrics.quiet_library_logs()
   try:
     if _CONVERT.value:

@@ -22,7 +22,7 @@ from pathlib import Path
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from experiments import run_main
+from experiments import check_folder, run_main
 from wt_jax.analysis import al_sweep
 from wt_jax.data import ptb
 from wt_jax.train import metrics, trainer
@@ -49,6 +49,7 @@ flags.mark_flags_as_required(["workdir"])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  check_folder(_WORKDIR.value, "--workdir")
   metrics.quiet_library_logs()
   config = _CONFIG.value
   try:

@@ -13,7 +13,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from experiments import run_main
+from experiments import check_folder, run_main
 from wt_jax import parallel
 from wt_jax.data import translation
 from wt_jax.train import metrics, nmt, trainer
@@ -27,6 +27,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  check_folder(_WORKDIR.value, "--workdir")
   config = _CONFIG.value
   parallel.initialize_distributed()
   metrics.quiet_library_logs()

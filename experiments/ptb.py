@@ -14,7 +14,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from experiments import run_main
+from experiments import check_folder, run_main
 from wt_jax import parallel
 from wt_jax.data import lm_corpora
 from wt_jax.train import lm, runtime, trainer
@@ -29,6 +29,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  check_folder(_WORKDIR.value, "--workdir")
   config = _CONFIG.value
   runtime.apply_determinism(config)  # (XLA_FLAGS: before anything starts JAX's backends)
   parallel.initialize_distributed()  # only if WT_JAX_COORDINATOR / WT_JAX_DISTRIBUTED ask for it

@@ -49,7 +49,7 @@ from pathlib import Path
 
 from absl import app, flags
 
-from experiments import run_main
+from experiments import check_folder, run_main
 from experiments.reports import inan, lm_tables, members_speed, nmt, records, softmax_study, tpu_memory
 
 _RUNS = flags.DEFINE_string("runs", None, "Directory of run workdirs to import finished runs from.")
@@ -97,6 +97,7 @@ def main(argv):
     raise app.UsageError(f"usage: python -m experiments.report {{{','.join(names)}}} [--runs=DIR]")
   builder = (lm_tables.build if argv[1] in REPORTS else nmt.build_nmt if argv[1] in NMT_REPORTS
              else OTHER_REPORTS[argv[1]])
+  check_folder(_OUT.value, "--out")
   readme = Path(_README.value) if _README.value else None
   try:
     with _as_it_was_if_it_fails([Path(_OUT.value) / argv[1], *([readme] if readme else [])]):

@@ -10,7 +10,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from experiments import run_main
+from experiments import check_folder, run_main
 from wt_jax import parallel
 from wt_jax.data import ptb, text8, wikitext2
 from wt_jax.train import metrics, skipgram, trainer
@@ -30,6 +30,7 @@ DATASETS = {  # config.dataset → word2vec's sentences
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  check_folder(_WORKDIR.value, "--workdir")
   config = _CONFIG.value
   parallel.initialize_distributed()
   metrics.quiet_library_logs()

@@ -10,6 +10,7 @@ from tests.conftest import REPO, tiny_config, write_corpus
 from tests.test_skipgram_train import _config as w2v_config, _sentences
 from wt_jax.analysis import embeddings as emb
 from wt_jax.data import ptb
+from wt_jax.errors import InputError
 from wt_jax.train import lm, skipgram
 
 
@@ -111,6 +112,24 @@ def test_wrong_pairs_fail_clearly(runs):
     tables_lib.three_embeddings(runs / "lm_untied", runs / "lm_untied")
   with pytest.raises(ValueError, match="different vocabularies"):
     tables_lib.three_embeddings(runs / "w2v_untied", runs / "lm_tied")
+  # A pair given the other way round is named as such; a run of another kind or corpus than its flags say is
+  # refused from its checkpoint's config.
+  with pytest.raises(InputError, match="lm_untied an untied one: --lm_untied and --lm_tied swapped"):
+    tables_lib.three_embeddings(runs / "lm_tied", runs / "lm_untied", "lm")
+  with pytest.raises(InputError, match="w2v_untied is not a language-model run"):
+    tables_lib.three_embeddings(runs / "w2v_untied", runs / "lm_tied", "lm")
+  with pytest.raises(InputError, match="lm_untied is not a word2vec run"):
+    tables_lib.three_embeddings(runs / "lm_untied", runs / "w2v_tied", "w2v")
+  with pytest.raises(InputError, match="was trained on ptb, not wikitext2: give --lm_corpus=ptb"):
+    tables_lib.three_embeddings(runs / "lm_untied", runs / "lm_tied", "lm", "wikitext2")
+  for ok in ("ptb", None):
+    assert set(tables_lib.three_embeddings(runs / "lm_untied", runs / "lm_tied", "lm", ok)) == {"input", "output",
+                                                                                                "tied"}
+  config = {"model": "lstm_lm", "dataset": "wikitext2_half1"}  # a half of WikiText-2 has its vocabulary
+  tables_lib.check_run("run", config, "lm", "wikitext2")
+  tables_lib.check_run("run", {}, "w2v")  # (a checkpoint without a config is not checked)
+  with pytest.raises(InputError, match="not a language-model run .its model: NMT"):
+    tables_lib.check_run("run", {"dataset": "multi30k"}, "lm")
 
 
 def test_entry_point(runs, tmp_path):
@@ -128,6 +147,14 @@ def test_entry_point(runs, tmp_path):
                      cwd=REPO, capture_output=True, text=True, timeout=300)
   assert r.returncode == 1 and "checkpoint" in r.stderr.strip().splitlines()[-1], r.stderr[-2000:]
   assert "Traceback" not in r.stderr, r.stderr[-2000:]
+  # The pair swapped, and --rerender where no tables were built: one line each, nothing written.
+  for args, says in (([f"--lm_untied={runs / 'lm_tied'}", f"--lm_tied={runs / 'lm_untied'}"], "swapped?"),
+                     (["--rerender"], "No tables.json in")):
+    out = tmp_path / "fresh"
+    r = subprocess.run([sys.executable, "-m", "experiments.embeddings", *args, f"--data_dir={runs}",
+                        f"--tables_dir={out}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and says in r.stderr.strip().splitlines()[-1], r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and not out.exists(), r.stderr[-2000:]
 
 
 def test_table4_over_a_word_sample_is_the_all_pairs_measure_on_those_rows():

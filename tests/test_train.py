@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -547,6 +548,54 @@ def test_an_entry_point_refused_by_the_machine_ends_with_one_line(error, says):
     raise FileNotFoundError(2, "No such file or directory", "/nowhere")
   with pytest.raises(FileNotFoundError):
     experiments.one_line(other)(["entry"])
+
+
+def test_a_file_where_a_folder_is_needed_ends_with_one_line(tmp_path):
+  """`one_line`: a folder that cannot be made because a file has its name (mkdir's EEXIST) or stands above it
+  (ENOTDIR) is one line; an EEXIST on something that is not a file keeps its traceback."""
+  import experiments
+  (tmp_path / "a_file").write_text("x")
+
+  def make(path):
+    def main(argv):
+      Path(path).mkdir(parents=True, exist_ok=True)
+    return experiments.one_line(main)
+
+  for path in (tmp_path / "a_file", tmp_path / "a_file" / "below"):
+    with pytest.raises(SystemExit) as ended:
+      make(path)(["entry"])
+    assert "is a file (or under one) where a folder is needed" in ended.value.code and str(path) in ended.value.code
+
+  def exists(argv):
+    (tmp_path / "a_folder").mkdir()
+    (tmp_path / "a_folder").mkdir()  # (a folder made twice: a bug, not the user's file)
+  with pytest.raises(FileExistsError):
+    experiments.one_line(exists)(["entry"])
+
+
+@pytest.mark.parametrize("args", [
+    ["experiments.ptb", "--config=configs/small.py", "--workdir={file}/run"],
+    ["experiments.word2vec", "--config=configs/w2v_tied.py", "--workdir={file}"],
+    ["experiments.nmt", "--config=configs/nmt_multi30k_baseline.py", "--workdir={file}"],
+    ["experiments.inan_sweep", "--workdir={file}"],
+    ["experiments.embeddings", "--lm_untied={dir}", "--lm_tied={dir}", "--tables_dir={file}"],
+    ["experiments.export", "--workdir={dir}", "--out={file}/export"],
+    ["experiments.compile", "--config=configs/small.py", "--topology=v5e:1x1", "--dump_dir={file}"],
+    ["experiments.report", "ptb_table6", "--out={file}"]])
+def test_an_output_folder_that_is_a_file_is_refused_before_any_work(args, tmp_path):
+  """Every entry point that writes a folder checks it first (`experiments.check_folder`): a file in its place is
+  one line naming the flag, before a corpus is read, a run trained or a table computed (the folders and data
+  given here would fail later, with another message)."""
+  (tmp_path / "a_file").write_text("x")
+  args = [a.format(file=tmp_path / "a_file", dir=tmp_path / "no_run") for a in args]
+  env = dict(os.environ, WT_JAX_DATA=str(tmp_path / "empty"), JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=env, capture_output=True, text=True,
+                        timeout=300)
+  flag = next(a for a in args if "a_file" in a).split("=")[0]
+  assert proc.returncode == 1, proc.stderr[-3000:]
+  last = proc.stderr.strip().splitlines()[-1]
+  assert last.startswith(f"{flag}=") and "is a file, not a folder" in last, proc.stderr[-3000:]
+  assert "Traceback" not in proc.stderr and (tmp_path / "a_file").read_text() == "x"
 
 
 class _RaisesWhenCollected:
