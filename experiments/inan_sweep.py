@@ -14,8 +14,10 @@ The paper's recipe (Inan et al. Section 6.2, eq. (18)): loss (1 − β)·CE + β
 10 runs per point; a sweep here is one seed (`--config.seed`).
 
 Every point is a resumable run in <workdir>/beta<β>_tau<τ>/ (finished points are not retrained). Writes
-<workdir>/sweep.json, sweep.md and figure1.png (`wt_jax.analysis.al_sweep`).
+<workdir>/sweep.json (the rows of every point measured in the workdir, this command's and earlier ones'),
+sweep.md and figure1.png (the points of this command's KL weighting, `wt_jax.analysis.al_sweep`).
 """
+import json
 import sys
 from pathlib import Path
 
@@ -62,9 +64,13 @@ def main(argv):
   workdir = Path(_WORKDIR.value)
   try:
     corpus = ptb.load(config.data_dir or None, download=config.download)
-    rows = al_sweep.run(config, corpus, workdir, points, _FREQUENT.value)
+    al_sweep.run(config, corpus, workdir, points, _FREQUENT.value)
   except trainer.STOPS as e:  # no corpus, a busy or mismatched point's workdir, divergence, SIGTERM: one line
     sys.exit(str(e))
+  # The table and figure: every point of the workdir's sweep (sweep.json: this command's and those an earlier
+  # one measured) with this command's KL weighting.
+  rows = [r for r in json.loads((workdir / al_sweep.SWEEP_FILE).read_text())
+          if al_sweep.kl_scale_of(r) == _KL_SCALE.value]
   md = al_sweep.table(rows)
   (workdir / "sweep.md").write_text(md + "\n")
   al_sweep.plot(rows, workdir / "figure1.png", _FIXED_TAU.value, _FIXED_PROPORTION.value)

@@ -1,5 +1,6 @@
 """Inan, Khosravi & Socher (2017): the augmented loss (AL) and reused embeddings (RE) in the LM trainer."""
 import json
+import os
 
 import jax
 import jax.numpy as jnp
@@ -233,6 +234,31 @@ def test_section_6_2_sweep_grid_configs_and_runs(tmp_path):
   assert (tmp_path / "sweep" / "beta0_tau20" / "results.json").stat().st_mtime_ns == stamp
   assert "| 1 | 5 | 5 |" in al_sweep.table(rows)  # β, τ, α = βτ
   assert al_sweep.plot(rows, tmp_path / "fig.png", 20, 1).stat().st_size > 1000
+  # sweep.json is the workdir's sweep: a command that measures some points keeps the others' rows.
+  assert json.loads((tmp_path / "sweep" / "sweep.json").read_text()) == rows
+  assert {r["kl_scale"] for r in rows} == {"tau"} and al_sweep.kl_scale_of({"point": "beta1_tau5_kltau2"}) == "tau2"
+  # A damaged point's results.json is moved aside and the point finished again from its checkpoint, to the same
+  # row; a damaged sweep.json is moved aside and the sweep starts anew.
+  point = tmp_path / "sweep" / "beta1_tau5"
+  kept = (point / "results.json").read_text()
+  (point / "results.json").write_text('{"train_ppl": ')
+  assert al_sweep.run(base, corpus, tmp_path / "sweep", pts[2:], frequent_words=20) == rows[2:]
+  assert (point / "results.json.damaged").read_text() == '{"train_ppl": '
+  assert json.loads((point / "results.json").read_text())["valid_ppl"] == json.loads(kept)["valid_ppl"]
+  (point / "results.json").write_text('{"config": "not a result"}')  # (JSON, but no row's keys)
+  assert al_sweep.run(base, corpus, tmp_path / "sweep", pts[2:], frequent_words=20) == rows[2:]
+  assert (point / "results.json.damaged.1").exists()
+  (tmp_path / "sweep" / "sweep.json").write_text("[")
+  assert al_sweep.run(base, corpus, tmp_path / "sweep", pts[:1], frequent_words=20) == rows[:1]
+  assert (tmp_path / "sweep" / "sweep.json.damaged").read_text() == "["
+  assert json.loads((tmp_path / "sweep" / "sweep.json").read_text()) == rows[:1]
+  al_sweep.run(base, corpus, tmp_path / "sweep", pts[1:], frequent_words=20)
+  assert json.loads((tmp_path / "sweep" / "sweep.json").read_text()) == rows
+  # A point whose run was removed leaves the sweep at its next write.
+  import shutil
+  shutil.rmtree(tmp_path / "sweep" / "beta1_tau20")
+  al_sweep.run(base, corpus, tmp_path / "sweep", pts[2:], frequent_words=20)
+  assert json.loads((tmp_path / "sweep" / "sweep.json").read_text()) == [rows[0], rows[2]]
 
 
 def test_sweep_distances_over_the_most_frequent_words():
@@ -355,3 +381,26 @@ def test_logit_gradients_measure_each_cost_term():
   assert zero["grad_al"] == 0.0 and zero["al"] == 0.0 and zero["grad_ce"] == pytest.approx(got["grad_ce"])
   with pytest.raises(ValueError, match="fewer than windows=3"):
     al_sweep.logit_gradients(c, params, tokens, windows=3)
+
+
+def test_sweep_entry_point_tables_the_workdirs_whole_sweep(tmp_path):
+  """experiments.inan_sweep: a second command over other points writes sweep.md and the figure from every point
+  the workdir has measured with its KL weighting, the first command's among them."""
+  import subprocess
+  import sys
+  from tests.conftest import REPO
+  write_corpus(tmp_path / "data" / "ptb")
+  tiny = ["--config.vocab_size=31", "--config.hidden_size=8", "--config.num_layers=1", "--config.batch_size=4",
+          "--config.bptt=5", "--config.eval_batch_size=4", "--config.test_window=50", "--config.num_epochs=1",
+          "--config.train_max_tokens=400", "--config.eval_max_tokens=200", "--config.download=false",
+          "--fixed_tau=20", "--fixed_proportion=1", "--kl_scale=tau", "--frequent_words=10",
+          f"--workdir={tmp_path / 'sweep'}"]
+  env = dict(os.environ, WT_JAX_DATA=str(tmp_path / "data"), JAX_PLATFORMS="cpu")
+  for proportions in ("0", "0.5"):
+    proc = subprocess.run([sys.executable, "-m", "experiments.inan_sweep", *tiny, f"--proportions={proportions}",
+                           "--temperatures=5"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+  table = (tmp_path / "sweep" / "sweep.md").read_text()
+  assert [line.split("|")[1].strip() for line in table.splitlines()[2:]] == ["0", "1", "0.5"]  # β of each row
+  assert [r["point"] for r in json.loads((tmp_path / "sweep" / "sweep.json").read_text())] == [
+      "beta0_tau20", "beta1_tau5", "beta0.5_tau20"]

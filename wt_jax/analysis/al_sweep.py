@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+from absl import logging
 
 from wt_jax import models, tying
 from wt_jax.analysis import embeddings
@@ -154,12 +155,68 @@ def target_stats(L: np.ndarray, words: np.ndarray, tau: float) -> dict:
           "hub_mass": float(p[:, hub].mean())}
 
 
+SWEEP_FILE = "sweep.json"
+RESULT_KEYS = ("train_ppl", "valid_ppl", "steps")  # what a row takes from a point's results.json
+
+
+def _aside(path: Path) -> Path:
+  """Move a damaged record to <name>.damaged (<name>.damaged.<n>, the first free n, when that exists): kept,
+  never deleted."""
+  dest, n = path.with_name(path.name + ".damaged"), 1
+  while dest.exists():
+    dest, n = path.with_name(f"{path.name}.damaged.{n}"), n + 1
+  path.rename(dest)
+  return dest
+
+
+def _record(path: Path, check) -> object | None:
+  """The JSON in `path` if `check` accepts it; None if there is no such file; a file that cannot be read as
+  JSON or that `check` refuses is moved aside (`_aside`), said in the log, and None."""
+  if not path.exists():
+    return None
+  try:
+    value = json.loads(path.read_text())
+    if check(value):
+      return value
+    why = "not the record expected"
+  except (OSError, ValueError) as e:  # (UnicodeDecodeError and JSONDecodeError are ValueErrors)
+    why = f"{type(e).__name__}: {e}"
+  logging.warning("%s cannot be used (%s); moved aside to %s.", path, why, _aside(path).name)
+  return None
+
+
+def _is_results(r) -> bool:
+  return isinstance(r, dict) and all(k in r for k in RESULT_KEYS)
+
+
+def _is_rows(rows) -> bool:
+  return isinstance(rows, list) and all(isinstance(r, dict) and "point" in r for r in rows)
+
+
+def kl_scale_of(row: dict) -> str:
+  """The KL weighting of a sweep row (rows written before they recorded it: from the point's name)."""
+  return row.get("kl_scale") or (row["point"].rsplit("_kl", 1)[1] if "_kl" in row["point"] else "tau")
+
+
+def merge(earlier: Sequence[dict], rows: Sequence[dict], workdir: Path) -> list[dict]:
+  """The sweep's rows: `earlier` (an earlier sweep.json's), each replaced by the row of `rows` with its point,
+  and dropped when its point's run no longer has a results.json in `workdir`; then the points of `rows` that
+  `earlier` lacks. A later command that measures some points keeps the others' rows."""
+  now = {r["point"]: r for r in rows}
+  out = [now.pop(r["point"], r) for r in earlier
+         if r["point"] in now or (workdir / r["point"] / "results.json").is_file()]
+  return out + list(now.values())
+
+
 def run(base, corpus, workdir: str | Path, points: Sequence[Point], frequent_words: int = 1000) -> list[dict]:
-  """Train (or resume, or skip if finished) every point; returns one row per point and writes
-  <workdir>/sweep.json. Distances are measured over all words, the span's words and its `frequent_words`
-  most frequent words."""
+  """Train (or resume, or skip if finished) every point; returns one row per point. Distances are measured
+  over all words, the span's words and its `frequent_words` most frequent words. Writes <workdir>/sweep.json
+  after each point: these rows merged with those of the points an earlier sweep.json holds and this call does
+  not measure (`merge`). A point whose results.json is damaged (not JSON, or without the keys of a row) has it
+  moved aside and finishes again from its checkpoint, so does a damaged sweep.json (started anew)."""
   workdir = Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
+  earlier = _record(workdir / SWEEP_FILE, _is_rows) or []
   span = corpus.train[:base.train_max_tokens] if base.train_max_tokens else corpus.train
   seen = np.unique(np.asarray(span))
   frequent = most_frequent(span, frequent_words)
@@ -169,16 +226,15 @@ def run(base, corpus, workdir: str | Path, points: Sequence[Point], frequent_wor
   for point in points:
     config = point_config(base, point)
     run_dir = workdir / point.name
-    results_path = run_dir / "results.json"
-    results = json.loads(results_path.read_text()) if results_path.exists() else lm.fit(config, corpus, run_dir)
+    results = _record(run_dir / "results.json", _is_results) or lm.fit(config, corpus, run_dir)
     ckpts = Checkpoints(run_dir / "checkpoints", read_only=True)
     state, _ = ckpts.restore_saved("last")
     ckpts.close()
     rows.append({"point": point.name, "proportion": point.proportion, "tau": point.tau, "alpha": point.alpha,
-                 **distances(state["params"], seen, initial, frequent),
-                 "target_entropy": target_entropy(state["params"], seen, point.tau), "train_ppl": results["train_ppl"],
-                 "valid_ppl": results["valid_ppl"], "steps": results["steps"]})
-    (workdir / "sweep.json").write_text(json.dumps(rows, indent=2))
+                 "kl_scale": point.kl_scale, **distances(state["params"], seen, initial, frequent),
+                 "target_entropy": target_entropy(state["params"], seen, point.tau),
+                 **{k: results[k] for k in RESULT_KEYS}})
+    (workdir / SWEEP_FILE).write_text(json.dumps(merge(earlier, rows, workdir), indent=2))
   return rows
 
 
