@@ -413,6 +413,42 @@ def test_the_wikitext2_softmax_study_reads_only_its_corpus_and_gives_its_flags(t
     softmax_study.build_softmax_study("softmax_study_wt2", out, runs)
 
 
+def test_a_full_softmax_run_is_refused_where_table6_gives_the_full_rows_and_kept_where_it_does_not(tmp_path):
+  """On PTB the study's full-softmax rows are Table 6's runs: a full-softmax run imported into the study is
+  refused in one line, the page left as it was, not dropped without a word. On WikiText-2, where Table 6 has no
+  runs, it is the full row, listed with its own command (not as a Table 6 run)."""
+  import subprocess
+  import sys
+  from tests.conftest import REPO
+  out, runs = tmp_path / "results", tmp_path / "runs"
+  _fake_run(tmp_path / "t6" / "small_tied_seed0", "small_tied", 0, 113.0)
+  records.import_runs(tmp_path / "t6", out / "ptb_table6")
+  settings = {"num_samples": 1000, "proposal": "log_uniform"}
+  _fake_run(runs / "small_tied_sampled_seed0", "small_tied", 0, 116.0)
+  res = json.loads((runs / "small_tied_sampled_seed0" / "results.json").read_text())
+  (runs / "small_tied_sampled_seed0" / "results.json").write_text(json.dumps(
+      {**res, "softmax": "sampled", "softmax_settings": settings, "tying": "tied"}))
+  softmax_study.build_softmax_study("softmax_study", out, runs)
+  page = {p: p.read_bytes() for p in (out / "softmax_study").rglob("*") if p.is_file()}
+  full = tmp_path / "more" / "small_tied_full_seed1"
+  _fake_run(full, "small_tied", 1, 110.0)
+  (full / "results.json").write_text(json.dumps({**res, "seed": 1, "test_ppl": 110.0, "tying": "tied"}))
+  proc = subprocess.run([sys.executable, "-m", "experiments.report", "softmax_study", f"--runs={full.parent}",
+                         f"--out={out}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+  assert "is a full-softmax run; this study's full-softmax rows are Table 6's runs" in proc.stderr
+  assert {p: p.read_bytes() for p in (out / "softmax_study").rglob("*") if p.is_file()} == page
+
+  (full / "results.json").write_text(json.dumps({**res, "seed": 1, "test_ppl": 110.0, "tying": "tied",
+                                                 "dataset": "wikitext2", "softmax": "full"}))
+  tab = softmax_study.build_softmax_study("softmax_study_wt2", out, full.parent)
+  assert next(l for l in tab.splitlines() if l.startswith("| full softmax | tied |")).split(" | ")[4] == "110.0"
+  readme = (out / "softmax_study_wt2" / "README.md").read_text()
+  assert ("--config.softmax.kind=full --config.seed=1 --workdir=runs/softmax_study_wt2/small_tied_full_seed1` — "
+          "commit `abc123`, settings: none (recorded)") in readme
+  assert "(Table 6's run; its record there)" not in readme and "The full-softmax rows are this study's runs on this corpus." in readme
+
+
 def test_a_sampled_run_with_another_proposal_or_k_is_a_cell_of_its_own(tmp_path):
   out, runs = tmp_path / "results", tmp_path / "runs"
   settings = {"num_samples": 100, "proposal": "unigram", "unigram_power": 1.0}

@@ -109,7 +109,9 @@ def softmax_cell(r: dict, vocab: int = 10_000) -> tuple[str, str, str]:
 def load_softmax_runs(report_dir: Path, out_root: Path, study: SoftmaxStudy = SOFTMAX_STUDIES["softmax_study"]
                       ) -> dict[tuple[str, str], list[dict]]:
   """(softmax kind, tying) → results.json of the study's runs (sorted by seed), each with its epoch records;
-  on PTB the full-softmax cells from Table 6's committed runs. Every run must be on the study's corpus."""
+  on PTB the full-softmax cells from Table 6's committed runs (marked `_table6`), and a full-softmax run among the
+  study's own is refused there: it would stand beside Table 6's unseen. Every run must be on the study's
+  corpus."""
   runs: dict[tuple[str, str], list[dict]] = {}
   for path in sorted(report_dir.glob("*/results.json")):
     r = read_results(path, ("config", "seed"))
@@ -120,12 +122,16 @@ def load_softmax_runs(report_dir: Path, out_root: Path, study: SoftmaxStudy = SO
     r["_dir"], r["_curve"] = path.parent.name, list(metrics.read(path.parent / CURVE))
     run_json = path.parent / "run.json"  # (runs imported with it: when it started, `softmax_provenance`)
     r["_run"] = json.loads(run_json.read_text()) if run_json.exists() else {}
-    runs.setdefault((softmax_cell(r, study.vocab)[0], r["tying"]), []).append(r)
+    kind = softmax_cell(r, study.vocab)[0]
+    if kind == "full" and study.table6_baseline:
+      raise ReportError(f"{path} is a full-softmax run; this study's full-softmax rows are Table 6's runs "
+                        f"(results/ptb_table6): import it there (experiments.report ptb_table6 --runs=...).")
+    runs.setdefault((kind, r["tying"]), []).append(r)
   table6 = out_root / "ptb_table6"
   if study.table6_baseline and table6.is_dir():
     by_config = load_runs(table6)
     for tying, config in SOFTMAX_BASELINE.items():
-      runs[("full", tying)] = [{**r, "_curve": [], "_run": {}} for r in by_config.get(config, [])]
+      runs[("full", tying)] = [{**r, "_curve": [], "_run": {}, "_table6": True} for r in by_config.get(config, [])]
   for cell in runs.values():
     cell.sort(key=lambda r: r["seed"])
   return runs
@@ -229,16 +235,16 @@ def softmax_provenance(runs: dict[tuple[str, str], list[dict]], name: str,
   lines = []
   for (kind, tying), cell in sorted(runs.items()):
     for r in cell:
-      if kind == "full":
+      if r.get("_table6"):
         lines.append(f"- full softmax, {tying}: `results/ptb_table6/{r['_dir']}` (Table 6's run; its record there)")
         continue
       host = r.get("host") or {}
       commit = (r.get("versions") or {}).get("wt_jax_commit") or "not recorded"
       settings, source = softmax_settings_of(r)
-      shown = ", ".join(f"{k}={v}" for k, v in settings.items())
+      shown = ", ".join(f"{k}={v}" for k, v in settings.items()) or "none"
       lines.append(
           f"- `{r['_dir']}`: `python -m experiments.ptb --config=configs/{r['config']}.py"
-          f"{study.flags} --config.softmax.kind={r['softmax']}{softmax_cell(r, study.vocab)[2]} "
+          f"{study.flags} --config.softmax.kind={r.get('softmax', 'full')}{softmax_cell(r, study.vocab)[2]} "
           f"--config.seed={r['seed']} --workdir=runs/{name}/{r['_dir']}` — commit `{commit}`, settings: {shown} "
           f"({source}); machine: {host.get('cpu', '?')}, {host.get('cpu_count', '?')} cores; {r['epochs']:.0f} "
           f"epochs, {r['wall_s'] / 60:.0f} min wall, {r['train_tokens_per_s']:,.0f} train tokens/s; "
@@ -272,8 +278,8 @@ def build_softmax_study(name: str, out_root: Path, runs_dir: Path | None = None,
         full_source = (tables.get("table3") or {}).get("source", "").removeprefix(f"{study.dataset} LM ").strip()
   tab = softmax_table(runs, bench, table4, study)
   common = ("Rows with a gradient and gradient norms (the embedding matrices' L2 norms): the mean per step over "
-            "training (`rows/grad/...`, `norm/grad/...` in each run's curve), of the cell's first seed; Table 6's "
-            "runs did not record them. A cell of several seeds shows the mean ± the seeds' sample standard deviation (each seed), and its tied − untied "
+            "training (`rows/grad/...`, `norm/grad/...` in each run's curve), of the cell's first seed"
+            + ("; Table 6's runs did not record them" if study.table6_baseline else "") + ". A cell of several seeds shows the mean ± the seeds' sample standard deviation (each seed), and its tied − untied "
             "gap is between the means. Settings not in a run's results.json come from its commit (the runs "
             "list). ")
   if study.table6_baseline:
@@ -288,8 +294,9 @@ def build_softmax_study(name: str, out_root: Path, runs_dir: Path | None = None,
   else:
     lead = (f"Press & Wolf's small model (Table 6: 2 × 200 LSTM, no dropout, 13 epochs) on {study.corpus} "
             f"({study.vocab:,} words), trained with a softmax approximation of `wt_jax/softmax.py` (K draws per "
-            "step with replacement), evaluated with exact probabilities by the batch-1 test protocol. No "
-            "full-softmax pair was trained on this corpus. " + common + "ρ: Table 4's correlations of all "
+            "step with replacement), evaluated with exact probabilities by the batch-1 test protocol. "
+            + ("The full-softmax rows are this study's runs on this corpus. " if any(k == "full" for k, _ in runs)
+               else "No full-softmax pair was trained on this corpus. ") + common + "ρ: Table 4's correlations of all "
             "pairwise cosine distances between the untied model's input (In) or output (Out) matrix and the tied "
             "matrix. The question and the reading: `results/softmax_study/README.md`.")
   sampled = sorted({(t["sampled_words"], t["sample_seed"]) for t in table4.values() if t.get("sampled_words")})
