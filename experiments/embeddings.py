@@ -11,8 +11,10 @@ untied model's input U and output V and the tied model's S. For each:
   Table 4:      ρ(In, Out), ρ(In, Tied), ρ(Out, Tied) — the correlation of all pairwise cosine distances
                 (`wt_jax.analysis.embeddings.pairwise_distance_rho`, over the whole vocabulary).
 Parameters come from each run's `checkpoints/last`, the vocabulary from its `vocab.txt` (an LM run from
-before runs wrote one: from its corpus, rebuilt by the same reader, so ids match). Writes <out>/tables.json and <out>/tables.md
-and prints the markdown. Either pair may be omitted.
+before runs wrote one: from its corpus, rebuilt by the same reader, so ids match). Each run must be of its
+flags' kind (skip-gram for --w2v_*, a language model trained on --lm_corpus for --lm_*), read from its
+checkpoint's config. Writes <out>/tables.json and <out>/tables.md and prints the markdown. Either pair may be
+omitted.
 
 Every table prints the paper's value beside ours (PAPER_TABLE2/3/4 below, as Press & Wolf print them), with
 the paper's finding in words and whether ours agrees. The paper's word2vec ran on text8; its Table 3 LM
