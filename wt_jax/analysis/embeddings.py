@@ -42,7 +42,7 @@ def load_wordsim(name: str, data_dir: str | None = None) -> list[Pair]:
 def read_pairs(path: Path) -> list[Pair]:
   """Lines `word1<TAB>word2<TAB>score`, lowercased; a malformed line is an error naming it."""
   pairs = []
-  for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+  for n, line in enumerate((line.rstrip("\r\n") for line in paths.read_lines(path)), 1):
     if not line.strip():
       continue
     parts = line.split("\t")

@@ -8,7 +8,6 @@ files are downloaded from that repository (raw.githubusercontent.com).
 """
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 
 from wt_jax.data import paths
@@ -42,12 +41,7 @@ def ensure(langs: tuple[str, ...], data_dir: str | None = None, download: bool =
 
 
 def read_lines(path: Path) -> list[str]:
-  opener = gzip.open if path.suffix == ".gz" else open
-  try:
-    with opener(path, "rt", encoding="utf-8") as f:
-      return [line.rstrip("\n") for line in f]
-  except (OSError, EOFError, UnicodeDecodeError) as e:
-    raise ValueError(f"Cannot read {path} as UTF-8 text{' (gzip)' if path.suffix == '.gz' else ''}: {e}") from e
+  return [line.rstrip("\n") for line in paths.read_lines(path)]
 
 
 def load_pair(src: str, tgt: str, data_dir: str | None = None, download: bool = True,

@@ -7,13 +7,17 @@ fails with a `DataUnavailableError` telling the user to set `WT_JAX_DATA`.
 """
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 import tempfile
 import urllib.error
 import urllib.request
 import zipfile
+import zlib
 from pathlib import Path
+
+from wt_jax.errors import InputError
 
 ENV_VAR = "WT_JAX_DATA"
 DEFAULT_ROOT = Path("~/.cache/wt_jax")
@@ -39,6 +43,20 @@ def find_file(folder: Path, candidates: list[str]) -> Path | None:
     if p.is_file():
       return p
   return None
+
+
+def read_lines(path: str | os.PathLike) -> list[str]:
+  """The lines of a UTF-8 text file, gzipped when its name ends in .gz, each with its newline. A file that is
+  there but cannot be decoded (a gzip cut short or damaged, bytes that are not UTF-8: a download or copy that
+  did not finish) is an `InputError` naming it."""
+  path = Path(path)
+  gz = path.suffix == ".gz"
+  try:
+    with (gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8")) as f:
+      return list(f)
+  except (EOFError, gzip.BadGzipFile, zlib.error, UnicodeDecodeError) as e:
+    raise InputError(f"{path} cannot be read as UTF-8 text{' (gzip)' if gz else ''}: {e}. Is it damaged or "
+                     "incomplete? Fetch it again.") from e
 
 
 def download_file(url: str, dest: Path, timeout: float = 60.0) -> Path:

@@ -11,7 +11,6 @@ members `simple-examples/data/ptb.*.txt`).
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import os
 import tarfile
 from pathlib import Path
@@ -43,13 +42,10 @@ class Corpus:
 
 def read_tokens(path: str | os.PathLike) -> list[str]:
   """Whitespace tokens of a text file (.txt or .txt.gz), one `<eos>` after every line."""
-  path = Path(path)
-  opener = gzip.open if path.suffix == ".gz" else open
   tokens: list[str] = []
-  with opener(path, "rt", encoding="utf-8") as f:
-    for line in f:
-      tokens.extend(line.split())
-      tokens.append(EOS)
+  for line in paths.read_lines(path):
+    tokens.extend(line.split())
+    tokens.append(EOS)
   return tokens
 
 
@@ -88,10 +84,7 @@ def ensure(data_dir: str | None = None, download: bool = True, url: str = URL) -
 def sentences(split: str = "train", data_dir: str | None = None, download: bool = True) -> list[list[str]]:
   """The lines of a split as word lists (no `<eos>`): word2vec's sentences."""
   path = split_file(ensure(data_dir, download), split)
-  opener = gzip.open if path.suffix == ".gz" else open
-  with opener(path, "rt", encoding="utf-8") as f:
-    out = [line.split() for line in f]
-  out = [s for s in out if s]
+  out = [s for s in (line.split() for line in paths.read_lines(path)) if s]
   if not out:
     raise InputError(f"PTB {split} split at {path} contains no words.")
   return out

@@ -33,7 +33,7 @@ def ensure(data_dir: str | None = None, download: bool = True, url: str = URL) -
 
 def read_words(path: str | Path) -> list[str]:
   """All whitespace-separated words of the file (text8 is one line)."""
-  words = Path(path).read_text(encoding="utf-8").split()
+  words = "".join(paths.read_lines(path)).split()
   if not words:
     raise ValueError(f"{path} contains no words.")
   return words

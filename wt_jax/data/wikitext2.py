@@ -20,7 +20,6 @@ over the same words as the whole corpus's.
 """
 from __future__ import annotations
 
-import gzip
 import re
 from pathlib import Path
 
@@ -68,9 +67,7 @@ def load(data_dir: str | None = None, download: bool = True, url: str = URL) -> 
 
 def read_lines(path: Path) -> list[str]:
   """The lines of a split file (.tokens or .tokens.gz) as `ptb.read_tokens` iterates them."""
-  opener = gzip.open if path.suffix == ".gz" else open
-  with opener(path, "rt", encoding="utf-8") as f:
-    return list(f)
+  return paths.read_lines(path)
 
 
 def article_starts(lines: list[str]) -> list[int]:
@@ -106,9 +103,7 @@ def load_half(half: int, data_dir: str | None = None, download: bool = True, url
 def sentences(split: str = "train", data_dir: str | None = None, download: bool = True) -> list[list[str]]:
   """word2vec's sentences: the non-empty lines of a split (paragraphs and ` = Heading = ` lines)."""
   path = split_file(ensure(data_dir, download), split)
-  opener = gzip.open if path.suffix == ".gz" else open
-  with opener(path, "rt", encoding="utf-8") as f:
-    out = [words for words in (line.split() for line in f) if words]
+  out = [words for words in (line.split() for line in paths.read_lines(path)) if words]
   if not out:
     raise ValueError(f"WikiText-2 {split} split at {path} contains no words.")
   return out
