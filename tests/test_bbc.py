@@ -7,6 +7,7 @@ import pytest
 
 from tests.conftest import serve_folder, unused_port
 from wt_jax.data import bbc, paths
+from wt_jax.errors import InputError
 
 
 def _archive(articles: dict) -> bytes:
@@ -51,7 +52,7 @@ def test_missing_or_bad(tmp_path):
     bbc.load(str(tmp_path), url=f"http://127.0.0.1:{unused_port()}/bbc.zip")
   (tmp_path / "bbc").mkdir(exist_ok=True)
   (tmp_path / "bbc" / "bbc-fulltext.zip").write_bytes(b"not a zip")
-  with pytest.raises(ValueError, match="not a zip"):
+  with pytest.raises(InputError, match="not a zip"):
     bbc.load(str(tmp_path))
 
 

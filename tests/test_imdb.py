@@ -6,6 +6,7 @@ import pytest
 
 from tests.conftest import serve_folder, unused_port
 from wt_jax.data import imdb, paths
+from wt_jax.errors import InputError
 
 
 def _tar(files: dict) -> bytes:
@@ -44,5 +45,5 @@ def test_imdb_missing_or_bad(tmp_path):
     imdb.load(str(tmp_path), url=f"http://127.0.0.1:{unused_port()}/a.tgz")
   (tmp_path / "imdb").mkdir(exist_ok=True)
   (tmp_path / "imdb" / "aclImdb_v1.tar.gz").write_bytes(b"garbage")
-  with pytest.raises(ValueError, match="not a readable tar"):
+  with pytest.raises(InputError, match="not a readable tar"):
     imdb.load(str(tmp_path))

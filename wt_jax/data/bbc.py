@@ -21,6 +21,7 @@ from pathlib import Path
 
 from wt_jax.data import paths, ptb
 from wt_jax.data.vocab import Vocab
+from wt_jax.errors import InputError
 
 URL = "http://mlg.ucd.ie/files/datasets/bbc-fulltext.zip"
 ARCHIVE = "bbc-fulltext.zip"
@@ -48,9 +49,9 @@ def articles(archive: Path) -> list[tuple[str, str, str]]:
         if len(parts) >= 2 and parts[-1].endswith(".txt") and not parts[-1].startswith("README"):
           out.append((parts[-2], parts[-1], z.read(name).decode("utf-8", errors="replace")))
   except zipfile.BadZipFile as e:
-    raise ValueError(f"{archive} is not a zip archive ({e}).") from e
+    raise InputError(f"{archive} is not a zip archive ({e}).") from e
   if not out:
-    raise ValueError(f"{archive} holds no <category>/<article>.txt files.")
+    raise InputError(f"{archive} holds no <category>/<article>.txt files.")
   return sorted(out)
 
 

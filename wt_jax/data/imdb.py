@@ -18,6 +18,7 @@ from pathlib import Path
 
 from wt_jax.data import bbc, paths, ptb
 from wt_jax.data.vocab import Vocab
+from wt_jax.errors import InputError
 
 URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
 ARCHIVE = "aclImdb_v1.tar.gz"
@@ -44,9 +45,9 @@ def reviews(archive: Path) -> dict[str, list[tuple[str, str, str]]]:
         text = tar.extractfile(m).read().decode("utf-8", errors="replace")
         out[split].append((label, name, text))
   except (tarfile.TarError, EOFError, OSError) as e:
-    raise ValueError(f"{archive} is not a readable tar archive ({e}).") from e
+    raise InputError(f"{archive} is not a readable tar archive ({e}).") from e
   if not out["train"] or not out["test"]:
-    raise ValueError(f"{archive} holds no aclImdb/{{train,test}}/{{pos,neg}}/*.txt reviews.")
+    raise InputError(f"{archive} holds no aclImdb/{{train,test}}/{{pos,neg}}/*.txt reviews.")
   return {k: sorted(v) for k, v in out.items()}
 
 

@@ -48,14 +48,14 @@ def load_pair(src: str, tgt: str, data_dir: str | None = None, download: bool = 
               url: str = URL) -> dict[str, tuple[list[str], list[str]]]:
   """{'train'|'valid'|'test': (source sentences, target sentences)}, each list aligned line by line."""
   if src == tgt:
-    raise ValueError(f"Source and target language are both {src!r}.")
+    raise InputError(f"Source and target language are both {src!r}.")
   folder = ensure((src, tgt), data_dir, download, url)
   out = {}
   for split, stem in FILES.items():
     a, b = read_lines(split_file(folder, stem, src)), read_lines(split_file(folder, stem, tgt))
     if len(a) != len(b):
-      raise ValueError(f"Multi30k {stem}: {len(a)} {src} lines but {len(b)} {tgt} lines in {folder}.")
+      raise InputError(f"Multi30k {stem}: {len(a)} {src} lines but {len(b)} {tgt} lines in {folder}.")
     if not a:
-      raise ValueError(f"Multi30k {stem} split in {folder} is empty.")
+      raise InputError(f"Multi30k {stem} split in {folder} is empty.")
     out[split] = (a, b)
   return out

@@ -18,6 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from wt_jax.data.vocab import Vocab
+from wt_jax.errors import InputError
 
 
 def build_vocab(sentences: Sequence[Sequence[str]], min_count: int = 5) -> tuple[Vocab, np.ndarray]:
@@ -25,7 +26,7 @@ def build_vocab(sentences: Sequence[Sequence[str]], min_count: int = 5) -> tuple
   counts = collections.Counter(w for s in sentences for w in s)
   words = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
   if not words:
-    raise ValueError(f"No word occurs {min_count} times or more; lower min_count or use a larger corpus.")
+    raise InputError(f"No word occurs {min_count} times or more; lower min_count or use a larger corpus.")
   return Vocab(words), np.asarray([counts[w] for w in words], np.int64)
 
 

@@ -21,6 +21,8 @@ from typing import Sequence
 
 import numpy as np
 
+from wt_jax.errors import InputError
+
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
 
@@ -35,7 +37,7 @@ def train_bpe(texts: Sequence[str], vocab_size: int, character_coverage: float =
   included (fewer when the text has fewer distinct merges, as in tests)."""
   texts = [t for t in texts if t.strip()]
   if not texts:
-    raise ValueError("No text to learn subwords from.")
+    raise InputError("No text to learn subwords from.")
   model = io.BytesIO()
   _spm().SentencePieceTrainer.train(
       sentence_iterator=iter(texts), model_writer=model, model_type="bpe", vocab_size=vocab_size,

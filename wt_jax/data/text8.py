@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from wt_jax.data import paths
+from wt_jax.errors import InputError
 
 URL = "http://mattmahoney.net/dc/text8.zip"
 SENTENCE_LENGTH = 1000  # word2vec.c's MAX_SENTENCE_LENGTH: it cuts a line-less corpus into 1,000-word pieces
@@ -35,7 +36,7 @@ def read_words(path: str | Path) -> list[str]:
   """All whitespace-separated words of the file (text8 is one line)."""
   words = "".join(paths.read_lines(path)).split()
   if not words:
-    raise ValueError(f"{path} contains no words.")
+    raise InputError(f"{path} contains no words.")
   return words
 
 

@@ -7,6 +7,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from wt_jax.errors import InputError
+
 
 class Vocab:
   """word ↔ id."""
@@ -15,7 +17,7 @@ class Vocab:
     self.words = list(words)
     self.index = {w: i for i, w in enumerate(self.words)}
     if len(self.index) != len(self.words):
-      raise ValueError("Vocabulary words must be unique.")
+      raise InputError("Vocabulary words must be unique.")
 
   @classmethod
   def from_tokens(cls, tokens: Iterable[str], max_size: int | None = None) -> "Vocab":

@@ -27,6 +27,7 @@ import numpy as np
 
 from wt_jax.data import paths, ptb
 from wt_jax.data.vocab import Vocab
+from wt_jax.errors import InputError
 
 URL = "https://wikitext.smerity.com/wikitext-2-v1.zip"
 SPLITS = ptb.SPLITS
@@ -59,7 +60,7 @@ def load(data_dir: str | None = None, download: bool = True, url: str = URL) -> 
   streams = {s: ptb.read_tokens(split_file(folder, s)) for s in SPLITS}
   for s, toks in streams.items():
     if all(t == ptb.EOS for t in toks):
-      raise ValueError(f"WikiText-2 {s} split at {split_file(folder, s)} contains no words.")
+      raise InputError(f"WikiText-2 {s} split at {split_file(folder, s)} contains no words.")
   vocab = Vocab.from_tokens(streams["train"])
   return ptb.Corpus(*(vocab.encode(streams[s], unk="<unk>" if "<unk>" in vocab else None) for s in SPLITS),
                     vocab=vocab)
@@ -83,7 +84,7 @@ def half_boundary(lines: list[str]) -> int:
   offsets = np.concatenate([[0], np.cumsum([len(line.split()) + 1 for line in lines])])
   starts = [s for s in article_starts(lines) if s > 0]
   if not starts:
-    raise ValueError("The WikiText-2 training text has fewer than two articles (title lines ` = Title = ` "
+    raise InputError("The WikiText-2 training text has fewer than two articles (title lines ` = Title = ` "
                      "between empty lines), so it cannot be cut into halves at an article boundary.")
   return min(starts, key=lambda s: abs(2 * int(offsets[s]) - int(offsets[-1])))
 
@@ -92,7 +93,7 @@ def load_half(half: int, data_dir: str | None = None, download: bool = True, url
   """WikiText-2 with the first (`half` 1) or second (2) half of its training text as `train` (cut at
   `half_boundary`, see the module docstring); valid, test and the vocabulary (ids) of the whole corpus."""
   if half not in HALVES:
-    raise ValueError(f"half must be one of {HALVES}, not {half!r}.")
+    raise InputError(f"half must be one of {HALVES}, not {half!r}.")
   corpus = load(data_dir, download, url)
   lines = read_lines(split_file(ensure(data_dir, download, url), "train"))
   cut = sum(len(line.split()) + 1 for line in lines[:half_boundary(lines)])
@@ -105,5 +106,5 @@ def sentences(split: str = "train", data_dir: str | None = None, download: bool 
   path = split_file(ensure(data_dir, download), split)
   out = [words for words in (line.split() for line in paths.read_lines(path)) if words]
   if not out:
-    raise ValueError(f"WikiText-2 {split} split at {path} contains no words.")
+    raise InputError(f"WikiText-2 {split} split at {path} contains no words.")
   return out

@@ -38,7 +38,7 @@ def load_pair(dataset: str, src: str, tgt: str, data_dir: str | None = None, dow
     raise InputError(f"Unknown WMT dataset {dataset!r}; expected one of {', '.join(BUILDERS)}.")
   name, langs = BUILDERS[dataset]
   if {src, tgt} != set(langs):
-    raise ValueError(f"{dataset} translates between {' and '.join(langs)}, not {src}→{tgt}.")
+    raise InputError(f"{dataset} translates between {' and '.join(langs)}, not {src}→{tgt}.")
   tfds = _tfds()
   tfds_dir = os.environ.get("TFDS_DATA_DIR") or str(paths.data_root(data_dir) / "tfds")
   out = {}
