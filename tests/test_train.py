@@ -820,6 +820,26 @@ def test_a_run_folder_describes_itself_and_a_changed_config_does_not_resume(tiny
   assert json.loads((tmp_path / "run.json").read_text())["config"]["learning_rate"] == 1.0  # the first start's
 
 
+
+@pytest.mark.parametrize("damage", ['{"config": {"learning_', '["not", "a", "record"]'])
+def test_a_damaged_run_json_is_moved_aside_and_rebuilt_from_the_checkpoints_config(tiny_corpus, tmp_path, damage):
+  """A run.json that cannot be read as a run's record (a write cut short) is moved aside, never deleted, and
+  rebuilt from the config the checkpoint saved: a resume that changes what the run computes is still refused,
+  one that only extends it goes on and is recorded."""
+  corpus, _ = tiny_corpus
+  lm.fit(tiny_config(max_steps=3, checkpoint_every_steps=3), corpus, tmp_path)
+  (tmp_path / "run.json").write_text(damage)
+  with pytest.raises(trainer.ConfigChangedError, match=r"learning_rate 1\.0 → 0\.5"):
+    lm.fit(tiny_config(max_steps=6, learning_rate=0.5), corpus, tmp_path)
+  assert (tmp_path / "run.json.damaged").read_text() == damage
+  record = json.loads((tmp_path / "run.json").read_text())
+  assert record["config"]["learning_rate"] == 1.0 and record["rebuilt"]["damaged"] == "run.json.damaged"
+  (tmp_path / "run.json").write_text(damage)  # damaged again: the first copy is kept
+  assert lm.fit(tiny_config(max_steps=6, checkpoint_every_steps=3), corpus, tmp_path)["steps"] == 6
+  assert (tmp_path / "run.json.damaged").read_text() == (tmp_path / "run.json.damaged.1").read_text() == damage
+  record = json.loads((tmp_path / "run.json").read_text())
+  assert record["config"]["words"]["mode"] == "untied" and [r["step"] for r in record["resumes"]] == [3]
+
 # --- deterministic GPU kernels: the setting reaches XLA_FLAGS and the records ----------------------
 
 def test_the_determinism_flag_is_set_replaced_and_read_as_xla_reads_it():

@@ -186,14 +186,45 @@ def describe_run(config, run_versions: dict) -> dict:
           "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "resumes": []}
 
 
-def check_resume(run_file: epath.Path, config, step: int) -> None:
+def _run_record(run_file: epath.Path, saved_config: dict | None, step: int) -> dict | None:
+  """The run's record in `run_file`. One that cannot be read as a JSON object with a config (a write cut
+  short, a damaged disk) is moved aside to <name>.damaged (<name>.damaged.<n>: never deleted), said in the log,
+  and rebuilt, and written at once, from the config the checkpoint saved, `saved_config` (None when it saved
+  none: then there is no record to check against)."""
+  try:
+    record = json.loads(run_file.read_text())
+    if isinstance(record, dict) and isinstance(record.get("config"), dict):
+      return record
+    why = "not a run's record"
+  except (ValueError, UnicodeDecodeError) as e:  # (JSONDecodeError is a ValueError)
+    why = f"{type(e).__name__}: {e}"
+  aside, n = run_file.parent / f"{run_file.name}.damaged", 1
+  while aside.exists():
+    aside, n = run_file.parent / f"{run_file.name}.damaged.{n}", n + 1
+  run_file.rename(aside)
+  logging.warning("%s cannot be read (%s); moved aside to %s and rebuilt from the checkpoint's config.",
+                  run_file, why, aside.name)
+  if not saved_config:
+    return None
+  record = {"config": saved_config, "rebuilt": {"from": "the checkpoint's config", "step": step,
+                                                "damaged": aside.name,
+                                                "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+            "resumes": []}
+  write_json(run_file, record)  # (now: a resume refused below leaves the folder with a record)
+  return record
+
+
+def check_resume(run_file: epath.Path, config, step: int, saved_config: dict | None = None) -> None:
   """Compare the config a run is resumed with against its folder's `run.json`: a change outside
   RESUMABLE_KEYS stops it with one line naming the keys (unless `config.allow_resume_changes`); every resume
-  and its changes are appended to run.json. A folder without run.json (older runs) is not checked."""
+  and its changes are appended to run.json. A folder without run.json (older runs) is not checked; a damaged
+  one is rebuilt from `saved_config`, the config the checkpoint saved (`_run_record`)."""
   check_determinism(config)
   if not run_file.exists():
     return
-  record = json.loads(run_file.read_text())
+  record = _run_record(run_file, saved_config, step)
+  if record is None:
+    return
   changes = config_changes(record.get("config", {}), config.to_dict())
   blocking = {k: v for k, v in changes.items() if k.split(".")[-1] not in RESUMABLE_KEYS}
   if blocking and not config.get("allow_resume_changes", False):

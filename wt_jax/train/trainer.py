@@ -173,7 +173,7 @@ def _run(task: Task, config, workdir: epath.Path, lane_dirs: list[epath.Path], w
     state, meta, kind, resumed_from = restored
     logging.info("Resumed from %s at step %d (epoch %d).", ckpts.directory / kind, resumed_from, meta["epoch"])
     if parallel.is_writer():
-      check_resume(workdir / RUN_FILE, config, resumed_from)
+      check_resume(workdir / RUN_FILE, config, resumed_from, meta.get("config"))
   elif parallel.is_writer():  # a first start: the folder (and each member's) describes itself
     write_json(workdir / RUN_FILE, describe_run(config, run_versions))
     for k, d in enumerate(lane_dirs if K else []):
