@@ -747,6 +747,16 @@ def test_the_report_command_stops_on_bad_input_with_one_line(tmp_path):
     assert "Traceback" not in res.stderr, res.stderr[-2000:]
 
 
+def _softmax_run(runs: Path, run_json: str) -> None:
+  """A finished sampled-softmax run of the softmax study in runs/, with `run_json` as its run.json."""
+  folder = runs / "small_tied_sampled_seed9"
+  _fake_run(folder, "small_tied", 9, 116.0)
+  res = json.loads((folder / "results.json").read_text())
+  (folder / "results.json").write_text(json.dumps({**res, "softmax": "sampled", "tying": "tied", "softmax_settings":
+                                                   {"num_samples": 1000, "proposal": "log_uniform"}}))
+  (folder / "run.json").write_text(run_json)
+
+
 def _tree(root: Path) -> dict:
   return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
@@ -760,7 +770,8 @@ def _tree(root: Path) -> dict:
         {**json.loads((d / "results.json").read_text()), "dataset": "wikitext2"}))),
     ("an incomplete compile record", "tpu_memory", lambda d: (d / "out.txt").write_text(
         'AOT_JSON {"config": "small", "topology": "v5e:2x2", "chips": 4}\n')),
-    ("a damaged bench line", "members", lambda d: (d / "bench.jsonl").write_text('{"bench": "members_sw\n'))])
+    ("a damaged bench line", "members", lambda d: (d / "bench.jsonl").write_text('{"bench": "members_sw\n')),
+    ("a damaged run.json", "softmax_study", lambda d: _softmax_run(d, run_json='{"started_utc": "2026-'))])
 def test_a_damaged_record_is_refused_in_one_line_and_the_committed_page_is_as_it_was(kind, page, bad, tmp_path):
   """`python -m experiments.report PAGE --runs=DIR` with one damaged or foreign record among good ones: one
   line naming it, exit 1, and every file of results/PAGE byte for byte as it was — the good records of DIR are

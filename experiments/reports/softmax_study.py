@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 
 from experiments.reports.pages import _report_dir, _write
-from experiments.reports.records import CURVE, ReportError, load_runs, read_results, seeds_cell
+from experiments.reports.records import CURVE, ReportError, json_record, load_runs, read_results, seeds_cell
 from wt_jax import softmax
 from wt_jax.train import metrics
 
@@ -121,7 +121,7 @@ def load_softmax_runs(report_dir: Path, out_root: Path, study: SoftmaxStudy = SO
       raise ReportError(f"{path} names no 'tying': not a run of this study.")
     r["_dir"], r["_curve"] = path.parent.name, list(metrics.read(path.parent / CURVE))
     run_json = path.parent / "run.json"  # (runs imported with it: when it started, `softmax_provenance`)
-    r["_run"] = json.loads(run_json.read_text()) if run_json.exists() else {}
+    r["_run"] = json_record(run_json.read_text(), run_json) if run_json.exists() else {}
     kind = softmax_cell(r, study.vocab)[0]
     if kind == "full" and study.table6_baseline:
       raise ReportError(f"{path} is a full-softmax run; this study's full-softmax rows are Table 6's runs "
