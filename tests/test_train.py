@@ -840,6 +840,28 @@ def test_a_damaged_run_json_is_moved_aside_and_rebuilt_from_the_checkpoints_conf
   record = json.loads((tmp_path / "run.json").read_text())
   assert record["config"]["words"]["mode"] == "untied" and [r["step"] for r in record["resumes"]] == [3]
 
+
+def test_a_metrics_line_cut_mid_write_is_set_aside_when_the_run_resumes(tiny_corpus, tmp_path):
+  """A metrics.jsonl whose last line was cut mid-write (a process killed while it appended): the resume moves
+  the fragment to metrics.jsonl.cut and appends after the last whole line, so every line still parses and the
+  run finishes (the fragment had glued itself to the next record, and reading the file for the curves failed
+  at the end of every later attempt)."""
+  from wt_jax.train import metrics
+  corpus, _ = tiny_corpus
+  lm.fit(tiny_config(max_steps=3, checkpoint_every_steps=3, log_every=1), corpus, tmp_path)
+  whole = (tmp_path / "metrics.jsonl").read_text()
+  (tmp_path / "metrics.jsonl").write_text(whole + '{"kind": "train", "st')
+  res = lm.fit(tiny_config(max_steps=6, checkpoint_every_steps=3, log_every=1, plot=True), corpus, tmp_path)
+  assert res["steps"] == 6
+  assert (tmp_path / "metrics.jsonl.cut").read_text() == '{"kind": "train", "st\n'
+  text = (tmp_path / "metrics.jsonl").read_text()
+  assert text.startswith(whole) and [r["step"] for r in metrics.read(tmp_path / "metrics.jsonl")
+                                     if r["kind"] == "train"][-1] == 6
+  for kept in ("", "{}\n"):  # an empty file, or one ending in a whole line, is left alone
+    (tmp_path / "m.jsonl").write_text(kept)
+    metrics.set_aside_cut_line(tmp_path / "m.jsonl")
+    assert (tmp_path / "m.jsonl").read_text() == kept and not (tmp_path / "m.jsonl.cut").exists()
+
 # --- deterministic GPU kernels: the setting reaches XLA_FLAGS and the records ----------------------
 
 def test_the_determinism_flag_is_set_replaced_and_read_as_xla_reads_it():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import math
+from pathlib import Path
 
 import jax
 from absl import logging
@@ -28,12 +29,15 @@ class MetricsWriter:
   named `<kind>/<field>` at the record's step, for a live view: `tensorboard --logdir runs/`.
 
   `path` is any `etils.epath` path. A bucket has no append: there the lines are kept in memory and the file
-  is rewritten by `flush()` (the trainer flushes at every checkpoint and at the end)."""
+  is rewritten by `flush()` (the trainer flushes at every checkpoint and at the end). A local file whose last
+  line was cut mid-write is mended first (`set_aside_cut_line`)."""
 
   def __init__(self, path, tensorboard_dir=None):
     self.path = epath.Path(path)
     self.path.parent.mkdir(parents=True, exist_ok=True)
     self._local = "://" not in str(self.path)
+    if self._local and self.path.exists():
+      set_aside_cut_line(self.path)
     self._lines = None if self._local else (self.path.read_text().splitlines(True) if self.path.exists() else [])
     self._tb = None
     if tensorboard_dir is not None:
@@ -69,6 +73,24 @@ class MetricsWriter:
     self.flush()
     if self._tb is not None:
       self._tb.close()
+
+
+def set_aside_cut_line(path) -> None:
+  """A JSON-lines file whose last line has no newline was cut mid-write (a process killed while it appended, a
+  full disk). Appending to it would glue the next record onto that fragment, one line no reader can parse;
+  instead the fragment is moved to <name>.cut (appended there, never lost) and the file ends at its last whole
+  line. The steps it described are trained again from the last checkpoint."""
+  path = Path(path)
+  data = path.read_bytes()
+  if not data or data.endswith(b"\n"):
+    return
+  whole = data.rfind(b"\n") + 1
+  cut = path.with_name(path.name + ".cut")
+  with open(cut, "ab") as f:
+    f.write(data[whole:] + b"\n")
+  with open(path, "r+b") as f:
+    f.truncate(whole)
+  logging.warning("%s ended in a line cut mid-write (%d bytes); moved it to %s.", path, len(data) - whole, cut.name)
 
 
 def finite(value):
