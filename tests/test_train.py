@@ -845,7 +845,8 @@ def test_a_metrics_line_cut_mid_write_is_set_aside_when_the_run_resumes(tiny_cor
   """A metrics.jsonl whose last line was cut mid-write (a process killed while it appended): the resume moves
   the fragment to metrics.jsonl.cut and appends after the last whole line, so every line still parses and the
   run finishes (the fragment had glued itself to the next record, and reading the file for the curves failed
-  at the end of every later attempt)."""
+  at the end of every later attempt, before a members run's summary). A damaged line elsewhere is left out of
+  the curves."""
   from wt_jax.train import metrics
   corpus, _ = tiny_corpus
   lm.fit(tiny_config(max_steps=3, checkpoint_every_steps=3, log_every=1), corpus, tmp_path)
@@ -857,6 +858,10 @@ def test_a_metrics_line_cut_mid_write_is_set_aside_when_the_run_resumes(tiny_cor
   text = (tmp_path / "metrics.jsonl").read_text()
   assert text.startswith(whole) and [r["step"] for r in metrics.read(tmp_path / "metrics.jsonl")
                                      if r["kind"] == "train"][-1] == 6
+  # A damaged line inside the file is left out of the curves, with a warning; the run still finishes.
+  (tmp_path / "metrics.jsonl").write_text(whole + "not a record\n" + text[len(whole):])
+  assert lm.fit(tiny_config(max_steps=9, checkpoint_every_steps=3, plot=True), corpus, tmp_path)["steps"] == 9
+  assert metrics.plot_curves(tmp_path / "metrics.jsonl", tmp_path / "c.png") is None  # (no epoch ended yet)
   for kept in ("", "{}\n"):  # an empty file, or one ending in a whole line, is left alone
     (tmp_path / "m.jsonl").write_text(kept)
     metrics.set_aside_cut_line(tmp_path / "m.jsonl")

@@ -112,15 +112,25 @@ def read(path) -> list[dict]:
 
 
 def plot_curves(metrics_path, png_path, title: str = "") -> epath.Path | None:
-  """Train and valid perplexity per epoch (from the 'epoch' records) → PNG. Returns the path, or None."""
+  """Train and valid perplexity per epoch (from the 'epoch' records) → PNG. Returns the path, or None. A line
+  that is not a record (a damaged file) is left out of the picture with a warning: the curves are a glance,
+  and the run's results are read from elsewhere."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  epochs = {}
-  for r in read(metrics_path):
-    if r.get("kind") == "epoch":
+  epochs, damaged = {}, 0
+  path = epath.Path(metrics_path)
+  for line in (path.read_bytes().decode("utf-8", errors="replace").splitlines() if path.exists() else []):
+    try:
+      r = json.loads(line) if line.strip() else {}
+    except ValueError:
+      damaged += 1
+      continue
+    if isinstance(r, dict) and r.get("kind") == "epoch" and "epoch" in r:
       epochs[r["epoch"]] = r  # a resumed run may repeat an epoch: keep the last record
+  if damaged:
+    logging.warning("%s: %d line(s) are not JSON records; %s leaves them out.", path, damaged, png_path)
   if not epochs:
     return None
   xs = sorted(epochs)
