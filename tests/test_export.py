@@ -316,6 +316,33 @@ def test_converted_run_loads_into_the_new_model_and_keeps_its_logits(runs, tmp_p
     convert.load_init(folder, like=tied_fresh)
 
 
+@pytest.mark.parametrize("given, says", [
+    ("run", "is a run's folder: convert its checkpoint first, python -m experiments.export"),
+    ("empty", "cannot be read as converted parameters (EOFError"),
+    ("not_npz", "cannot be read as converted parameters (BadZipFile"),
+    ("cut", "cannot be read as converted parameters")])
+def test_an_init_that_is_not_converted_parameters_is_one_line(runs, tmp_path, given, says):
+  """--config.init_from naming a run's folder (not its converted parameters), or a params.npz that is empty,
+  not an npz or cut short: a ConversionError (an InputError) that the entry point prints as one line, before
+  any step."""
+  if given == "run":
+    init = runs["tied"]
+  else:
+    folder, _ = convert.convert_run(runs["tied"], tmp_path / "init", "copy")
+    data = (folder / convert.PARAMS_FILE).read_bytes()
+    init = tmp_path / "params.npz"
+    init.write_bytes({"empty": b"", "not_npz": b"PK\x03\x04 not a zip", "cut": data[:len(data) // 2]}[given])
+  with pytest.raises(convert.ConversionError, match=says.replace("(", r"\(")):
+    convert.load_init(init)
+  env = dict(os.environ, WT_JAX_DATA=str(runs["root"]), JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, "-m", "experiments.ptb", "--config=configs/small_tied.py",
+                         f"--config.vocab_size={runs['corpus'].vocab_size}", "--config.hidden_size=16",
+                         "--config.download=false", f"--config.init_from={init}", f"--workdir={tmp_path / 'run'}"],
+                        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+  assert says in proc.stderr.strip().splitlines()[-1], proc.stderr[-3000:]
+
+
 def test_convert_run_tie_keeps_the_output_embedding_by_default(runs, tmp_path):
   folder, manifest = convert.convert_run(runs["untied"], tmp_path / "init", "tie")
   assert manifest["kept"] == "output" and manifest["tying"] == "tied"

@@ -35,11 +35,14 @@ them in place of its random initial parameters (`wt_jax.train.lm.LMTask.init_sta
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 from typing import Any, Mapping
 
 import jax
 import numpy as np
+
+from wt_jax.errors import InputError
 
 PAIRS = {"tied": "untied", "tied_projection": "projection"}  # tied mode → its untied counterpart
 UNTIED_TO_TIED = {v: k for k, v in PAIRS.items()}
@@ -50,8 +53,9 @@ MANIFEST = "manifest.json"
 SEP = "/"
 
 
-class ConversionError(ValueError):
-  """Parameters that cannot be converted or loaded as asked; the message is one line."""
+class ConversionError(InputError):
+  """Parameters that cannot be converted or loaded as asked; the message is one line (an `InputError`: the
+  trainer and the entry points print it as such)."""
 
 
 def words_params(params: Mapping) -> Mapping:
@@ -156,9 +160,15 @@ def load_init(path: str | Path, like: Any = None) -> Any:
   path = Path(path)
   file = path / PARAMS_FILE if path.is_dir() else path
   if not file.is_file():
-    raise ConversionError(f"No converted parameters at {path} (expected {file}).")
-  with np.load(file, allow_pickle=False) as z:
-    flat = {k: z[k] for k in z.files}
+    hint = (f"; {path} is a run's folder: convert its checkpoint first, python -m experiments.export "
+            f"--workdir={path} --convert=copy (or untie, tie)" if (path / "checkpoints").is_dir() else "")
+    raise ConversionError(f"No converted parameters at {path} (expected {file}){hint}.")
+  try:
+    with np.load(file, allow_pickle=False) as z:
+      flat = {k: z[k] for k in z.files}
+  except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # (cut short, damaged, or another file)
+    raise ConversionError(f"{file} cannot be read as converted parameters ({type(e).__name__}: {e}); write it "
+                          f"again with python -m experiments.export --convert.") from e
   if like is None:
     return unflatten(flat)
   want = {k: (tuple(v.shape), v.dtype) for k, v in flatten(like).items()}

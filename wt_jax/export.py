@@ -35,13 +35,14 @@ from etils import epath
 
 from wt_jax.convert import tying_mode, words_params
 from wt_jax.data import lm_corpora, paths
+from wt_jax.errors import InputError
 
 FORMATS = ("word2vec", "npz")
 KINDS = ("last", "best")
 MANIFEST = "manifest.json"
 
 
-class ExportError(ValueError):
+class ExportError(InputError):
   """A run cannot be exported (no such run, no checkpoint, no vocabulary that fits); the message is one line."""
 
 
