@@ -867,6 +867,46 @@ def test_a_metrics_line_cut_mid_write_is_set_aside_when_the_run_resumes(tiny_cor
     metrics.set_aside_cut_line(tmp_path / "m.jsonl")
     assert (tmp_path / "m.jsonl").read_text() == kept and not (tmp_path / "m.jsonl.cut").exists()
 
+
+def test_a_checkpoint_the_full_disk_refused_is_one_line_and_the_run_resumes_from_the_one_before(tiny_corpus,
+                                                                                              tmp_path, monkeypatch):
+  """A save that fails for a full disk — orbax reports it as TensorStore's RESOURCE_EXHAUSTED in a ValueError,
+  from its commit threads (the message here is the one a 2 MiB tmpfs gave) — becomes OSError(ENOSPC) naming the
+  folder and the step kept, which the entry points print as one line; the same command then resumes from that
+  step to the numbers of a run never interrupted. Any other failure of a save propagates unchanged."""
+  import errno
+  import orbax.checkpoint as ocp
+  import experiments
+  corpus, _ = tiny_corpus
+  config = lambda: tiny_config(max_steps=9, checkpoint_every_steps=3)
+  whole = lm.fit(config(), corpus, tmp_path / "whole")
+  save = ocp.CheckpointManager.save
+
+  def full_at_step_6(self, step, *args, **kwargs):  # (step 6 is never written, as on the full disk)
+    if step == 6:
+      raise ValueError('RESOURCE_EXHAUSTED: Error writing local file "…/last/6.orbax-checkpoint-tmp/state/'
+                       'manifest.ocdbt": Failed writing: "…manifest.ocdbt.__lock": Failed to write 113 bytes')
+    return save(self, step, *args, **kwargs)
+  with monkeypatch.context() as m:
+    m.setattr(ocp.CheckpointManager, "save", full_at_step_6)
+    with pytest.raises(OSError) as full:
+      lm.fit(config(), corpus, tmp_path / "run")
+  assert full.value.errno == errno.ENOSPC and full.value.filename == str(tmp_path / "run" / "checkpoints" / "last")
+  assert "checkpoint last step 6 not written; step 3 is kept" in full.value.strerror
+  with pytest.raises(SystemExit) as ended:
+    experiments.one_line(lambda argv: (_ for _ in ()).throw(full.value))(["entry"])
+  assert ended.value.code.startswith("No space left on device (checkpoint last step 6") and \
+      ended.value.code.endswith("; free some space or use another folder.")
+  resumed = lm.fit(config(), corpus, tmp_path / "run")
+  assert resumed["resumed_from_step"] == 3 and resumed["test_ppl"] == whole["test_ppl"]
+
+  def broken(self, step, *args, **kwargs):
+    raise ValueError("INTERNAL: something else")
+  with monkeypatch.context() as m:
+    m.setattr(ocp.CheckpointManager, "save", broken)
+    with pytest.raises(ValueError, match="INTERNAL: something else"):
+      lm.fit(tiny_config(max_steps=3, checkpoint_every_steps=3), corpus, tmp_path / "other")
+
 # --- deterministic GPU kernels: the setting reaches XLA_FLAGS and the records ----------------------
 
 def test_the_determinism_flag_is_set_replaced_and_read_as_xla_reads_it():

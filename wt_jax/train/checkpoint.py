@@ -16,6 +16,7 @@ step while its newest is intact.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 from typing import Any
@@ -71,6 +72,20 @@ class CheckpointMismatchError(ValueError):
 
 class CheckpointUnreadableError(PermissionError):
   """A checkpoint's files exist but this process is not permitted to read them."""
+
+
+def _disk_full(error: BaseException) -> bool:
+  """Whether `error`, or an error it was raised from, says the disk or quota is full: an OSError ENOSPC or
+  EDQUOT, or TensorStore's RESOURCE_EXHAUSTED for a failed write (what orbax raises, in a ValueError)."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+      return True
+    if "RESOURCE_EXHAUSTED" in str(error) and "writ" in str(error).lower():
+      return True
+    error = error.__cause__ or error.__context__
+  return False
 
 
 def _forbidden(step_dir) -> str | None:
@@ -130,11 +145,22 @@ class Checkpoints:
     return self._managers[kind].latest_step()
 
   def save(self, kind: str, step: int, state: Any, meta: dict) -> None:
-    """Write a checkpoint and wait for it (a run killed right after still has it)."""
+    """Write a checkpoint and wait for it (a run killed right after still has it). A save that fails because
+    the disk or quota is full raises OSError(ENOSPC) naming the folder (orbax reports it as TensorStore's
+    RESOURCE_EXHAUSTED in a ValueError): the entry points print it as one line. The step's unfinished folder
+    is orbax's temporary one; the steps saved before it are kept, and the same command resumes from them."""
     mngr = self._managers[kind]
-    mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                            meta=ocp.args.JsonSave(meta)), force=True)
-    mngr.wait_until_finished()
+    try:
+      mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                              meta=ocp.args.JsonSave(meta)), force=True)
+      mngr.wait_until_finished()
+    except Exception as e:
+      if not _disk_full(e):
+        raise
+      kept = [s for s in mngr.all_steps() if s != step]
+      raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (checkpoint {kind} step {step} not written; "
+                    + (f"step {max(kept)} is kept, and the same command resumes from it)" if kept
+                       else "no step of it had been saved)"), str(self.directory / kind)) from None
 
   def restore(self, kind: str, target: Any, step: int | None = None) -> tuple[Any, dict]:
     """Restore (state, meta) into the structure of `target`; raises CheckpointMismatchError if trees differ."""
