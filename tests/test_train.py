@@ -907,6 +907,27 @@ def test_a_checkpoint_the_full_disk_refused_is_one_line_and_the_run_resumes_from
     with pytest.raises(ValueError, match="INTERNAL: something else"):
       lm.fit(tiny_config(max_steps=3, checkpoint_every_steps=3), corpus, tmp_path / "other")
 
+
+def test_a_record_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+  """`runtime.write_json` (results.json, run.json, summary.json): a write the disk refuses halfway leaves the
+  previous file as it was and nothing beside it (on a full 2 MiB tmpfs, writing in place had left the first
+  4,096 bytes of the new file: a results.json no reader could parse)."""
+  import errno
+  from wt_jax.train import runtime
+  path = tmp_path / "results.json"
+  runtime.write_json(path, {"test_ppl": 80.0, "nan": float("nan")})
+  assert json.loads(path.read_text()) == {"test_ppl": 80.0, "nan": None}
+  write_text = Path.write_text
+
+  def full(self, text, *args, **kwargs):  # the first half reaches the disk, then the disk is full
+    write_text(self, text[:len(text) // 2], *args, **kwargs)
+    raise OSError(errno.ENOSPC, "No space left on device", str(self))
+  monkeypatch.setattr(Path, "write_text", full)
+  with pytest.raises(OSError, match="No space left"):
+    runtime.write_json(path, {"test_ppl": 79.0, "more": "x" * 1000})
+  monkeypatch.undo()
+  assert json.loads(path.read_text())["test_ppl"] == 80.0 and sorted(tmp_path.iterdir()) == [path]
+
 # --- deterministic GPU kernels: the setting reaches XLA_FLAGS and the records ----------------------
 
 def test_the_determinism_flag_is_set_replaced_and_read_as_xla_reads_it():

@@ -247,8 +247,21 @@ def is_local(path) -> bool:
 
 
 def write_json(path: epath.Path, value: Any) -> None:
-  """JSON with None for every NaN/inf (`metrics.finite`): valid for every reader."""
-  path.write_text(json.dumps(metrics_lib.finite(value), indent=2, allow_nan=False))
+  """JSON with None for every NaN/inf (`metrics.finite`): valid for every reader. On a local disk the file is
+  written whole or not at all (a temporary file beside it, renamed over it), so a full disk or a kill while it
+  is written leaves the previous file, never a part of the new one."""
+  text = json.dumps(metrics_lib.finite(value), indent=2, allow_nan=False)
+  if not is_local(path):
+    epath.Path(path).write_text(text)
+    return
+  path = Path(os.fspath(path))
+  tmp = path.with_name(path.name + ".tmp")
+  try:
+    tmp.write_text(text)
+    os.replace(tmp, path)
+  except BaseException:
+    tmp.unlink(missing_ok=True)
+    raise
 
 
 
