@@ -919,14 +919,36 @@ def test_a_record_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
   assert json.loads(path.read_text()) == {"test_ppl": 80.0, "nan": None}
   write_text = Path.write_text
 
-  def full(self, text, *args, **kwargs):  # the first half reaches the disk, then the disk is full
-    write_text(self, text[:len(text) // 2], *args, **kwargs)
-    raise OSError(errno.ENOSPC, "No space left on device", str(self))
+  def full(self, text, *args, **kwargs):  # the first half reaches the disk, then the disk is full (a failed
+    write_text(self, text[:len(text) // 2], *args, **kwargs)  # write() names no file)
+    raise OSError(errno.ENOSPC, "No space left on device")
   monkeypatch.setattr(Path, "write_text", full)
-  with pytest.raises(OSError, match="No space left"):
+  with pytest.raises(OSError, match="No space left") as refused:
     runtime.write_json(path, {"test_ppl": 79.0, "more": "x" * 1000})
   monkeypatch.undo()
+  assert refused.value.filename == str(path)  # (so the entry point's one line names it)
   assert json.loads(path.read_text())["test_ppl"] == 80.0 and sorted(tmp_path.iterdir()) == [path]
+
+
+def test_tensorboard_events_that_cannot_be_written_are_a_warning(tmp_path, caplog):
+  """TensorBoard's events are a live view beside metrics.jsonl: a flush or close the disk refuses is a warning,
+  so it never replaces the error that ended a run (the trainer closes its writers however the run ends), and
+  tensorboardX's exit hook does not try the failed close again."""
+  from wt_jax.train import metrics
+  writer = metrics.MetricsWriter(tmp_path / "metrics.jsonl", tmp_path)
+  if writer._tb is None:
+    pytest.skip("tensorboardX is not installed")
+  writer.write(kind="train", step=1, loss=2.0)
+
+  def full():
+    raise OSError(28, "No space left on device")
+  writer._tb.flush = full
+  writer._tb.close = full
+  with caplog.at_level("WARNING"):
+    writer.close()
+  assert "TensorBoard events could not be written" in caplog.text
+  assert all(w.event_writer._closed for w in writer._tb.all_writers.values())
+  assert metrics.read(tmp_path / "metrics.jsonl")[0]["loss"] == 2.0
 
 # --- deterministic GPU kernels: the setting reaches XLA_FLAGS and the records ----------------------
 

@@ -29,7 +29,7 @@ from wt_jax import members as members_lib
 from wt_jax.data import batching
 from wt_jax.errors import InputError, require_counts
 from wt_jax.train import evaluate as eval_lib
-from wt_jax.train import optim, trainer
+from wt_jax.train import optim, runtime, trainer
 
 
 def train_step_body(model, tx: optax.GradientTransformation, cost: Callable, step_key: jax.Array) -> Callable:
@@ -201,7 +201,7 @@ class LMTask:
   def write_run_files(self, workdir) -> None:
     """<workdir>/vocab.txt: the vocabulary, one word per line in id order (row i of the embeddings is word
     i), so the folder alone is enough to export or analyse the run (`wt_jax.export`)."""
-    (workdir / "vocab.txt").write_text("".join(f"{w}\n" for w in self.corpus.vocab.words))
+    runtime.write_whole(workdir / "vocab.txt", "".join(f"{w}\n" for w in self.corpus.vocab.words))
 
   def _init_one(self, config, key):
     state = jax.jit(lambda k: initial_state(config, self.model, self.tx, k))(key)

@@ -53,8 +53,11 @@ class MetricsWriter:
   def write(self, **record) -> None:
     line = json.dumps(finite(record), allow_nan=False) + "\n"
     if self._local:
-      with open(self.path, "a") as f:
-        f.write(line)
+      try:
+        with open(self.path, "a") as f:
+          f.write(line)
+      except OSError as e:  # (a failed write() names no file: a full disk's message would say no path)
+        raise (e if e.filename else OSError(e.errno, e.strerror, str(self.path))) from None
     else:
       self._lines.append(line)
     if self._tb is not None:
@@ -66,13 +69,28 @@ class MetricsWriter:
   def flush(self) -> None:
     if not self._local:
       self.path.write_text("".join(self._lines))
-    if self._tb is not None:
-      self._tb.flush()
+    self._tensorboard("flush")
 
   def close(self) -> None:
     self.flush()
-    if self._tb is not None:
-      self._tb.close()
+    self._tensorboard("close")
+
+  def _tensorboard(self, what: str) -> None:
+    """Flush or close the TensorBoard events, a live view beside metrics.jsonl (the record): a failure (a full
+    disk) is a warning, so that it never hides the error that ended the run, nor ends a run itself."""
+    if self._tb is None:
+      return
+    try:
+      getattr(self._tb, what)()
+    except OSError as e:
+      logging.warning("TensorBoard events could not be written (%s); metrics.jsonl holds the same numbers.", e)
+      if what == "close":  # each event file's writer thread stopped and the file marked closed: else
+        for w in (getattr(self._tb, "all_writers", None) or {}).values():  # tensorboardX's exit hook closes it
+          events = getattr(w, "event_writer", None)  # again, and the thread reads a queue closed at exit, both
+          if hasattr(events, "_closed"):  # failing after the error that ended the run
+            worker, events._closed = getattr(events, "_worker", None), True
+            if worker is not None and worker.is_alive():
+              worker.stop()
 
 
 def set_aside_cut_line(path) -> None:

@@ -30,7 +30,7 @@ from wt_jax.data import subwords as sw_lib
 from wt_jax.data import translation as tr
 from wt_jax.errors import InputError, require_counts
 from wt_jax.models import nmt
-from wt_jax.train import evaluate, trainer
+from wt_jax.train import evaluate, runtime, trainer
 
 SPLITS = ("train", "valid", "test")
 
@@ -264,7 +264,7 @@ class NMTTask:
                                            self.buckets)["ppl"]
       results["bleu_signature"] = signature
       if parallel.is_writer():
-        (self.workdir / f"{key}.hyp.txt").write_text("".join(h + "\n" for h in hyps))
+        runtime.write_whole(self.workdir / f"{key}.hyp.txt", "".join(h + "\n" for h in hyps))
       logging.info("%s BLEU %.2f (beam %d, %s), ppl %.2f", key, score, c.beam_size, signature,
                    results[f"{key}_ppl"])
     return results

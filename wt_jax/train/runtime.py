@@ -247,10 +247,14 @@ def is_local(path) -> bool:
 
 
 def write_json(path: epath.Path, value: Any) -> None:
-  """JSON with None for every NaN/inf (`metrics.finite`): valid for every reader. On a local disk the file is
-  written whole or not at all (a temporary file beside it, renamed over it), so a full disk or a kill while it
-  is written leaves the previous file, never a part of the new one."""
-  text = json.dumps(metrics_lib.finite(value), indent=2, allow_nan=False)
+  """JSON with None for every NaN/inf (`metrics.finite`): valid for every reader; written by `write_whole`."""
+  write_whole(path, json.dumps(metrics_lib.finite(value), indent=2, allow_nan=False))
+
+
+def write_whole(path: epath.Path, text: str) -> None:
+  """Write `text` to `path`. On a local disk the file is written whole or not at all (a temporary file beside
+  it, renamed over it), so a full disk or a kill while it is written leaves the previous file, never a part of
+  the new one; a failure names `path` (a failed write() names no file)."""
   if not is_local(path):
     epath.Path(path).write_text(text)
     return
@@ -259,6 +263,11 @@ def write_json(path: epath.Path, value: Any) -> None:
   try:
     tmp.write_text(text)
     os.replace(tmp, path)
+  except OSError as e:
+    tmp.unlink(missing_ok=True)
+    if e.filename:
+      raise
+    raise OSError(e.errno, e.strerror, str(path)) from None  # (a failed write() names no file)
   except BaseException:
     tmp.unlink(missing_ok=True)
     raise
@@ -386,8 +395,11 @@ def _local_lock(lock: Path, me: dict, wait_s: float):
     if other.get("pid") not in (None, me["pid"]):
       logging.warning("Taking over the lock of %s in %s: that process is gone (it holds no lock on the file).",
                       _who(other), lock.parent)
-    os.ftruncate(fd, 0)
-    os.write(fd, json.dumps(me).encode())
+    try:
+      os.ftruncate(fd, 0)
+      os.write(fd, json.dumps(me).encode())
+    except OSError as e:  # (a full disk: os.write names no file)
+      raise OSError(e.errno, e.strerror, str(lock)) from None
     yield
   finally:
     try:

@@ -27,7 +27,7 @@ from wt_jax import parallel
 from wt_jax.data import skipgram as sg
 from wt_jax.errors import InputError, require_counts
 from wt_jax.models.skipgram import SkipGram, negative_sampling_loss
-from wt_jax.train import trainer
+from wt_jax.train import runtime, trainer
 
 
 def make_step(model: SkipGram, tx, noise: jax.Array, negatives: int, dp: parallel.DataParallel,
@@ -112,7 +112,7 @@ class SkipGramTask:
     workdir = epath.Path(workdir)
     if parallel.is_writer():
       workdir.mkdir(parents=True, exist_ok=True)
-      (workdir / "vocab.txt").write_text("".join(f"{w}\t{c}\n" for w, c in zip(self.vocab.words, self.counts)))
+      runtime.write_whole(workdir / "vocab.txt", "".join(f"{w}\t{c}\n" for w, c in zip(self.vocab.words, self.counts)))
     # The number of pairs varies a little between epochs; the schedule uses epoch 1's count for all.
     pairs_per_epoch = len(self._pairs(1)[0])
     self.steps_per_epoch = pairs_per_epoch // B
