@@ -679,8 +679,8 @@ def test_a_diverged_run_stops_with_an_error_and_keeps_the_last_finite_checkpoint
     json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} in metrics.jsonl"))
 
 
-_HOLD_LOCK = ("import sys, time\nfrom etils import epath\nfrom wt_jax.train import runtime\n"
-              "with runtime.workdir_lock(epath.Path(sys.argv[1])):\n"
+_HOLD_LOCK = ("import sys, time\nfrom etils import epath\nfrom wt_jax.train import lock\n"
+              "with lock.workdir_lock(epath.Path(sys.argv[1])):\n"
               "  print('held', flush=True)\n  time.sleep(float(sys.argv[2]))\n")
 
 
@@ -716,17 +716,17 @@ def test_a_live_holder_is_refused_and_a_dead_ones_lock_taken_over(tiny_corpus, t
 def test_a_zombie_is_dead_and_a_process_being_killed_is_dying():
   """A child that has exited but is not yet reaped (a zombie) exists for os.kill(pid, 0), yet holds nothing."""
   import signal
-  from wt_jax.train import runtime
+  from wt_jax.train import lock
   child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
   try:
-    assert runtime._alive(child.pid) and not runtime._dying(child.pid)
+    assert lock._alive(child.pid) and not lock._dying(child.pid)
     os.kill(child.pid, signal.SIGKILL)
     t_end = time.time() + 10
-    while time.time() < t_end and (runtime._proc_stat(child.pid) or ("?",))[0] != "Z":
+    while time.time() < t_end and (lock._proc_stat(child.pid) or ("?",))[0] != "Z":
       time.sleep(0.01)
-    assert runtime._proc_stat(child.pid)[0] == "Z"  # not reaped: still in the process table
+    assert lock._proc_stat(child.pid)[0] == "Z"  # not reaped: still in the process table
     os.kill(child.pid, 0)  # (what the lock used to ask: the zombie answers)
-    assert not runtime._alive(child.pid) and runtime._dying(child.pid)
+    assert not lock._alive(child.pid) and lock._dying(child.pid)
   finally:
     child.wait()
 
@@ -735,17 +735,17 @@ def test_a_resume_waits_for_an_exiting_holder_instead_of_refusing(tmp_path, monk
   """While the named holder is exiting (its lock not yet freed by the kernel), the next run looks again until
   it is free; a holder that is not exiting is refused at once."""
   from etils import epath
-  from wt_jax.train import runtime
+  from wt_jax.train import lock
   holder = _lock_holder(tmp_path, 1.5)  # lets go by itself 1.5 s from now
-  monkeypatch.setattr(runtime, "_dying", lambda pid: pid == holder.pid)
+  monkeypatch.setattr(lock, "_dying", lambda pid: pid == holder.pid)
   t0 = time.time()
-  with runtime.workdir_lock(epath.Path(tmp_path), wait_s=20):
+  with lock.workdir_lock(epath.Path(tmp_path), wait_s=20):
     assert time.time() - t0 > 0.5 and json.loads((tmp_path / "run.lock").read_text())["pid"] == os.getpid()
   holder.wait()
   holder = _lock_holder(tmp_path, 60)
   try:
-    with pytest.raises(runtime.WorkdirBusyError, match="in use by"):
-      with runtime.workdir_lock(epath.Path(tmp_path), wait_s=0.5):
+    with pytest.raises(lock.WorkdirBusyError, match="in use by"):
+      with lock.workdir_lock(epath.Path(tmp_path), wait_s=0.5):
         pass
   finally:
     holder.kill()

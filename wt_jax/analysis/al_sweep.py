@@ -30,7 +30,7 @@ from wt_jax import models, tying
 from wt_jax.analysis import embeddings
 from wt_jax.data import batching
 from wt_jax.errors import InputError
-from wt_jax.train import lm, trainer
+from wt_jax.train import lm, runtime, trainer
 from wt_jax.train.checkpoint import Checkpoints
 
 
@@ -159,19 +159,9 @@ SWEEP_FILE = "sweep.json"
 RESULT_KEYS = ("train_ppl", "valid_ppl", "steps")  # what a row takes from a point's results.json
 
 
-def _aside(path: Path) -> Path:
-  """Move a damaged record to <name>.damaged (<name>.damaged.<n>, the first free n, when that exists): kept,
-  never deleted."""
-  dest, n = path.with_name(path.name + ".damaged"), 1
-  while dest.exists():
-    dest, n = path.with_name(f"{path.name}.damaged.{n}"), n + 1
-  path.rename(dest)
-  return dest
-
-
 def _record(path: Path, check) -> object | None:
   """The JSON in `path` if `check` accepts it; None if there is no such file; a file that cannot be read as
-  JSON or that `check` refuses is moved aside (`_aside`), said in the log, and None."""
+  JSON or that `check` refuses is moved aside (`runtime.set_aside`: <name>.damaged), said in the log, and None."""
   if not path.exists():
     return None
   try:
@@ -181,7 +171,7 @@ def _record(path: Path, check) -> object | None:
     why = "not the record expected"
   except (OSError, ValueError) as e:  # (UnicodeDecodeError and JSONDecodeError are ValueErrors)
     why = f"{type(e).__name__}: {e}"
-  logging.warning("%s cannot be used (%s); moved aside to %s.", path, why, _aside(path).name)
+  logging.warning("%s cannot be used (%s); moved aside to %s.", path, why, runtime.set_aside(path).name)
   return None
 
 

@@ -1,6 +1,7 @@
 """What a run needs from the machine it runs on, outside the training loop: signals that stop it cleanly,
-a lock on its workdir, JSON that every reader parses, and a record of the code, libraries and host.
-(`wt_jax.train.trainer` uses all of them.)"""
+records written whole (JSON that every reader parses), a check of a resumed run's config and outputs, and a
+record of the code, libraries and host. (`wt_jax.train.trainer` uses all of them; the workdir's lock is
+`wt_jax.train.lock`.)"""
 from __future__ import annotations
 
 import contextlib
@@ -9,7 +10,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -22,7 +22,6 @@ import optax
 from absl import logging
 from etils import epath
 
-from wt_jax import parallel
 from wt_jax.train import metrics as metrics_lib
 
 
@@ -186,9 +185,19 @@ def describe_run(config, run_versions: dict) -> dict:
           "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "resumes": []}
 
 
+def set_aside(path, suffix: str = "damaged"):
+  """Move a record that cannot be used to <name>.<suffix> (<name>.<suffix>.<n>, the first free n, where that
+  is taken): kept, never deleted, and out of the way of the record written in its place. Returns the new path."""
+  aside, n = path.with_name(f"{path.name}.{suffix}"), 1
+  while aside.exists():
+    aside, n = path.with_name(f"{path.name}.{suffix}.{n}"), n + 1
+  path.rename(aside)
+  return aside
+
+
 def _run_record(run_file: epath.Path, saved_config: dict | None, step: int) -> dict | None:
   """The run's record in `run_file`. One that cannot be read as a JSON object with a config (a write cut
-  short, a damaged disk) is moved aside to <name>.damaged (<name>.damaged.<n>: never deleted), said in the log,
+  short, a damaged disk) is moved aside (`set_aside`: <name>.damaged, never deleted), said in the log,
   and rebuilt, and written at once, from the config the checkpoint saved, `saved_config` (None when it saved
   none: then there is no record to check against)."""
   try:
@@ -198,10 +207,7 @@ def _run_record(run_file: epath.Path, saved_config: dict | None, step: int) -> d
     why = "not a run's record"
   except (ValueError, UnicodeDecodeError) as e:  # (JSONDecodeError is a ValueError)
     why = f"{type(e).__name__}: {e}"
-  aside, n = run_file.parent / f"{run_file.name}.damaged", 1
-  while aside.exists():
-    aside, n = run_file.parent / f"{run_file.name}.damaged.{n}", n + 1
-  run_file.rename(aside)
+  aside = set_aside(run_file)
   logging.warning("%s cannot be read (%s); moved aside to %s and rebuilt from the checkpoint's config.",
                   run_file, why, aside.name)
   if not saved_config:
@@ -293,162 +299,3 @@ def check_writable(lane_dirs) -> None:
       if os.path.exists(path) and not os.access(path, need):
         raise PermissionError(errno.EACCES, f"{os.strerror(errno.EACCES)} (a run's output this user may not "
                               f"write)", path)
-
-
-class WorkdirBusyError(RuntimeError):
-  """Another live run holds the workdir's lock."""
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-  """(state, flags) of a process from /proc/<pid>/stat, or None where there is no such file (no /proc, or no
-  such process). The command name, field 2, is in parentheses and may hold spaces or parentheses itself."""
-  try:
-    rest = Path(f"/proc/{int(pid)}/stat").read_text().rpartition(")")[2].split()
-    return rest[0], int(rest[6])
-  except (OSError, ValueError, IndexError):
-    return None
-
-
-def _sigkill_pending(pid: int) -> bool:
-  """Whether SIGKILL is queued for the process (/proc/<pid>/status, the pending-signal masks: bit 9 − 1)."""
-  try:
-    lines = Path(f"/proc/{int(pid)}/status").read_text().splitlines()
-  except (OSError, ValueError):
-    return False
-  masks = [int(line.split(":", 1)[1], 16) for line in lines if line.startswith(("SigPnd:", "ShdPnd:"))]
-  return any(m & (1 << (signal.SIGKILL - 1)) for m in masks)
-
-
-PF_EXITING = 0x4  # the kernel's flag of a process inside exit(): its files are being closed
-
-
-def _alive(pid) -> bool:
-  """Whether a process of this host with that PID can still hold a lock: it exists and is not a zombie (a
-  zombie has exited and closed its files; it waits only for its parent to read its status, which a container
-  whose init does not reap never does)."""
-  try:
-    os.kill(int(pid), 0)
-  except ProcessLookupError:
-    return False
-  except (PermissionError, TypeError, ValueError):
-    return pid is not None  # (a process we may not signal is alive)
-  stat = _proc_stat(pid)
-  return stat is None or stat[0] not in ("Z", "X")
-
-
-def _dying(pid) -> bool:
-  """Whether the process is gone or on its way out (a zombie, inside exit(), or with SIGKILL queued): a lock
-  it holds will be free within moments, when the kernel has closed its files."""
-  if not _alive(pid):
-    return True
-  stat = _proc_stat(pid)
-  return stat is not None and bool(stat[1] & PF_EXITING) or _sigkill_pending(pid)
-
-
-LOCK_WAIT_S = 15.0  # seconds a run waits for an exiting holder's lock (a GPU process can take seconds to exit)
-
-
-def _read_lock(path) -> dict:
-  try:
-    return json.loads(Path(path).read_text())
-  except (OSError, ValueError):
-    return {}
-
-
-def _who(other: dict) -> str:
-  return f"PID {other.get('pid')} on {other.get('host')} (since {other.get('started')})"
-
-
-@contextlib.contextmanager
-def _local_lock(lock: Path, me: dict, wait_s: float):
-  """The kernel's advisory lock (flock) on `lock`, held for the body; see `workdir_lock`."""
-  import fcntl
-  t_end = time.monotonic() + wait_s
-  while True:
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)  # (not inherited by child processes: PEP 446)
-    try:
-      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-      os.close(fd)
-      other = _read_lock(lock)
-      same_host = other.get("host") == me["host"]
-      # The holder is exiting (the kernel frees its lock once its files are closed), or has just taken the
-      # lock and not yet written who it is: look again shortly.
-      if (not other or same_host and _dying(other.get("pid"))) and time.monotonic() < t_end:
-        time.sleep(0.1)
-        continue
-      if same_host or not other:
-        raise WorkdirBusyError(f"{lock.parent} is in use by {_who(other)}; stop that run or use another "
-                               f"--workdir.") from None
-      raise WorkdirBusyError(f"{lock.parent} is locked by {_who(other)}; stop that run or use another "
-                             f"--workdir.") from None
-    try:
-      same_file = os.path.samestat(os.fstat(fd), os.stat(lock))
-    except FileNotFoundError:
-      same_file = False
-    if not same_file:  # the holder removed the file as we locked it: lock the file now at that path
-      os.close(fd)
-      continue
-    break
-  try:
-    other = _read_lock(lock)
-    if other.get("pid") not in (None, me["pid"]):
-      logging.warning("Taking over the lock of %s in %s: that process is gone (it holds no lock on the file).",
-                      _who(other), lock.parent)
-    try:
-      os.ftruncate(fd, 0)
-      os.write(fd, json.dumps(me).encode())
-    except OSError as e:  # (a full disk: os.write names no file)
-      raise OSError(e.errno, e.strerror, str(lock)) from None
-    yield
-  finally:
-    try:
-      if _read_lock(lock).get("pid") == me["pid"]:
-        lock.unlink()
-    except OSError:
-      pass
-    os.close(fd)  # (releases the lock; a killed process's is released the same way, by the kernel)
-
-
-@contextlib.contextmanager
-def workdir_lock(workdir: epath.Path, wait_s: float = LOCK_WAIT_S):
-  """Hold `<workdir>/run.lock` for the run; the file says who holds it (JSON: host, PID, start time). A second
-  run on a busy workdir stops with `WorkdirBusyError`. Process 0 only.
-
-  On a local disk the lock is the kernel's advisory lock on that file (`fcntl.flock`): the kernel releases it
-  when the holder's files close, so a run killed with SIGKILL leaves it free, and the same command resumes at
-  once. A holder on this host that is exiting (a zombie, inside exit(), SIGKILL queued) is waited for up to
-  `wait_s` seconds instead of refused. On a bucket (gs://, ...) there is no such lock: check-then-write, and the
-  lock of a dead (or zombie) process of this host is taken over with a warning."""
-  if not parallel.is_writer():
-    yield
-    return
-  lock = workdir / "run.lock"
-  me = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
-  if is_local(lock):
-    with _local_lock(Path(os.fspath(lock)), me, wait_s):
-      yield
-    return
-  if lock.exists():
-    other = _read_lock_bucket(lock)
-    if other.get("host") == me["host"] and _alive(other.get("pid")):
-      raise WorkdirBusyError(f"{workdir} is in use by {_who(other)}; stop that run or use another --workdir.")
-    if other.get("host") not in (None, me["host"]):
-      raise WorkdirBusyError(f"{workdir} is locked by {_who(other)}; if that run is dead, delete {lock}.")
-    logging.warning("Taking over the lock of %s in %s: that process is gone.", _who(other), workdir)
-  lock.write_text(json.dumps(me))
-  try:
-    yield
-  finally:
-    try:
-      if _read_lock_bucket(lock).get("pid") == me["pid"]:
-        lock.unlink()
-    except (OSError, ValueError):
-      pass
-
-
-def _read_lock_bucket(lock: epath.Path) -> dict:
-  try:
-    return json.loads(lock.read_text())
-  except (OSError, ValueError):
-    return {}

@@ -18,7 +18,7 @@ validation and its final evaluation. The skeleton does the rest, once for every 
   (and TensorBoard events) written by process 0 only; `config.profile_steps` traced with jax.profiler;
 - results.json with the keys every task shares (`run_results.common_results`) and the task's own; no NaN or
   inf in any JSON file (null instead);
-- a lock on the workdir (`runtime.workdir_lock`), and a fall-back to the previous checkpoint when the newest
+- a lock on the workdir (`lock.workdir_lock`), and a fall-back to the previous checkpoint when the newest
   cannot be read (`Checkpoints.restore_intact`; a checkpoint this user may not read stops the run instead); a
   resumed run whose outputs this user may not write stops before its first step (`runtime.check_writable`).
   The workdir may be a bucket (`etils.epath`);
@@ -53,10 +53,10 @@ from wt_jax.errors import InputError
 from wt_jax.train import metrics as metrics_lib
 from wt_jax.train import run_results
 from wt_jax.train.checkpoint import CheckpointMismatchError, CheckpointUnreadableError, Checkpoints
-from wt_jax.train.runtime import WorkdirBusyError  # noqa: F401  (raised by `run`: part of its interface)
+from wt_jax.train.lock import WorkdirBusyError, workdir_lock
 from wt_jax.train.runtime import ConfigChangedError  # noqa: F401  (raised by `run`: part of its interface)
 from wt_jax.train.runtime import (check_resume, check_writable, deferred_signals, describe_run, is_local, versions,
-                                  workdir_lock, write_json)
+                                  write_json)
 
 LOG_EVERY_S = 30.0  # a progress line at least this often, whatever log_every is
 RUN_FILE = "run.json"  # the run's config, command, code and machine (runtime.describe_run), and its resumes
