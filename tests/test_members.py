@@ -240,6 +240,25 @@ def test_a_members_run_resumed_mid_epoch_ends_with_the_same_numbers(corpus, tmp_
     assert r["test_params"] == f["test_params"]
 
 
+def test_a_resume_is_recorded_in_each_members_run_json_and_a_lost_one_rebuilt(corpus, tmp_path):
+  """Each member's run.json follows the run's: a resume and its changes are appended to it as to the run's
+  own; one that is missing or damaged (moved aside, kept) is rebuilt from the member's config."""
+  overrides = dict(members=3, num_epochs=2, member_values="learning_rate=1.0,0.5,0.5")
+  lm.fit(_config(corpus, max_steps=3, **overrides), corpus, tmp_path)
+  (tmp_path / "members" / "1" / "run.json").unlink()
+  (tmp_path / "members" / "2" / "run.json").write_text('{"config": {"lear')
+  lm.fit(_config(corpus, max_steps=5, **overrides), corpus, tmp_path)
+  records = [json.loads((tmp_path / "members" / str(k) / "run.json").read_text()) for k in range(3)]
+  assert [r["resumes"][-1]["step"] for r in records] == [3, 3, 3]
+  assert records[0]["resumes"][-1]["changed"] == {"max_steps": [3, 5]} and "rebuilt" not in records[0]
+  for k in (1, 2):
+    assert records[k]["config"]["learning_rate"] == 0.5 and records[k]["config"]["seed"] == k
+    assert records[k]["member"] == {"index": k, "of": 3, "run": str(tmp_path)}
+    assert records[k]["rebuilt"]["step"] == 3
+  assert records[1]["rebuilt"]["damaged"] is None and records[2]["rebuilt"]["damaged"] == "run.json.damaged"
+  assert (tmp_path / "members" / "2" / "run.json.damaged").read_text() == '{"config": {"lear'
+
+
 def test_each_member_folder_is_a_run_folder(corpus, tmp_path):
   """A member's folder holds what a run alone writes — run.json with the member's own config, vocab.txt,
   metrics.jsonl, results.json, checkpoints — and export reads it; the run's summary has mean and sd."""

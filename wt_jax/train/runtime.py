@@ -195,40 +195,50 @@ def set_aside(path, suffix: str = "damaged"):
   return aside
 
 
-def _run_record(run_file: epath.Path, saved_config: dict | None, step: int) -> dict | None:
+def _run_record(run_file: epath.Path, saved_config: dict | None, step: int, member: dict | None = None
+                ) -> dict | None:
   """The run's record in `run_file`. One that cannot be read as a JSON object with a config (a write cut
-  short, a damaged disk) is moved aside (`set_aside`: <name>.damaged, never deleted), said in the log,
-  and rebuilt, and written at once, from the config the checkpoint saved, `saved_config` (None when it saved
-  none: then there is no record to check against)."""
-  try:
-    record = json.loads(run_file.read_text())
-    if isinstance(record, dict) and isinstance(record.get("config"), dict):
-      return record
-    why = "not a run's record"
-  except (ValueError, UnicodeDecodeError) as e:  # (JSONDecodeError is a ValueError)
-    why = f"{type(e).__name__}: {e}"
-  aside = set_aside(run_file)
-  logging.warning("%s cannot be read (%s); moved aside to %s and rebuilt from the checkpoint's config.",
-                  run_file, why, aside.name)
+  short, a damaged disk) is moved aside (`set_aside`: <name>.damaged, never deleted), said in the log, and
+  rebuilt, and written at once, from `saved_config` (None: there is nothing to rebuild it from, nor to check
+  against). A member's record (`member`: its place in the run) that is missing is rebuilt the same way."""
+  aside = None
+  if not run_file.exists():
+    why = "missing"
+  else:
+    try:
+      record = json.loads(run_file.read_text())
+      if isinstance(record, dict) and isinstance(record.get("config"), dict):
+        return record
+      why = "not a run's record"
+    except (ValueError, UnicodeDecodeError) as e:  # (JSONDecodeError is a ValueError)
+      why = f"{type(e).__name__}: {e}"
+    aside = set_aside(run_file)
+  logging.warning("%s cannot be read (%s)%s; rebuilt from the %s config.", run_file, why,
+                  f"; moved aside to {aside.name}" if aside else "", "member's" if member else "checkpoint's")
   if not saved_config:
     return None
-  record = {"config": saved_config, "rebuilt": {"from": "the checkpoint's config", "step": step,
-                                                "damaged": aside.name,
-                                                "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-            "resumes": []}
+  record = {"config": saved_config,
+            "rebuilt": {"from": "the member's config at this resume" if member else "the checkpoint's config",
+                        "step": step, "damaged": aside.name if aside else None,
+                        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+            **({"member": member} if member else {}), "resumes": []}
   write_json(run_file, record)  # (now: a resume refused below leaves the folder with a record)
   return record
 
 
-def check_resume(run_file: epath.Path, config, step: int, saved_config: dict | None = None) -> None:
+def check_resume(run_file: epath.Path, config, step: int, saved_config: dict | None = None,
+                 member: dict | None = None) -> None:
   """Compare the config a run is resumed with against its folder's `run.json`: a change outside
   RESUMABLE_KEYS stops it with one line naming the keys (unless `config.allow_resume_changes`); every resume
   and its changes are appended to run.json. A folder without run.json (older runs) is not checked; a damaged
-  one is rebuilt from `saved_config`, the config the checkpoint saved (`_run_record`)."""
+  one is rebuilt from `saved_config`, the config the checkpoint saved (`_run_record`).
+  A member of a members run (`member`: {"index", "of", "run"}) is checked the same way against its own config,
+  `config`, and its record, if missing or damaged, is rebuilt from `saved_config`, that config (the run's
+  record has been checked against the checkpoint's config by then)."""
   check_determinism(config)
-  if not run_file.exists():
+  if not run_file.exists() and member is None:
     return
-  record = _run_record(run_file, saved_config, step)
+  record = _run_record(run_file, saved_config, step, member)
   if record is None:
     return
   changes = config_changes(record.get("config", {}), config.to_dict())

@@ -25,7 +25,7 @@ validation and its final evaluation. The skeleton does the rest, once for every 
 - a folder that describes itself: at the first start `run.json` (the whole config, command line, code commit,
   library versions, host) and the task's own files (`write_run_files`, e.g. an LM's vocab.txt); a resume
   with a config that differs outside the run-length and reporting keys stops with one line naming them
-  (`runtime.check_resume`), and every resume is appended to run.json;
+  (`runtime.check_resume`), and every resume is appended to run.json (and to each member's);
 - members (`wt_jax.members`; a task with `members` = K > 0): one stacked state, K models ("lanes") kept apart —
   each its history, sums, best epoch and folder `<workdir>/members/<k>/` (run.json, metrics, results.json, its
   final and best checkpoints), a member whose numbers turn non-finite frozen instead of the run stopped (it
@@ -156,6 +156,11 @@ def _lane_meta(members: int) -> dict:
   return {**lane, "diverged": None} if members else lane
 
 
+def _member_of(k: int, K: int, workdir: epath.Path) -> dict:
+  """A member's place in its run, as its run.json says it."""
+  return {"index": k, "of": K, "run": str(workdir)}
+
+
 def _run(task: Task, config, workdir: epath.Path, lane_dirs: list[epath.Path], writers: list) -> dict:
   t_start = time.time()
   run_versions = versions()  # taken now: the code this process runs, even if the checkout changes later
@@ -174,11 +179,14 @@ def _run(task: Task, config, workdir: epath.Path, lane_dirs: list[epath.Path], w
     logging.info("Resumed from %s at step %d (epoch %d).", ckpts.directory / kind, resumed_from, meta["epoch"])
     if parallel.is_writer():
       check_resume(workdir / RUN_FILE, config, resumed_from, meta.get("config"))
+      for k, d in enumerate(lane_dirs if K else []):  # each member's record follows the run's
+        member_config = task.member_config(k)
+        check_resume(d / RUN_FILE, member_config, resumed_from, member_config.to_dict(), _member_of(k, K, workdir))
   elif parallel.is_writer():  # a first start: the folder (and each member's) describes itself
     write_json(workdir / RUN_FILE, describe_run(config, run_versions))
     for k, d in enumerate(lane_dirs if K else []):
       write_json(d / RUN_FILE, {**describe_run(task.member_config(k), run_versions),
-                                "member": {"index": k, "of": K, "run": str(workdir)}})
+                                "member": _member_of(k, K, workdir)})
     if hasattr(task, "write_run_files"):
       for d in lane_dirs:
         task.write_run_files(d)
