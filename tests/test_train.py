@@ -908,6 +908,45 @@ def test_a_checkpoint_the_full_disk_refused_is_one_line_and_the_run_resumes_from
       lm.fit(tiny_config(max_steps=3, checkpoint_every_steps=3), corpus, tmp_path / "other")
 
 
+def test_orbaxs_own_reports_of_a_full_disk_are_one_line_each(tmp_path, monkeypatch, caplog):
+  """On a full disk (a 2 MiB tmpfs) orbax's background writers each log the refused save with its traceback,
+  asyncio logs each write orbax abandoned, and TensorStore's late completions raise "Event loop is closed" as
+  unraisable exceptions: hundreds of lines around the run's one-line report. From a writer's `Checkpoints`
+  on: the writers' records keep their message without the traceback, asyncio's records of orbax's writes and
+  those unraisables are dropped; the same records for any other error or from other code are unchanged."""
+  import logging
+  from wt_jax.train.checkpoint import Checkpoints
+  full = 'RESOURCE_EXHAUSTED: Error writing local file "…/last/6.orbax-checkpoint-tmp/state/_sharding"'
+  log_from = lambda where, error: exec(compile(
+      f"from absl import logging\ntry:\n  raise ValueError({error!r})\nexcept ValueError:\n"
+      f"  logging.exception('writer failed')\n", os.path.join(os.sep, "site", where, "future.py"), "exec"), {})
+  ckpts = Checkpoints(tmp_path / "checkpoints")
+  with caplog.at_level("ERROR"):
+    log_from("orbax", full)
+    log_from("orbax", "INTERNAL: something else")
+    log_from("elsewhere", full)
+    for where in ("<Task coro=<write() defined at /site/orbax/checkpoint/x.py:1>>", "<Task coro=<mine()>>"):
+      try:
+        raise ValueError(full)
+      except ValueError as e:
+        logging.getLogger("asyncio").error("Task exception was never retrieved\nfuture: %s", where, exc_info=e)
+  assert [(r.getMessage(), r.exc_info is not None) for r in caplog.records] == [
+      ("writer failed", False), ("writer failed", True), ("writer failed", True),
+      ("Task exception was never retrieved\nfuture: <Task coro=<mine()>>", True)]
+  reported = []
+  monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(str(u.exc_value)))
+
+  def late_completion_then_full(step, *args, **kwargs):
+    _RaisesWhenCollected(RuntimeError("Event loop is closed"))
+    raise ValueError(full)
+  monkeypatch.setattr(ckpts._managers["last"], "save", late_completion_then_full)
+  with pytest.raises(OSError, match="checkpoint last step 6 not written"):
+    ckpts.save("last", 6, {"step": jnp.int32(6)}, {})
+  for error in (RuntimeError("Event loop is closed"), ValueError("an unrelated finaliser failed")):
+    _RaisesWhenCollected(error)  # (the filter stays after the failure: orbax's writers may end later)
+  assert reported == ["an unrelated finaliser failed"]
+
+
 def test_a_record_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
   """`runtime.write_json` (results.json, run.json, summary.json): a write the disk refuses halfway leaves the
   previous file as it was and nothing beside it (on a full 2 MiB tmpfs, writing in place had left the first

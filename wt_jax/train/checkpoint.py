@@ -11,12 +11,14 @@ too (`<step>.superseded`), since the run replays that step and saves it again. T
 when a step fails are silenced (`_abandoned_reads_silenced`), so that the damage is reported in that one line.
 A step this process may not read (a file or folder of another user's, without read permission) is not damage:
 `CheckpointUnreadableError` names the path and nothing is moved, so the run does not start over from an older
-step while its newest is intact.
+step while its newest is intact. A save the full disk refuses is one line too (`Checkpoints.save`), with orbax's
+own reports of it shortened (`_DiskFullReportsShortened`) and its abandoned writes silenced.
 """
 from __future__ import annotations
 
 import contextlib
 import errno
+import logging as std_logging
 import os
 import sys
 from typing import Any
@@ -29,7 +31,34 @@ from etils import epath
 KEEP = {"last": 2, "best": 1}  # steps kept per kind: the previous `last` survives a damaged newest one
 
 
+def _loop_closed(error: BaseException) -> bool:
+  """A TensorStore read or write that completed after orbax's event loop closed."""
+  return isinstance(error, RuntimeError) and str(error) == "Event loop is closed"
+
+
 @contextlib.contextmanager
+def _unraisable_dropped(drop, stays):
+  """While the body runs, drop the unraisable exceptions `drop` accepts; every other one reaches the hook
+  installed before. If the body raises an error `stays` accepts, the filter stays (what it drops may be
+  reported at any later moment, whenever the garbage collector reaches it); otherwise that hook is put back."""
+  previous = sys.unraisablehook
+
+  def hook(unraisable):
+    if not drop(unraisable.exc_value):
+      previous(unraisable)
+
+  sys.unraisablehook = hook
+  failed = False
+  try:
+    yield
+  except Exception as e:
+    failed = stays(e)
+    raise
+  finally:
+    if not failed and sys.unraisablehook is hook:
+      sys.unraisablehook = previous
+
+
 def _abandoned_reads_silenced(step_dir):
   """While orbax reads the step `step_dir`, and from then on if the read fails, drop Python's reports of the
   reads it abandons there.
@@ -43,27 +72,8 @@ def _abandoned_reads_silenced(step_dir):
   a read that succeeds (or a checkpoint of another model) that hook is put back."""
   where = "/".join(str(step_dir).rstrip("/").split("/")[-3:]) + "/"  # `checkpoints/last/<step>/`: a bucket's
   # TensorStore spec names the path inside the bucket, a local one the whole path
-  previous = sys.unraisablehook
-
-  def hook(unraisable):
-    text = str(unraisable.exc_value)
-    if (where in text and "error while reading" in text) or (
-        isinstance(unraisable.exc_value, RuntimeError) and text == "Event loop is closed"):
-      return
-    previous(unraisable)
-
-  sys.unraisablehook = hook
-  damaged = False
-  try:
-    yield
-  except CheckpointMismatchError:
-    raise
-  except Exception:
-    damaged = True  # the abandoned reads may be reported at any later moment: the filter stays
-    raise
-  finally:
-    if not damaged and sys.unraisablehook is hook:
-      sys.unraisablehook = previous
+  drop = lambda e: (where in str(e) and "error while reading" in str(e)) or _loop_closed(e)
+  return _unraisable_dropped(drop, stays=lambda e: not isinstance(e, CheckpointMismatchError))
 
 
 class CheckpointMismatchError(ValueError):
@@ -86,6 +96,26 @@ def _disk_full(error: BaseException) -> bool:
       return True
     error = error.__cause__ or error.__context__
   return False
+
+
+class _DiskFullReportsShortened:
+  """A logging filter for orbax's own reports of a save the full disk refused, which `Checkpoints.save` reports
+  in one line. orbax's background writers each log that error with its traceback, and asyncio logs each write
+  orbax abandoned ("Task exception was never retrieved") when it is collected, after the run's line: hundreds
+  of lines in all. The writers' records keep their message (what failed, and where) without the traceback;
+  asyncio's records of orbax's abandoned writes are dropped. Every other record passes unchanged."""
+
+  def filter(self, record) -> bool:
+    if not record.exc_info or not _disk_full(record.exc_info[1]):
+      return True
+    if record.name == "asyncio":
+      return "orbax" not in record.getMessage()
+    if f"{os.sep}orbax{os.sep}" in (record.pathname or ""):
+      record.exc_info, record.exc_text = None, None
+    return True
+
+
+_SHORTEN = _DiskFullReportsShortened()
 
 
 def _forbidden(step_dir) -> str | None:
@@ -130,6 +160,10 @@ class Checkpoints:
     self.directory = directory.absolute() if "://" not in str(directory) else directory
     self.read_only = read_only
     self._managers = {kind: self._manager(kind) for kind in ("last", "best")}
+    if not read_only:
+      for logger in (logging.get_absl_logger(), std_logging.getLogger("asyncio")):  # (orbax logs through absl)
+        if _SHORTEN not in logger.filters:
+          logger.addFilter(_SHORTEN)
 
   def _manager(self, kind: str) -> ocp.CheckpointManager:
     opts = ocp.CheckpointManagerOptions(max_to_keep=KEEP[kind], create=not self.read_only,
@@ -148,12 +182,14 @@ class Checkpoints:
     """Write a checkpoint and wait for it (a run killed right after still has it). A save that fails because
     the disk or quota is full raises OSError(ENOSPC) naming the folder (orbax reports it as TensorStore's
     RESOURCE_EXHAUSTED in a ValueError): the entry points print it as one line. The step's unfinished folder
-    is orbax's temporary one; the steps saved before it are kept, and the same command resumes from them."""
+    is orbax's temporary one; the steps saved before it are kept, and the same command resumes from them.
+    (orbax's own reports of that error are shortened to their messages: `_DiskFullReportsShortened`.)"""
     mngr = self._managers[kind]
     try:
-      mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                              meta=ocp.args.JsonSave(meta)), force=True)
-      mngr.wait_until_finished()
+      with _unraisable_dropped(_loop_closed, stays=_disk_full):  # (writes orbax abandoned: reported once, below)
+        mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                meta=ocp.args.JsonSave(meta)), force=True)
+        mngr.wait_until_finished()
     except Exception as e:
       if not _disk_full(e):
         raise
