@@ -69,17 +69,11 @@ itself stopped (SIGINT, SIGTERM: exit 130) or fails (exit 1; its traceback in `d
 running jobs the same way, marks `status.json` done and says so in one line: no job trains on without it.
 A bad job or flag stops the driver with one line before anything starts.
 
-The commit. A copy of the checkout on another machine may carry a `.git` that is not its own, so the commit
-is stamped before the copy is made (`--stamp=DIR`: `DIR/commit`, HEAD with "+dirty" if tracked code differs
-from it, and `DIR/source`, a digest of the code files). On the machine, `commit_of(DIR)` compares the digest
-with the copy's files and adds "+dirty" if they differ; `experiments/gpu_setup.sh` exports it as WT_JAX_COMMIT.
+What a job is and what it trains: `experiments.gpu_jobs`; the commit and machine the records name (`--stamp`,
+`env.json`): `experiments.gpu_provenance`.
 """
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import importlib
-import inspect
 import json
 import math
 import os
@@ -91,12 +85,14 @@ import subprocess
 import sys
 import time
 import traceback
-import zlib
 from pathlib import Path
 
 from absl import app, flags
 
 from experiments import run_main
+from experiments.gpu_jobs import (MEMBERS_DIR, REPO, SUMMARY_FILE, Job, job_config, job_members, parse_job,
+                                  read_job_specs, record_mismatch, steps_of_job)
+from experiments.gpu_provenance import environment, stamp
 
 _JOBS = flags.DEFINE_list("jobs", [], "Jobs by priority, comma-separated (CONFIG[:ARGUMENT][:key=value...]); a "
                           "job whose argument holds a comma goes in --job or --job_file.")
@@ -149,10 +145,6 @@ for _name, _ok, _want in (
 DRY_RUN_SET = ("hidden_size=16", "batch_size=4", "bptt=5", "train_max_tokens=1200", "num_epochs=2",
                "eval_max_tokens=400", "test_window=20", "log_every=10", "eval_batch_size=4", "plot=False")
 DRY_RUN_KEYS = {"hidden_size", "batch_size", "bptt", "eval_batch_size"}  # what a dry-run probe shrinks
-REPO = Path(__file__).resolve().parents[1]
-# A members run's folder (wt_jax/train/trainer.py: MEMBERS_DIR, SUMMARY_FILE): members/<k>/ is member k's run
-# folder; summary.json, written after every member's results.json, marks the run finished.
-MEMBERS_DIR, SUMMARY_FILE = "members", "summary.json"
 # What a probe takes from the settings common to every job: the shapes a dry run shrinks, and the members (K
 # models in one program is another program to time).
 PROBE_KEYS = DRY_RUN_KEYS | {"members", "member_values"}
@@ -160,192 +152,6 @@ PROBE_KEYS = DRY_RUN_KEYS | {"members", "member_values"}
 # runs on the device, without a host round trip per iteration), or turned off.
 VARIANT_XLA = {"": "", "+while": "--xla_gpu_enable_command_buffer=+WHILE",
                "-cb": "--xla_gpu_enable_command_buffer="}
-
-
-@dataclasses.dataclass
-class Job:
-  """One entry of the list: its label (folder name), config file, the file's argument, overrides, and where it
-  stands."""
-
-  label: str
-  config: str  # the file's stem: configs/<config>.py
-  overrides: list[str]
-  arg: str | None = None  # the config file's argument (configs/inan.py:medium,al → "medium,al")
-  rung: int = 0  # index into the precision ladder
-  members: int = 0  # K > 0: K models in one program (wt_jax.members); set from its config (`job_members`)
-  state: str = "queued"  # queued | running | finished | failed | stopped (deadline) | shed
-  proc: subprocess.Popen | None = dataclasses.field(default=None, repr=False)
-  started: float | None = None
-  ended: float | None = None
-  checked_at_step: int = 0
-  last_check: dict | None = None  # the latest rate and projection
-  checks: list[dict] = dataclasses.field(default_factory=list)  # every one, in order
-  events: list[dict] = dataclasses.field(default_factory=list)
-
-  @property
-  def config_arg(self) -> str:
-    """experiments.ptb's --config value."""
-    return f"configs/{self.config}.py" + (f":{self.arg}" if self.arg else "")
-
-
-def parse_job(spec: str, common: list[str] | tuple = ()) -> Job:
-  """'large:seed=1:bptt=35' → Job(label='large_seed1_bptt35', config='large', overrides=[...]);
-  'inan.py:medium,al' → Job(label='inan_medium_al', config='inan', arg='medium,al'). The first part after the
-  config without '=' is the config file's argument. 'A + B' → one job training A's and B's models as members
-  (`combined_job`; its members depend on `common`, the overrides every job gets)."""
-  parts = re.split(r"\+(?=\s*[A-Za-z_])", spec)  # ('+' before a config's name: not a value's 1e+3)
-  if len(parts) > 1:
-    return combined_job([parse_job(part) for part in parts], common)
-  config, *rest = spec.strip().split(":")
-  config = config[:-3] if config.endswith(".py") else config
-  if not re.fullmatch(r"[A-Za-z]\w*", config) or not (REPO / "configs" / f"{config}.py").exists():
-    raise app.UsageError(f"Unknown job {spec!r}: no configs/{config}.py.")
-  arg = rest.pop(0) if rest and "=" not in rest[0] else None
-  bad = [o for o in rest if "=" not in o]
-  if bad or arg == "":
-    raise app.UsageError(f"Job {spec!r}: expected CONFIG[:ARGUMENT][:key=value...], got {(bad or [''])[0]!r}.")
-  parts = [config] + ([arg.replace(",", "_")] if arg else []) + [o.replace("=", "").replace(".", "") for o in rest]
-  return Job(label=_label("_".join(parts)), config=config, overrides=rest, arg=arg)
-
-
-def _label(text: str) -> str:
-  """A folder name for a job: `text`'s safe characters; a long one (many overrides or parts) is cut to 100
-  characters and its digest added, so that it stays a valid, distinct file name."""
-  label = re.sub(r"[^A-Za-z0-9_.-]", "", text)
-  return label if len(label) <= 120 else f"{label[:100]}_{hashlib.sha256(label.encode()).hexdigest()[:12]}"
-
-
-def read_job_specs(jobs: list[str], job: list[str], job_file: str) -> list[str]:
-  """The job specs of --jobs, --job and --job_file (one a line; '#' starts a comment), in that order."""
-  specs = list(jobs) + list(job)
-  if job_file:
-    try:
-      lines = Path(job_file).read_text().splitlines()
-    except OSError as e:
-      raise app.UsageError(f"--job_file: cannot read {job_file}: {e.strerror}.") from None
-    except UnicodeDecodeError:
-      raise app.UsageError(f"--job_file: {job_file} is not UTF-8 text.") from None
-    specs += [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()]
-  return specs
-
-
-def _set_override(config, override: str) -> None:
-  key, eq, value = override.partition("=")
-  if not (eq and key):
-    raise app.UsageError(f"Override {override!r}: expected key=value.")
-  node = config
-  *path, leaf = key.split(".")
-  try:
-    for part in path:
-      node = node[part]
-    old = node[leaf]
-  except (KeyError, AttributeError, TypeError):
-    raise app.UsageError(f"Override {override!r}: the config has no key {key!r}.") from None
-  if isinstance(old, bool):
-    if value.lower() not in ("1", "true", "yes", "0", "false", "no"):
-      raise app.UsageError(f"Override {override!r}: {key} is true or false.")
-    node[leaf] = value.lower() in ("1", "true", "yes")
-  elif isinstance(old, (int, float, str)):
-    try:
-      node[leaf] = type(old)(value)
-    except ValueError:
-      raise app.UsageError(f"Override {override!r}: {key} is a {type(old).__name__}.") from None
-  else:
-    raise app.UsageError(f"Override {override!r}: {key} ({type(old).__name__}) cannot be set here.")
-
-
-def job_config(job: Job, common: list[str], precision: str | None = None):
-  """The config the job's process will run (experiments.ptb builds the same from the same file, argument and
-  overrides): `common` then the job's own overrides, and `precision` if given."""
-  module = importlib.import_module(f"configs.{job.config}")
-  if not hasattr(module, "get_config"):
-    raise app.UsageError(f"Job {job.label}: configs/{job.config}.py has no get_config(): not a run's config.")
-  ladder = [o for o in common + job.overrides if o.partition("=")[0] == "matmul_precision"]
-  if ladder:  # (the record names the rung it ran on: an override would run another precision under that name)
-    raise app.UsageError(f"Job {job.label}: {ladder[0]!r}: the precision is set by --precisions, not an override.")
-  if job.arg is not None and not inspect.signature(module.get_config).parameters:
-    raise app.UsageError(f"Job {job.label}: configs/{job.config}.py takes no argument, not {job.arg!r} (an "
-                         f"override is key=value).")
-  try:
-    config = module.get_config(job.arg) if job.arg is not None else module.get_config()
-  except (TypeError, ValueError) as e:
-    raise app.UsageError(f"Job {job.label}: configs/{job.config}.py:{job.arg}: {e}") from None
-  if precision is not None:  # (before the overrides: the job's command line gives it first too)
-    config.matmul_precision = precision
-  for o in common + job.overrides:
-    _set_override(config, o)
-  return config
-
-
-def combined_job(parts: list[Job], common: list[str] | tuple) -> Job:
-  """Several jobs as one program: every part's models (a part with members: each of its members) become the
-  members of the first part's config, spelled out in `member_values` (`wt_jax.members.combine`: names, seeds
-  and the values that differ), so member k's config is exactly that part's. A part that differs from the
-  first in anything else (a shape, the model, the corpus) cannot share the program: one line says which key."""
-  from wt_jax import members
-  label = "__".join(p.label for p in parts)
-  configs = []
-  try:
-    for part in parts:
-      config = job_config(part, list(common))
-      group = members.parse(config)
-      configs += list(group.configs) if group else [config]
-    values = members.combine(configs)
-  except ValueError as e:
-    raise app.UsageError(f"Job {label}: {e}") from None
-  first = parts[0]
-  own = [o for o in first.overrides if o.split("=", 1)[0] not in ("members", "member_values")]
-  job = Job(label=label, config=first.config, arg=first.arg,
-            overrides=own + ["members=0", f"member_values={values}"])
-  job_members(job, list(common))  # (its members checked as the run checks them: no two the same run)
-  return job
-
-
-def members_of(config) -> int:
-  """K of a config that trains K members in one program (`config.members`, or the length of
-  `config.member_values`' lists: `wt_jax.members.parse`), 0 for a plain run. Raises ValueError for a bad
-  spelling."""
-  from wt_jax import members
-  group = members.parse(config)
-  return group.size if group else 0
-
-
-def job_members(job: Job, common: list[str]) -> int:
-  """The job's K (`members_of` its config): 0 for a plain run; a bad spelling stops with one line."""
-  try:
-    return members_of(job_config(job, common))
-  except ValueError as e:
-    raise app.UsageError(f"Job {job.label}: {e}") from None
-
-
-IGNORED_IN_MATCH = {"matmul_precision", "class_bounds"}  # the ladder's choice; filled in by the run itself
-
-
-def record_mismatch(run_config: dict, expected: dict, ladder: list[str], results: dict | None) -> str | None:
-  """Why a workdir's record is not the job's, or None if it is: `run_config` (its run.json's config) against
-  `expected` (`job_config(...).to_dict()`), outside the keys a resume may change; its precision must be a rung
-  of `ladder`; `results` (its results.json, if any) must name the same config, seed and precision — for a
-  members run, its summary.json: the same config and the members' seeds."""
-  from wt_jax.train import runtime
-  changes = {k: v for k, v in runtime.config_changes(run_config, expected).items()
-             if k.split(".")[-1] not in runtime.RESUMABLE_KEYS | IGNORED_IN_MATCH}
-  if changes:
-    shown = ", ".join(f"{k} {a!r} (job: {b!r})" for k, (a, b) in list(changes.items())[:4])
-    return f"its run.json has {shown}{', …' if len(changes) > 4 else ''}"
-  precision = run_config.get("matmul_precision")
-  if precision not in ladder:
-    return f"its run.json has matmul_precision {precision!r}, not one of {ladder}"
-  if results is not None:
-    checks = [("config", expected.get("name")), ("seed", expected.get("seed")), ("matmul_precision", precision)]
-    if "seeds" in results:  # a members run's summary.json
-      import ml_collections
-      from wt_jax import members
-      group = members.parse(ml_collections.ConfigDict(expected))
-      checks.append(("seeds", group.seeds if group else None))
-    for key, want in checks:
-      if key in results and results[key] != want:
-        return f"its {'summary' if 'seeds' in results else 'results'}.json has {key} {results[key]!r} (job: {want!r})"
-  return None
 
 
 def projected_end(now: float, step: int, steps_per_s: float, total_steps: int, eval_share: float,
@@ -479,88 +285,6 @@ def probe(job: Job, variants: list[str], common: list[str], precision: str, reco
   _write_atomic(records / "probe.json", json.dumps({"config": job.config_arg, "variants": results, "chosen": chosen},
                                                    indent=1))
   return parse_variant(chosen) if chosen else None
-
-
-# The code a copy of the checkout runs: every file of these folders with these suffixes (and setup.py).
-SOURCE_DIRS, SOURCE_SUFFIXES = ("wt_jax", "configs", "experiments"), (".py", ".sh")
-
-
-def source_digest(root: Path) -> str:
-  """A digest (sha256) of the code under `root`: each file's path and content, in path order. The same on
-  this machine and on a copy of the tree, whatever each copy's `.git` says."""
-  files = [p for d in SOURCE_DIRS for p in (root / d).rglob("*")
-           if p.is_file() and p.suffix in SOURCE_SUFFIXES and "__pycache__" not in p.parts]
-  files += [root / "setup.py"] if (root / "setup.py").exists() else []
-  digest = hashlib.sha256()
-  for path in sorted(files, key=lambda q: q.relative_to(root).as_posix()):
-    digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-    digest.update(hashlib.sha256(path.read_bytes()).hexdigest().encode() + b"\n")
-  return digest.hexdigest()
-
-
-def stamp(folder: Path, root: Path = REPO) -> str:
-  """Write `folder/commit` (this checkout's HEAD, "+dirty" if tracked code differs from it: runtime's
-  code_revision) and `folder/source` (`source_digest`) before the tree is copied to another machine."""
-  from wt_jax.train import runtime
-  saved = os.environ.pop("WT_JAX_COMMIT", None)  # this checkout's own commit, not one handed down
-  try:
-    commit = runtime.code_revision()
-  finally:
-    if saved is not None:
-      os.environ["WT_JAX_COMMIT"] = saved
-  if not commit:
-    raise app.UsageError(f"--stamp: {root} is not a git checkout (or git is missing): no commit to stamp.")
-  folder.mkdir(parents=True, exist_ok=True)
-  _write_atomic(folder / "commit", commit + "\n")
-  _write_atomic(folder / "source", source_digest(root) + "\n")
-  return commit
-
-
-def commit_of(folder: Path, root: Path = REPO) -> str:
-  """The commit a copy of the tree runs: `folder/commit`, with "+dirty" added when the copy's code differs
-  from the stamped digest (edited after the stamp), "+unverified" when there is no digest to compare."""
-  commit = (folder / "commit").read_text().strip()
-  try:
-    stamped = (folder / "source").read_text().strip()
-  except OSError:
-    return commit + "+unverified"
-  if stamped != source_digest(root) and not commit.endswith("+dirty"):
-    return commit + "+dirty"
-  return commit
-
-
-def environment() -> dict:
-  """The device and software a run's numbers belong to."""
-  env = {"python": sys.version.split()[0], "argv": sys.argv[1:], "started_utc": time.strftime("%FT%TZ", time.gmtime())}
-  probe = ("import json, jax, jaxlib; d = jax.devices()[0]\n"
-           "out = {'jax': jax.__version__, 'jaxlib': jaxlib.__version__, 'backend': jax.default_backend(),\n"
-           "       'device_kind': d.device_kind, 'device_count': jax.device_count()}\n"
-           "try:\n"
-           "  from jax._src.lib import cuda_versions as cv\n"
-           "  out.update(cuda_runtime=cv.cuda_runtime_get_version(), cudnn=cv.cudnn_get_version(),\n"
-           "             cuda_driver=cv.cuda_driver_get_version())\n"
-           "except Exception as e:\n"
-           "  out['cuda_versions'] = f'unavailable: {type(e).__name__}'\n"
-           "for m in ('flax', 'optax', 'orbax.checkpoint', 'numpy'):\n"
-           "  try:\n"
-           "    out[m] = __import__(m, fromlist=['x']).__version__\n"
-           "  except Exception as e:\n"
-           "    out[m] = f'unavailable: {type(e).__name__}'\n"
-           "print(json.dumps(out))")
-  try:
-    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
-    env.update(json.loads(res.stdout.strip().splitlines()[-1]) if res.returncode == 0 else
-               {"jax_probe_error": res.stderr.strip().splitlines()[-1:]})
-  except (OSError, subprocess.SubprocessError, ValueError, IndexError) as e:
-    env["jax_probe_error"] = repr(e)
-  try:
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
-                          "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
-    env["nvidia_smi"] = smi.stdout.strip()
-  except (OSError, subprocess.SubprocessError):
-    env["nvidia_smi"] = None
-  env["xla_flags"] = os.environ.get("XLA_FLAGS", "")
-  return env
 
 
 class Driver:
@@ -834,32 +558,6 @@ class Driver:
         break
       time.sleep(_POLL_S.value)
     self.write_status(done=True)
-
-
-def steps_of_job(job: Job, common: list[str]) -> int:
-  """The job's total train steps (epochs × steps per epoch), from its config and the corpus, read here without
-  downloading (cheap: no device work). A corpus the machine lacks stops the driver with one line. A members
-  job has the steps of one run: its members share every step (and its batches)."""
-  from wt_jax.data import batching, lm_corpora, paths  # (after flag parsing: not needed before)
-  config = job_config(job, common)
-  config.download = False
-  try:
-    corpus = lm_corpora.load_corpus(config)
-  except (OSError, EOFError, zlib.error, ValueError, KeyError, paths.DataUnavailableError) as e:
-    raise SystemExit(f"Job {job.label}: its corpus ({config.dataset}) cannot be read: {e} (a GPU machine has "
-                     f"no network: carry it, e.g. in .gpu/data).") from None
-  train = corpus.train[:config.train_max_tokens] if config.train_max_tokens else corpus.train
-  try:
-    per_epoch = len(batching.lm_windows(train, config.batch_size, config.bptt))
-  except (ValueError, ZeroDivisionError) as e:
-    raise app.UsageError(f"Job {job.label}: no train windows of batch_size {config.batch_size} and bptt "
-                         f"{config.bptt}: {e}") from None
-  steps = per_epoch * config.num_epochs if not config.max_steps else min(config.max_steps,
-                                                                          per_epoch * config.num_epochs)
-  if steps < 1:
-    raise app.UsageError(f"Job {job.label}: {steps} train steps ({config.num_epochs} epochs of {per_epoch} "
-                         f"steps, max_steps {config.max_steps}).")
-  return steps
 
 
 def main(argv):

@@ -12,9 +12,9 @@ if [ ! -f "$ROOT/site/.installed" ]; then
   touch "$ROOT/site/.installed"
 fi
 # The copy's .git may not be this tree's: the stamped commit, "+dirty" if the copy's code differs from the
-# stamp (experiments.gpu_queue.commit_of).
+# stamp (experiments.gpu_provenance.commit_of).
 if [ -f .gpu/commit ]; then
-  WT_JAX_COMMIT="$(python3 -c 'from pathlib import Path; from experiments.gpu_queue import commit_of
+  WT_JAX_COMMIT="$(python3 -c 'from pathlib import Path; from experiments.gpu_provenance import commit_of
 print(commit_of(Path(".gpu")))')" || { echo "cannot read the stamped commit in .gpu"; exit 1; }
   export WT_JAX_COMMIT
   echo "code: $WT_JAX_COMMIT"

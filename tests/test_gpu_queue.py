@@ -1,5 +1,5 @@
-"""experiments/gpu_queue.py: the driver that fits a priority list of runs (any study's configs) into a GPU
-window. Its decisions (pure functions), its reading of what a job's folder already holds, its record of every
+"""experiments/gpu_queue.py (with gpu_jobs.py and gpu_provenance.py): the driver that fits a priority list of
+runs (any study's configs) into a GPU window. Its decisions (pure functions), its reading of what a job's folder already holds, its record of every
 rate check, the commit it names, and its whole path as a CPU dry run: probe, two jobs side by side, records,
 a second driver on the same folders, and experiments/gpu_window.sh as a lent machine runs it."""
 import json
@@ -14,6 +14,8 @@ import pytest
 
 from absl import flags
 
+from experiments import gpu_jobs as gj
+from experiments import gpu_provenance as gp
 from experiments import gpu_queue as g
 from wt_jax.train import run_results
 
@@ -48,46 +50,46 @@ def _parsed_flags():
 
 
 def test_job_and_variant_specs(tmp_path):
-  job = g.parse_job("large:seed=1:bptt=35")
+  job = gj.parse_job("large:seed=1:bptt=35")
   assert (job.label, job.config, job.arg, job.overrides) == ("large_seed1_bptt35", "large", None, ["seed=1", "bptt=35"])
-  job = g.parse_job("inan.py:medium,al")  # a config file's argument, as experiments.ptb's --config takes it
+  job = gj.parse_job("inan.py:medium,al")  # a config file's argument, as experiments.ptb's --config takes it
   assert (job.label, job.config, job.arg, job.config_arg) == ("inan_medium_al", "inan", "medium,al",
                                                                "configs/inan.py:medium,al")
-  job = g.parse_job("inan:small,vd,wikitext2:seed=1")
+  job = gj.parse_job("inan:small,vd,wikitext2:seed=1")
   assert (job.label, job.arg, job.overrides) == ("inan_small_vd_wikitext2_seed1", "small,vd,wikitext2", ["seed=1"])
   with pytest.raises(Exception, match="no configs/nope.py"):
-    g.parse_job("nope")
+    gj.parse_job("nope")
   with pytest.raises(Exception, match="key=value"):
-    g.parse_job("large:seed=1:bptt")
+    gj.parse_job("large:seed=1:bptt")
   _parsed_flags()
-  assert g.job_config(g.parse_job("inan.py:medium,al:seed=3"), ["num_epochs=2"]).to_dict()["name"] == \
+  assert gj.job_config(gj.parse_job("inan.py:medium,al:seed=3"), ["num_epochs=2"]).to_dict()["name"] == \
       "inan_medium_al_keep"
-  assert g.job_config(g.parse_job("inan.py:medium,al:seed=3"), ["num_epochs=2"]).seed == 3
+  assert gj.job_config(gj.parse_job("inan.py:medium,al:seed=3"), ["num_epochs=2"]).seed == 3
   with pytest.raises(Exception, match="SIZE,VARIANT"):
-    g.job_config(g.parse_job("inan.py:huge,al"), [])
+    gj.job_config(gj.parse_job("inan.py:huge,al"), [])
   with pytest.raises(Exception, match="no key 'sed'"):
-    g.job_config(g.parse_job("large:sed=1"), [])
+    gj.job_config(gj.parse_job("large:sed=1"), [])
   # members: K models in one program, from members=K or from member_values' lists
-  assert g.job_members(g.parse_job("large"), []) == 0 and g.job_members(g.parse_job("large"), ["members=3"]) == 3
-  assert g.job_members(g.parse_job("inan.py:medium,al:member_values=al.alpha=6.5,13;dropout_h=0.4,0.5"), []) == 2
+  assert gj.job_members(gj.parse_job("large"), []) == 0 and gj.job_members(gj.parse_job("large"), ["members=3"]) == 3
+  assert gj.job_members(gj.parse_job("inan.py:medium,al:member_values=al.alpha=6.5,13;dropout_h=0.4,0.5"), []) == 2
   with pytest.raises(Exception, match="Job small_tied_member_valuesdropout0102learning_rate1: .*one value per member"):
-    g.job_members(g.parse_job("small_tied:member_values=dropout=0.1,0.2;learning_rate=1"), [])
+    gj.job_members(gj.parse_job("small_tied:member_values=dropout=0.1,0.2;learning_rate=1"), [])
   # jobs joined by '+': one program whose members are each part's models, named by their own configs
-  job = g.parse_job("inan.py:medium,vd:members=2 + inan.py:medium,al:members=2", ["num_epochs=3"])
+  job = gj.parse_job("inan.py:medium,vd:members=2 + inan.py:medium,al:members=2", ["num_epochs=3"])
   assert (job.label, job.config_arg) == ("inan_medium_vd_members2__inan_medium_al_members2",
                                          "configs/inan.py:medium,vd")
   assert job.overrides == ["members=0", "member_values=name=inan_medium_vd_keep,inan_medium_vd_keep,"
                            "inan_medium_al_keep,inan_medium_al_keep;seed=0,1,0,1;al.alpha=0.0,0.0,13.0,13.0"]
-  assert g.job_members(job, ["num_epochs=3"]) == 4
-  assert g.parse_job("large_bd_wd_tied + large_bd_tied:seed=1").overrides[-1] == \
+  assert gj.job_members(job, ["num_epochs=3"]) == 4
+  assert gj.parse_job("large_bd_wd_tied + large_bd_tied:seed=1").overrides[-1] == \
       "member_values=name=large_bd_wd_tied,large_bd_tied;seed=0,1;weight_decay=1e-07,0.0"
   with pytest.raises(Exception, match="Job large_bd_wd_tied__large_bd_wd: .*differ in 'words.mode'"):
-    g.parse_job("large_bd_wd_tied + large_bd_wd")
+    gj.parse_job("large_bd_wd_tied + large_bd_wd")
   with pytest.raises(Exception, match="differ in 'num_epochs'"):  # (a part's own override counts too)
-    g.parse_job("large_bd_wd_tied + large_bd_tied:num_epochs=2")
+    gj.parse_job("large_bd_wd_tied + large_bd_tied:num_epochs=2")
   listed = tmp_path / "jobs.txt"
   listed.write_text("# Table 5\nlarge_bd_wd   # first\n\ninan.py:medium,vd\n")
-  assert g.read_job_specs(["a"], ["b"], str(listed)) == ["a", "b", "large_bd_wd", "inan.py:medium,vd"]
+  assert gj.read_job_specs(["a"], ["b"], str(listed)) == ["a", "b", "large_bd_wd", "inan.py:medium,vd"]
   assert g.parse_variant("u5") == (5, "")
   assert g.parse_variant("u1+while") == (1, "--xla_gpu_enable_command_buffer=+WHILE")
   assert g.parse_variant("u35-cb") == (35, "--xla_gpu_enable_command_buffer=")
@@ -98,41 +100,41 @@ def test_job_and_variant_specs(tmp_path):
 def test_malformed_jobs_and_overrides_are_refused_with_their_reason(tmp_path):
   _parsed_flags()
   with pytest.raises(Exception, match="expected key=value"):
-    g.job_config(g.parse_job("small_tied"), ["bptt"])
+    gj.job_config(gj.parse_job("small_tied"), ["bptt"])
   with pytest.raises(Exception, match="the precision is set by --precisions"):  # (the record names the rung)
-    g.job_config(g.parse_job("small_tied:matmul_precision=tensorfloat32"), [])
+    gj.job_config(gj.parse_job("small_tied:matmul_precision=tensorfloat32"), [])
   with pytest.raises(Exception, match="the precision is set by --precisions"):
-    g.job_config(g.parse_job("small_tied"), ["matmul_precision=float32"])
+    gj.job_config(gj.parse_job("small_tied"), ["matmul_precision=float32"])
   with pytest.raises(Exception, match="Unknown job '__init__'"):  # (configs/__init__.py: not a run's config)
-    g.parse_job("__init__")
+    gj.parse_job("__init__")
   with pytest.raises(Exception, match="Unknown job '../configs/small_tied'"):
-    g.parse_job("../configs/small_tied")
+    gj.parse_job("../configs/small_tied")
   with pytest.raises(Exception, match="configs/large_tied.py takes no argument, not 'seed'"):
-    g.job_config(g.parse_job("large_tied:seed"), [])
+    gj.job_config(gj.parse_job("large_tied:seed"), [])
   with pytest.raises(Exception, match="has no get_config"):
-    g.job_config(g.Job(label="x", config="__init__", overrides=[]), [])
+    gj.job_config(gj.Job(label="x", config="__init__", overrides=[]), [])
   with pytest.raises(Exception, match="members 0 and 1 are the same run"):  # the same model twice
-    g.parse_job("small_tied + small_tied")
+    gj.parse_job("small_tied + small_tied")
   with pytest.raises(Exception, match="members 1 and 2 are the same run"):
-    g.parse_job("small_tied:members=2 + small_tied:seed=1")
-  job = g.parse_job("small_tied:learning_rate=1e+3")  # '+' inside a value does not join jobs
-  assert job.overrides == ["learning_rate=1e+3"] and g.job_config(job, []).learning_rate == 1000.0
-  long = [g.parse_job(f"small_tied:name={c * 300}") for c in "ab"]  # a label stays a valid, distinct file name
+    gj.parse_job("small_tied:members=2 + small_tied:seed=1")
+  job = gj.parse_job("small_tied:learning_rate=1e+3")  # '+' inside a value does not join jobs
+  assert job.overrides == ["learning_rate=1e+3"] and gj.job_config(job, []).learning_rate == 1000.0
+  long = [gj.parse_job(f"small_tied:name={c * 300}") for c in "ab"]  # a label stays a valid, distinct file name
   assert all(len(j.label) <= 120 for j in long) and long[0].label != long[1].label
   binary = tmp_path / "jobs.bin"
   binary.write_bytes(b"\xff\xfe small_tied\n")
   with pytest.raises(Exception, match="not UTF-8 text"):
-    g.read_job_specs([], [], str(binary))
+    gj.read_job_specs([], [], str(binary))
 
 
 def test_a_job_without_train_steps_is_refused(shared_data_root, monkeypatch):
   _parsed_flags()
   monkeypatch.setenv("WT_JAX_DATA", str(shared_data_root))
-  job = g.parse_job("small_tied")
+  job = gj.parse_job("small_tied")
   with pytest.raises(Exception, match="no train windows of batch_size 20 and bptt 0"):
-    g.steps_of_job(job, ["bptt=0"])
+    gj.steps_of_job(job, ["bptt=0"])
   with pytest.raises(Exception, match="-2 epochs"):
-    g.steps_of_job(job, ["num_epochs=-2"])
+    gj.steps_of_job(job, ["num_epochs=-2"])
 
 
 def test_bad_flags_stop_the_driver_with_one_line(tmp_path, shared_data_root):
@@ -156,51 +158,51 @@ def test_bad_flags_stop_the_driver_with_one_line(tmp_path, shared_data_root):
 
 
 def test_the_next_windows_job_list_names_configs_that_build():
-  specs = g.read_job_specs([], [], str(REPO / "experiments" / "gpu_jobs_next.txt"))
+  specs = gj.read_job_specs([], [], str(REPO / "experiments" / "gpu_jobs_next.txt"))
   assert specs[:2] == ["large_bd_wd", "large_bd_wd_tied"] and len(specs) == 10
   _parsed_flags()
-  names = [g.job_config(g.parse_job(s), []).name for s in specs]
+  names = [gj.job_config(gj.parse_job(s), []).name for s in specs]
   assert len(set(names)) == 10 and sum("wikitext2" in n for n in names) == 4
   # Table 5's rows are single runs (the paper's rows are single seeds); each Inan row trains seeds 0 and 1 in
   # one program
-  assert [g.job_members(g.parse_job(s), []) for s in specs] == [0, 0] + [2] * 8
-  assert all(g.members_of(g.job_config(g.parse_job(s), [])) == 2 and "inan" in n for s, n in zip(specs[2:], names[2:]))
+  assert [gj.job_members(gj.parse_job(s), []) for s in specs] == [0, 0] + [2] * 8
+  assert all(gj.members_of(gj.job_config(gj.parse_job(s), [])) == 2 and "inan" in n for s, n in zip(specs[2:], names[2:]))
 
 
 def _models(spec: str) -> list[tuple[str, int]]:
   """(config name, seed) of every model a job trains."""
   from wt_jax import members
-  config = g.job_config(g.parse_job(spec), [])
+  config = gj.job_config(gj.parse_job(spec), [])
   group = members.parse(config)
   return [(c.name, c.seed) for c in group.configs] if group else [(config.name, config.seed)]
 
 
 def test_the_grouped_job_list_trains_every_model_of_the_next_windows_list_in_fewer_programs():
   _parsed_flags()
-  grouped = g.read_job_specs([], [], str(REPO / "experiments" / "gpu_jobs_grouped.txt"))
-  listed = g.read_job_specs([], [], str(REPO / "experiments" / "gpu_jobs_next.txt"))
+  grouped = gj.read_job_specs([], [], str(REPO / "experiments" / "gpu_jobs_grouped.txt"))
+  listed = gj.read_job_specs([], [], str(REPO / "experiments" / "gpu_jobs_next.txt"))
   got = [m for s in grouped for m in _models(s)]
   assert sorted(got) == sorted(m for s in listed for m in _models(s)) and len(got) == len(set(got)) == 18
   assert grouped[:2] == listed[:2] == ["large_bd_wd", "large_bd_wd_tied"]  # (Table 5's rows: single runs)
-  assert [g.job_members(g.parse_job(s), []) for s in grouped] == [0, 0, 4, 4, 4, 4]
+  assert [gj.job_members(gj.parse_job(s), []) for s in grouped] == [0, 0, 4, 4, 4, 4]
 
 
 def test_a_record_counts_as_the_jobs_only_if_its_config_is_the_jobs():
   _parsed_flags()
-  job = g.parse_job("large_bd_tied:seed=1")
-  expected = g.job_config(job, ["checkpoint_every_epochs=0"]).to_dict()
+  job = gj.parse_job("large_bd_tied:seed=1")
+  expected = gj.job_config(job, ["checkpoint_every_epochs=0"]).to_dict()
   ladder = ["float32", "tensorfloat32"]
   mine = {**expected, "matmul_precision": "tensorfloat32", "log_every": 50}  # (how it reports: may differ)
   results = {"config": expected["name"], "seed": 1, "matmul_precision": "tensorfloat32"}
-  assert g.record_mismatch(mine, expected, ladder, results) is None
-  assert g.record_mismatch(mine, expected, ladder, None) is None  # a run not finished yet: resumed
+  assert gj.record_mismatch(mine, expected, ladder, results) is None
+  assert gj.record_mismatch(mine, expected, ladder, None) is None  # a run not finished yet: resumed
   other_seed = {**mine, "seed": 0}
-  assert "seed 0 (job: 1)" in g.record_mismatch(other_seed, expected, ladder, results)
-  assert "matmul_precision 'tensorfloat32', not one of ['float32']" in g.record_mismatch(mine, expected, ["float32"],
+  assert "seed 0 (job: 1)" in gj.record_mismatch(other_seed, expected, ladder, results)
+  assert "matmul_precision 'tensorfloat32', not one of ['float32']" in gj.record_mismatch(mine, expected, ["float32"],
                                                                                          None)
-  untied = g.job_config(g.parse_job("large_bd:seed=1"), ["checkpoint_every_epochs=0"]).to_dict()
-  assert "words.mode" in g.record_mismatch({**untied, "matmul_precision": "float32"}, expected, ladder, None)
-  assert "results.json has seed 0" in g.record_mismatch(mine, expected, ladder, {**results, "seed": 0})
+  untied = gj.job_config(gj.parse_job("large_bd:seed=1"), ["checkpoint_every_epochs=0"]).to_dict()
+  assert "words.mode" in gj.record_mismatch({**untied, "matmul_precision": "float32"}, expected, ladder, None)
+  assert "results.json has seed 0" in gj.record_mismatch(mine, expected, ladder, {**results, "seed": 0})
 
 
 def _folder_with_record(wd: Path, config: dict, results: dict | None) -> None:
@@ -212,12 +214,12 @@ def _folder_with_record(wd: Path, config: dict, results: dict | None) -> None:
 
 def test_a_finished_record_of_another_run_is_set_aside_and_the_jobs_own_is_kept(tmp_path, capfd):
   _parsed_flags()
-  jobs = [g.parse_job("large_tied"), g.parse_job("large")]
+  jobs = [gj.parse_job("large_tied"), gj.parse_job("large")]
   driver = g.Driver(jobs, tmp_path / "runs", tmp_path / "records", 100.0, [])
-  own = {**g.job_config(jobs[0], []).to_dict(), "matmul_precision": "tensorfloat32"}
+  own = {**gj.job_config(jobs[0], []).to_dict(), "matmul_precision": "tensorfloat32"}
   _folder_with_record(tmp_path / "runs" / "large_tied", own,
                       {"config": "large_tied", "seed": 0, "matmul_precision": "tensorfloat32", "test_ppl": 74.4})
-  other = {**g.job_config(jobs[1], ["seed=5"]).to_dict(), "matmul_precision": "float32"}  # another seed
+  other = {**gj.job_config(jobs[1], ["seed=5"]).to_dict(), "matmul_precision": "float32"}  # another seed
   _folder_with_record(tmp_path / "runs" / "large", other, {"config": "large", "seed": 5, "test_ppl": 79.0})
   assert driver.adopt(jobs[0]) is True
   assert jobs[0].state == "finished" and driver.precision(jobs[0]) == "tensorfloat32"  # the record's, not rung 0
@@ -263,11 +265,11 @@ def test_a_members_run_is_finished_by_its_summary_judged_by_member_0_and_collect
   checkpoints. Its step and rate come from member 0's metrics. A summary of other seeds, or a plain run's
   finished folder, is set aside."""
   _parsed_flags()
-  job = g.parse_job("small_tied:members=2")
+  job = gj.parse_job("small_tied:members=2")
   driver = g.Driver([job], tmp_path / "runs", tmp_path / "records", 100.0, [])
   assert job.members == 2
   wd = tmp_path / "runs" / job.label
-  own = {**g.job_config(job, []).to_dict(), "matmul_precision": "tensorfloat32"}
+  own = {**gj.job_config(job, []).to_dict(), "matmul_precision": "tensorfloat32"}
   _members_folder(wd, own, [0, 1], summary=False)
   assert driver.progress(job) == (20, 40.0)  # member 0's latest progress record
   assert driver.adopt(job) is False and job.state == "queued" and wd.exists()  # resumed, at its own precision
@@ -284,18 +286,18 @@ def test_a_members_run_is_finished_by_its_summary_judged_by_member_0_and_collect
   assert json.loads((rec / "members" / "1" / "results.json").read_text())["seed"] == 1
 
   # another job's summary: the same config but other seeds (member_values listing them)
-  job2 = g.parse_job("small_tied:members=2:seed=4")
+  job2 = gj.parse_job("small_tied:members=2:seed=4")
   driver2 = g.Driver([job2], tmp_path / "runs2", tmp_path / "records2", 100.0, [])
   wd2 = tmp_path / "runs2" / job2.label
-  mine = {**g.job_config(job2, []).to_dict(), "matmul_precision": "float32"}
+  mine = {**gj.job_config(job2, []).to_dict(), "matmul_precision": "float32"}
   _members_folder(wd2, mine, [0, 1], summary=True)
   assert driver2.adopt(job2) is False and (tmp_path / "runs2" / f"{job2.label}.1.set_aside").exists()
   assert "seeds [0, 1] (job: [4, 5])" in job2.events[-1]["why"]
   # a plain run's finished folder is not the members job's
-  plain = {**g.job_config(g.parse_job("small_tied"), []).to_dict(), "matmul_precision": "float32"}
+  plain = {**gj.job_config(gj.parse_job("small_tied"), []).to_dict(), "matmul_precision": "float32"}
   _folder_with_record(wd2, plain, {"config": "small_tied", "seed": 4, "matmul_precision": "float32"})
   assert driver2.adopt(job2) is False and "members 0 (job: 2)" in job2.events[-1]["why"]
-  assert g.MEMBERS_DIR == run_results.MEMBERS_DIR and g.SUMMARY_FILE == run_results.SUMMARY_FILE
+  assert gj.MEMBERS_DIR == run_results.MEMBERS_DIR and gj.SUMMARY_FILE == run_results.SUMMARY_FILE
 
 
 def test_a_damaged_record_is_set_aside_whole_under_a_free_name_and_said_why(tmp_path):
@@ -303,10 +305,10 @@ def test_a_damaged_record_is_set_aside_whole_under_a_free_name_and_said_why(tmp_
   an object, a members summary whose member's results are gone, a file where the folder should be. Each is
   moved aside whole (its checkpoints with it) under a name nothing holds, with the file that is wrong named."""
   _parsed_flags()
-  job = g.parse_job("small_tied")
+  job = gj.parse_job("small_tied")
   runs = tmp_path / "runs"
   driver = g.Driver([job], runs, tmp_path / "records", 100.0, [])
-  own = {**g.job_config(job, []).to_dict(), "matmul_precision": "float32"}
+  own = {**gj.job_config(job, []).to_dict(), "matmul_precision": "float32"}
   (runs / "small_tied.1.set_aside" / "small_tied").mkdir(parents=True)  # taken names: never nested into
   (runs / "small_tied.2.set_aside").write_text("")
   _folder_with_record(runs / "small_tied", own, {})
@@ -319,9 +321,9 @@ def test_a_damaged_record_is_set_aside_whole_under_a_free_name_and_said_why(tmp_
   assert driver.adopt(job) is False and "config is not an object" in job.events[-1]["why"]
   (runs / "small_tied").write_text("not a folder")
   assert driver.adopt(job) is False and job.events[-1]["moved_to"] == "small_tied.5.set_aside"
-  members = g.parse_job("small_tied:members=2")
+  members = gj.parse_job("small_tied:members=2")
   driver = g.Driver([members], runs, tmp_path / "records", 100.0, [])
-  _members_folder(runs / members.label, {**g.job_config(members, []).to_dict(), "matmul_precision": "float32"},
+  _members_folder(runs / members.label, {**gj.job_config(members, []).to_dict(), "matmul_precision": "float32"},
                   [0, 1], summary=True)
   (runs / members.label / "members" / "1" / "results.json").unlink()
   assert driver.adopt(members) is False and members.state == "queued"
@@ -333,7 +335,7 @@ def test_a_damaged_record_is_set_aside_whole_under_a_free_name_and_said_why(tmp_
 
 def test_progress_skips_lines_that_are_not_progress_records(tmp_path):
   _parsed_flags()
-  job = g.parse_job("small_tied")
+  job = gj.parse_job("small_tied")
   driver = g.Driver([job], tmp_path / "runs", tmp_path / "records", 100.0, [])
   (tmp_path / "runs" / "small_tied").mkdir()
   good = [{"kind": "train", "step": s, "steps_per_s": 10.0 * s} for s in (10, 20)]
@@ -346,10 +348,10 @@ def test_progress_skips_lines_that_are_not_progress_records(tmp_path):
 def test_a_members_job_restarted_one_rung_down_keeps_member_0s_probe_and_starts_a_clean_record(tmp_path,
                                                                                              monkeypatch):
   _parsed_flags()
-  job = g.parse_job("small_tied:members=2")
+  job = gj.parse_job("small_tied:members=2")
   driver = g.Driver([job], tmp_path / "runs", tmp_path / "records", 100.0, [])
   wd = tmp_path / "runs" / job.label
-  _members_folder(wd, {**g.job_config(job, []).to_dict(), "matmul_precision": "float32"}, [0, 1], summary=False)
+  _members_folder(wd, {**gj.job_config(job, []).to_dict(), "matmul_precision": "float32"}, [0, 1], summary=False)
   job.state = "running"
   driver.collect(job)
   rec = tmp_path / "records" / job.label
@@ -368,7 +370,7 @@ def test_every_rate_check_and_the_ones_behind_a_shed_are_kept(tmp_path, monkeypa
   so the second is shed. Both checks of each job stay in status.json, and the shed names the checks (and the
   late job) that caused it."""
   _parsed_flags()
-  jobs = [g.parse_job("large_tied"), g.parse_job("large")]
+  jobs = [gj.parse_job("large_tied"), gj.parse_job("large")]
   driver = g.Driver(jobs, tmp_path / "runs", tmp_path / "records", 1000.0, [])
   for job in jobs:
     job.state, job.rung = "running", 1
@@ -392,21 +394,21 @@ def test_every_rate_check_and_the_ones_behind_a_shed_are_kept(tmp_path, monkeypa
 
 def test_the_commit_is_stamped_and_a_copy_whose_code_differs_is_dirty(tmp_path):
   import shutil
-  stamped = g.stamp(tmp_path / "stamp")  # this checkout: HEAD, +dirty if its tracked code differs
+  stamped = gp.stamp(tmp_path / "stamp")  # this checkout: HEAD, +dirty if its tracked code differs
   assert stamped == (tmp_path / "stamp" / "commit").read_text().strip() and len(stamped.split("+")[0]) == 40
-  assert (tmp_path / "stamp" / "source").read_text().strip() == g.source_digest(REPO)
+  assert (tmp_path / "stamp" / "source").read_text().strip() == gp.source_digest(REPO)
   copy = tmp_path / "copy"  # the tree as it travels to another machine (without .git)
-  for d in g.SOURCE_DIRS:
+  for d in gp.SOURCE_DIRS:
     shutil.copytree(REPO / d, copy / d, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
   shutil.copy(REPO / "setup.py", copy / "setup.py")
   (tmp_path / "stamp" / "commit").write_text("0123abc\n")  # (a clean commit, whatever this checkout's state)
-  assert g.commit_of(tmp_path / "stamp", copy) == "0123abc"  # the same code as stamped
+  assert gp.commit_of(tmp_path / "stamp", copy) == "0123abc"  # the same code as stamped
   (copy / "configs" / "large.py").write_text((copy / "configs" / "large.py").read_text() + "\n# edited\n")
-  assert g.commit_of(tmp_path / "stamp", copy) == "0123abc+dirty"
+  assert gp.commit_of(tmp_path / "stamp", copy) == "0123abc+dirty"
   (tmp_path / "stamp" / "commit").write_text("0123abc+dirty\n")
-  assert g.commit_of(tmp_path / "stamp", copy) == "0123abc+dirty"  # (said once)
+  assert gp.commit_of(tmp_path / "stamp", copy) == "0123abc+dirty"  # (said once)
   (tmp_path / "stamp" / "source").unlink()
-  assert g.commit_of(tmp_path / "stamp", copy) == "0123abc+dirty+unverified"
+  assert gp.commit_of(tmp_path / "stamp", copy) == "0123abc+dirty+unverified"
 
 
 def test_a_cpu_backend_is_refused_where_the_gpu_is_expected(tmp_path, shared_data_root):
@@ -439,7 +441,7 @@ def test_a_members_probe_times_the_members_program(tmp_path, monkeypatch):
     return subprocess.CompletedProcess(cmd, 1, "", "no bench here")
 
   monkeypatch.setattr(g.subprocess, "run", fake_run)
-  g.probe(g.parse_job("large_tied"), ["u1"], ["members=2", "hidden_size=16", "num_epochs=2"], "float32", tmp_path,
+  g.probe(gj.parse_job("large_tied"), ["u1"], ["members=2", "hidden_size=16", "num_epochs=2"], "float32", tmp_path,
           time.time() + 100)
   assert "--config.members=2" in cmds[0] and "--config.hidden_size=16" in cmds[0]
   assert "--config.num_epochs=2" not in cmds[0]  # (a run setting, not the program's shape)
@@ -596,7 +598,7 @@ def test_dry_run_trains_a_members_job_and_its_record_imports_member_by_member(tm
   assert job["state"] == "finished" and job["members"] == 4
   _parsed_flags()
   monkeypatch.setenv("WT_JAX_DATA", str(shared_data_root))
-  steps = g.steps_of_job(g.parse_job(spec), [*g.DRY_RUN_SET, "checkpoint_every_epochs=0"])
+  steps = gj.steps_of_job(gj.parse_job(spec), [*g.DRY_RUN_SET, "checkpoint_every_epochs=0"])
   member0 = [json.loads(line) for line in (tmp_path / "runs" / label / "members" / "0" / "metrics.jsonl"
                                                  ).read_text().splitlines()]
   train = {r["step"]: r["steps_per_s"] for r in member0 if r["kind"] == "train"}
