@@ -28,8 +28,8 @@ def one_line(main):
   """`main`, except that a `UsageError` it raises (a bad value found once the flags are read: an unknown
   dataset, a malformed job) ends the process with its message as one line on stderr and exit status 1; so
   does a value or file the library refuses (`wt_jax.errors.InputError`), a `--config` file that would not load
-  (its reason), and an OSError of `_REFUSALS` (a permission, a read-only or full disk), with the path and
-  what to check."""
+  (its reason), an OSError of `_REFUSALS` (a permission, a read-only or full disk), with the path and what to
+  check, and a file where a folder is needed or a folder where a file is."""
   def main_one_line(argv):
     try:
       return main(argv)
@@ -41,6 +41,10 @@ def one_line(main):
       if _file_for_a_folder(e):
         sys.exit(f"{e.strerror}: {str(e.filename)!r} is a file (or under one) where a folder is needed; move it "
                  "or give another folder.")
+      folder = next((f for f in (e.filename, e.filename2) if f is not None and os.path.isdir(f)), None)
+      if e.errno == errno.EISDIR and folder is not None:  # (a rename onto it names the file renamed first)
+        sys.exit(f"{e.strerror}: {str(folder)!r} is a folder where a file is needed; move it or give another "
+                 "folder.")
       if e.errno not in _REFUSALS:
         raise
       where = " → ".join(repr(str(f)) for f in (e.filename, e.filename2) if f is not None) or "(no path given)"

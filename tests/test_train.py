@@ -573,6 +573,32 @@ def test_a_file_where_a_folder_is_needed_ends_with_one_line(tmp_path):
     experiments.one_line(exists)(["entry"])
 
 
+@pytest.mark.parametrize("name", ["run.lock", "run.json", "results.json"])
+def test_a_folder_where_a_runs_file_is_needed_ends_with_one_line(tiny_corpus, tmp_path, name):
+  """A folder in the place of the run's lock, of its record (at a resume) or of an output: one line naming it
+  (IsADirectoryError, EISDIR), not a traceback, before any training (`runtime.check_writable`: not at the end,
+  after the whole run); the folder is left as it was."""
+  _, root = tiny_corpus
+  args = [sys.executable, "-m", "experiments.ptb", "--config=configs/small.py", f"--workdir={tmp_path / 'run'}",
+          f"--config.data_dir={root}", "--config.vocab_size=31", "--config.hidden_size=8", "--config.batch_size=4",
+          "--config.bptt=5", "--config.checkpoint_every_steps=2", "--config.plot=false"]
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  if name == "run.json":  # a run that has saved, so the next start is a resume that reads its record
+    first = subprocess.run(args + ["--config.max_steps=4"], cwd=REPO, env=env, capture_output=True, timeout=300)
+    assert first.returncode == 0
+    (tmp_path / "run" / name).unlink()
+  (tmp_path / "run" / name / "inside").mkdir(parents=True)
+  proc = subprocess.run(args + ["--config.max_steps=6"], cwd=REPO, env=env, capture_output=True, text=True,
+                        timeout=300)
+  assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+  assert proc.stderr.strip().splitlines()[-1] == (
+      f"Is a directory: {str(tmp_path / 'run' / name)!r} is a folder where a file is needed; move it or give "
+      "another folder.")
+  assert (tmp_path / "run" / name / "inside").is_dir()
+  if name == "results.json":
+    assert not (tmp_path / "run" / "checkpoints").exists() and not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
 @pytest.mark.parametrize("args", [
     ["experiments.ptb", "--config=configs/small.py", "--workdir={file}/run"],
     ["experiments.word2vec", "--config=configs/w2v_tied.py", "--workdir={file}"],

@@ -298,12 +298,17 @@ RUN_FOLDERS = ("", "checkpoints", "checkpoints/last", "checkpoints/best")
 
 def check_writable(lane_dirs) -> None:
   """Raise PermissionError naming the first of the run's existing outputs (`RUN_OUTPUTS`, `RUN_FOLDERS`) in the
-  local folders `lane_dirs` that this process may not write, before training starts, so that a folder left by
-  another user stops the run at once and not at its first progress line, checkpoint or final results. Folders
+  local folders `lane_dirs` that this process may not write, and IsADirectoryError for a folder in the place
+  of one of its files, before training starts, so that a folder left by another user (or a folder made by
+  mistake) stops the run at once and not at its first progress line, checkpoint or final results. Folders
   that do not exist yet and buckets are not checked (a bucket's access is not a file mode)."""
   for d in lane_dirs:
     if not is_local(d):
       continue
+    for name in RUN_OUTPUTS:
+      path = os.path.join(os.fspath(d), name)
+      if os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
     for name, need in [(f, os.W_OK) for f in RUN_OUTPUTS] + [(f, os.W_OK | os.X_OK) for f in RUN_FOLDERS]:
       path = os.path.join(os.fspath(d), name) if name else os.fspath(d)
       if os.path.exists(path) and not os.access(path, need):
