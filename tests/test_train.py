@@ -573,11 +573,12 @@ def test_a_file_where_a_folder_is_needed_ends_with_one_line(tmp_path):
     experiments.one_line(exists)(["entry"])
 
 
-@pytest.mark.parametrize("name", ["run.lock", "run.json", "results.json"])
-def test_a_folder_where_a_runs_file_is_needed_ends_with_one_line(tiny_corpus, tmp_path, name):
-  """A folder in the place of the run's lock, of its record (at a resume) or of an output: one line naming it
-  (IsADirectoryError, EISDIR), not a traceback, before any training (`runtime.check_writable`: not at the end,
-  after the whole run); the folder is left as it was."""
+@pytest.mark.parametrize("name", ["run.lock", "run.json", "results.json", "checkpoints", "checkpoints/last"])
+def test_a_folder_where_a_runs_file_goes_or_a_file_where_its_folder_goes_is_one_line(tiny_corpus, tmp_path, name):
+  """A folder in the place of the run's lock, of its record (at a resume) or of an output, or a file in the
+  place of its checkpoints' folders: one line naming it (EISDIR, ENOTDIR), not a traceback or "permission
+  denied", before any training (`runtime.check_writable`: not at the end, after the whole run); it is left as
+  it was."""
   _, root = tiny_corpus
   args = [sys.executable, "-m", "experiments.ptb", "--config=configs/small.py", f"--workdir={tmp_path / 'run'}",
           f"--config.data_dir={root}", "--config.vocab_size=31", "--config.hidden_size=8", "--config.batch_size=4",
@@ -587,16 +588,21 @@ def test_a_folder_where_a_runs_file_is_needed_ends_with_one_line(tiny_corpus, tm
     first = subprocess.run(args + ["--config.max_steps=4"], cwd=REPO, env=env, capture_output=True, timeout=300)
     assert first.returncode == 0
     (tmp_path / "run" / name).unlink()
-  (tmp_path / "run" / name / "inside").mkdir(parents=True)
+  path = tmp_path / "run" / name
+  if name.startswith("checkpoints"):  # a file where a folder goes
+    path.parent.mkdir(parents=True)
+    path.write_text("x")
+    says = f"Not a directory: {str(path)!r} is a file (or under one) where a folder is needed; move it or give "
+  else:
+    (path / "inside").mkdir(parents=True)
+    says = f"Is a directory: {str(path)!r} is a folder where a file is needed; move it or give "
   proc = subprocess.run(args + ["--config.max_steps=6"], cwd=REPO, env=env, capture_output=True, text=True,
                         timeout=300)
   assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-  assert proc.stderr.strip().splitlines()[-1] == (
-      f"Is a directory: {str(tmp_path / 'run' / name)!r} is a folder where a file is needed; move it or give "
-      "another folder.")
-  assert (tmp_path / "run" / name / "inside").is_dir()
-  if name == "results.json":
-    assert not (tmp_path / "run" / "checkpoints").exists() and not (tmp_path / "run" / "metrics.jsonl").exists()
+  assert proc.stderr.strip().splitlines()[-1] == says + "another folder."
+  assert (path / "inside").is_dir() if path.is_dir() else path.read_text() == "x"
+  if name != "run.json":  # refused before any training
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
 @pytest.mark.parametrize("args", [

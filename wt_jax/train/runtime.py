@@ -297,11 +297,12 @@ RUN_FOLDERS = ("", "checkpoints", "checkpoints/last", "checkpoints/best")
 
 
 def check_writable(lane_dirs) -> None:
-  """Raise PermissionError naming the first of the run's existing outputs (`RUN_OUTPUTS`, `RUN_FOLDERS`) in the
-  local folders `lane_dirs` that this process may not write, and IsADirectoryError for a folder in the place
-  of one of its files, before training starts, so that a folder left by another user (or a folder made by
-  mistake) stops the run at once and not at its first progress line, checkpoint or final results. Folders
-  that do not exist yet and buckets are not checked (a bucket's access is not a file mode)."""
+  """Before training starts, refuse the run's existing outputs (`RUN_OUTPUTS`, `RUN_FOLDERS`) in the local
+  folders `lane_dirs` that it could not write: PermissionError naming the first this process may not write,
+  IsADirectoryError for a folder in the place of a file, NotADirectoryError for a file in the place of a
+  folder. A folder left by another user (or made by mistake) then stops the run at once, not at its first
+  progress line, checkpoint or final results. Folders that do not exist yet and buckets are not checked (a
+  bucket's access is not a file mode)."""
   for d in lane_dirs:
     if not is_local(d):
       continue
@@ -309,6 +310,10 @@ def check_writable(lane_dirs) -> None:
       path = os.path.join(os.fspath(d), name)
       if os.path.isdir(path):
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    for name in RUN_FOLDERS:
+      path = os.path.join(os.fspath(d), name)
+      if os.path.exists(path) and not os.path.isdir(path):
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
     for name, need in [(f, os.W_OK) for f in RUN_OUTPUTS] + [(f, os.W_OK | os.X_OK) for f in RUN_FOLDERS]:
       path = os.path.join(os.fspath(d), name) if name else os.fspath(d)
       if os.path.exists(path) and not os.access(path, need):
