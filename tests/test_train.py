@@ -945,7 +945,9 @@ def test_orbaxs_own_reports_of_a_full_disk_are_one_line_each(tmp_path, monkeypat
   asyncio logs each write orbax abandoned, and TensorStore's late completions raise "Event loop is closed" as
   unraisable exceptions: hundreds of lines around the run's one-line report. From a writer's `Checkpoints`
   on: the writers' records keep their message without the traceback, asyncio's records of orbax's writes and
-  those unraisables are dropped; the same records for any other error or from other code are unchanged."""
+  those unraisables are dropped; the same records for any other error or from other code are unchanged. The
+  failed save waits for orbax's threads to end (with orbax 0.12.4, a process that exited meanwhile once hung
+  for 300 s: a thread could not start another at interpreter shutdown, and the rest waited for its signal)."""
   import logging
   from wt_jax.train.checkpoint import Checkpoints
   full = 'RESOURCE_EXHAUSTED: Error writing local file "…/last/6.orbax-checkpoint-tmp/state/_sharding"'
@@ -968,12 +970,22 @@ def test_orbaxs_own_reports_of_a_full_disk_are_one_line_each(tmp_path, monkeypat
   reported = []
   monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(str(u.exc_value)))
 
+  import threading
+
+  class Writer(threading.Thread):  # one of orbax's writer threads, still at work when the save fails
+    def join(self, timeout=None):  # (orbax's raises the thread's error)
+      raise ValueError(full)
+  Writer.__module__ = "orbax.checkpoint._src.futures.future"
+  writer = Writer(target=time.sleep, args=(0.5,))
+
   def late_completion_then_full(step, *args, **kwargs):
     _RaisesWhenCollected(RuntimeError("Event loop is closed"))
+    writer.start()
     raise ValueError(full)
   monkeypatch.setattr(ckpts._managers["last"], "save", late_completion_then_full)
   with pytest.raises(OSError, match="checkpoint last step 6 not written"):
     ckpts.save("last", 6, {"step": jnp.int32(6)}, {})
+  assert not writer.is_alive()  # waited for: the interpreter's shutdown does not race it
   for error in (RuntimeError("Event loop is closed"), ValueError("an unrelated finaliser failed")):
     _RaisesWhenCollected(error)  # (the filter stays after the failure: orbax's writers may end later)
   assert reported == ["an unrelated finaliser failed"]

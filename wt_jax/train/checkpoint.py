@@ -21,6 +21,8 @@ import errno
 import logging as std_logging
 import os
 import sys
+import threading
+import time
 from typing import Any
 
 import jax
@@ -118,6 +120,21 @@ class _DiskFullReportsShortened:
 _SHORTEN = _DiskFullReportsShortened()
 
 
+SETTLE_S = 30.0  # seconds a failed save waits for orbax's threads to end
+
+
+def _orbax_threads_joined(timeout: float = SETTLE_S) -> None:
+  """Wait (at most `timeout` seconds in all) for orbax's own threads of a failed save to end. A save that
+  failed leaves them running for a few milliseconds; if the interpreter shuts down meanwhile, one that starts
+  a thread then fails ("can't create new thread at interpreter shutdown") and the others wait 300 s for a signal
+  it never sends: the process then exits five minutes after its one-line report (seen with orbax 0.12.4 on a
+  full tmpfs, in one of two tries)."""
+  end = time.monotonic() + timeout
+  for thread in threading.enumerate():
+    if thread is not threading.current_thread() and type(thread).__module__.startswith("orbax."):
+      threading.Thread.join(thread, max(0.0, end - time.monotonic()))  # (orbax's join raises their errors)
+
+
 def _forbidden(step_dir) -> str | None:
   """The first path under the local folder `step_dir` (itself included) that this process may not read — a
   folder it cannot list or enter, a file it cannot open — or None (also for a bucket, whose access is not a
@@ -193,6 +210,7 @@ class Checkpoints:
     except Exception as e:
       if not _disk_full(e):
         raise
+      _orbax_threads_joined()
       kept = [s for s in mngr.all_steps() if s != step]
       raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (checkpoint {kind} step {step} not written; "
                     + (f"step {max(kept)} is kept, and the same command resumes from it)" if kept
