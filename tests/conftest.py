@@ -117,6 +117,15 @@ def unused_port() -> int:
   return port
 
 
+def run_entry(args, data_root):
+  """`python -m experiments.ptb *args` on the CPU with WT_JAX_DATA=`data_root` → the finished process."""
+  import subprocess
+  import sys
+  env = dict(os.environ, WT_JAX_DATA=str(data_root), JAX_PLATFORMS="cpu")
+  return subprocess.run([sys.executable, "-m", "experiments.ptb", *args], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=300)
+
+
 def tiny_config(**overrides):
   """small.py shrunk to a few-second model (vocabulary set from the corpus by the caller). Overrides by
 key, a group's keys as a dict: tiny_config(max_steps=3, words=dict(mode="tied"))."""

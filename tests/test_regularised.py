@@ -224,15 +224,14 @@ def test_rhn_parameter_count_formula():
     ("large_bd_wd_tied", ["--config.num_layers=2", "--config.eval_max_tokens=300"])])
 def test_entry_point_runs_regularised_configs(tmp_path, config_name, extra):
   import json
-  from tests.conftest import write_corpus
-  from tests.test_train import _run_entry
+  from tests.conftest import run_entry, write_corpus
   root = tmp_path / "data"
   write_corpus(root / "ptb")
   work = tmp_path / "run"
-  proc = _run_entry([f"--config=configs/{config_name}.py", f"--workdir={work}", "--config.max_steps=4",
-                     "--config.vocab_size=31", "--config.hidden_size=8", "--config.batch_size=4",
-                     "--config.bptt=5", "--config.eval_batch_size=4", "--config.test_window=64", *extra],
-                    root, tmp_path)
+  proc = run_entry([f"--config=configs/{config_name}.py", f"--workdir={work}", "--config.max_steps=4",
+                    "--config.vocab_size=31", "--config.hidden_size=8", "--config.batch_size=4",
+                    "--config.bptt=5", "--config.eval_batch_size=4", "--config.test_window=64", *extra],
+                   root)
   assert proc.returncode == 0, proc.stderr[-3000:]
   res = json.loads((work / "results.json").read_text())
   assert res["config"] == config_name and res["steps"] == 4 and math.isfinite(res["test_ppl"])

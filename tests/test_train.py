@@ -1,22 +1,22 @@
-"""The training loop: schedule, loss scaling, learning, resume, bad input, and the entry point."""
+"""The training loop: schedule, loss scaling, learning, resume, bad input, the entry point, the run folder's
+record and deterministic GPU kernels. (Faults, from damaged checkpoints to a full disk: tests/test_faults.py.)"""
 import json
 import math
 import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, tiny_config, write_corpus
+from tests.conftest import REPO, run_entry, tiny_config, write_corpus
 from wt_jax import losses, models, tying
 from wt_jax.data import ptb
 from wt_jax.errors import InputError
-from wt_jax.train import evaluate, lm, optim, trainer
+from wt_jax.train import lm, optim, trainer
 from wt_jax.train import metrics as metrics_lib
 from wt_jax.train.checkpoint import CheckpointMismatchError
 
@@ -247,17 +247,11 @@ def test_vocab_mismatch_is_reported(tiny_corpus, tmp_path):
 
 # --- the entry point -----------------------------------------------------------------------------
 
-def _run_entry(args, data_root, tmp_path):
-  env = dict(os.environ, WT_JAX_DATA=str(data_root), JAX_PLATFORMS="cpu")
-  return subprocess.run([sys.executable, "-m", "experiments.ptb", *args], cwd=REPO, env=env,
-                        capture_output=True, text=True, timeout=300)
-
-
 def test_entry_point_end_to_end(tiny_corpus, tmp_path):
   _, root = tiny_corpus
   args = lambda hidden=8: ["--config=configs/small_tied.py", f"--workdir={tmp_path}", "--config.max_steps=5",
                            "--config.vocab_size=31", f"--config.hidden_size={hidden}", "--config.test_window=64"]
-  proc = _run_entry(args(), root, tmp_path)
+  proc = run_entry(args(), root)
   assert proc.returncode == 0, proc.stderr[-3000:]
   # Bad input stops the entry point with its one line and no traceback: a resume under another config, (with
   # the change allowed) a checkpoint of another model, and a value the entry point refuses (a UsageError: its
@@ -266,7 +260,7 @@ def test_entry_point_end_to_end(tiny_corpus, tmp_path):
                       (args(16) + ["--config.allow_resume_changes=true"], "does not fit the model this config builds"),
                       (args() + ["--config.optimizer=adamw"], "Unknown optimizer 'adamw'; expected 'sgd' or 'adam'."),
                       (args() + ["--config.dataset=nope"], "Unknown dataset 'nope'; known: ptb, ")):
-    bad = _run_entry(extra, root, tmp_path)
+    bad = run_entry(extra, root)
     assert bad.returncode == 1 and says in bad.stderr.strip().splitlines()[-1], bad.stderr[-3000:]
     assert "Traceback" not in bad.stderr, bad.stderr[-3000:]
   assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr[-3000:]
@@ -287,11 +281,11 @@ def test_entry_point_trains_a_class_softmax_and_resumes_it(tiny_corpus, tmp_path
   args = ["--config=configs/small_tied.py", f"--workdir={tmp_path}", "--config.vocab_size=31",
           "--config.hidden_size=8", "--config.test_window=64", "--config.plot=false",
           "--config.softmax.kind=class", "--config.softmax.num_classes=4"]
-  first = _run_entry([*args, "--config.num_epochs=1"], root, tmp_path)
+  first = run_entry([*args, "--config.num_epochs=1"], root)
   assert first.returncode == 0, first.stderr[-3000:]
   bounds = json.loads((tmp_path / "run.json").read_text())["config"]["softmax"]["class_bounds"]
   assert bounds[0] == 0 and bounds[-1] == 31 and 2 <= len(bounds) <= 5
-  again = _run_entry([*args, "--config.num_epochs=2"], root, tmp_path)
+  again = run_entry([*args, "--config.num_epochs=2"], root)
   assert again.returncode == 0, again.stderr[-3000:]
   res = json.loads((tmp_path / "results.json").read_text())
   assert res["softmax"] == "class" and res["epochs"] == 2 and res["train_ppl_from"].startswith("exact")
@@ -322,18 +316,18 @@ def test_entry_point_rejects_unknown_config_key(tiny_corpus, tmp_path):
                       '--config: no such key \'num_epoch\'; Did you mean "num_epochs" instead of "num_epoch"?'),
                      (["--config=configs/smal_tied.py"],
                       "--config: [Errno 2] No such file or directory: 'configs/smal_tied.py'")):
-    proc = _run_entry([*args, f"--workdir={tmp_path}"], root, tmp_path)
+    proc = run_entry([*args, f"--workdir={tmp_path}"], root)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines()[-1] == says, proc.stderr[-3000:]
   # The same AttributeError from inside a config file's get_config is that file's bug: its traceback is kept.
   (tmp_path / "buggy.py").write_text("def get_config():\n  return None.hidden_size\n")
-  proc = _run_entry([f"--config={tmp_path / 'buggy.py'}", f"--workdir={tmp_path}"], root, tmp_path)
+  proc = run_entry([f"--config={tmp_path / 'buggy.py'}", f"--workdir={tmp_path}"], root)
   assert proc.returncode == 1 and "Traceback" in proc.stderr and "buggy.py" in proc.stderr, proc.stderr[-3000:]
 
 
 def test_entry_point_missing_data_names_env_var(tmp_path):
-  proc = _run_entry(["--config=configs/small_tied.py", f"--workdir={tmp_path}", "--config.download=false"],
-                    tmp_path / "empty", tmp_path)
+  proc = run_entry(["--config=configs/small_tied.py", f"--workdir={tmp_path}", "--config.download=false"],
+                   tmp_path / "empty")
   assert proc.returncode == 1
   assert "WT_JAX_DATA" in proc.stderr.strip().splitlines()[-1] and "Traceback" not in proc.stderr
 
@@ -362,7 +356,7 @@ def test_killed_entry_point_resumes_to_the_same_numbers(tiny_corpus, tmp_path):
           "--config.batch_size=4", "--config.bptt=5", "--config.num_epochs=5", "--config.decay_after_epoch=3",
           "--config.checkpoint_every_steps=50", "--config.log_every=50", "--config.test_window=64",
           "--config.dropout=0.2", "--config.plot=false"]
-  full = _run_entry([*args, f"--workdir={tmp_path / 'full'}"], root, tmp_path)
+  full = run_entry([*args, f"--workdir={tmp_path / 'full'}"], root)
   assert full.returncode == 0, full.stderr[-3000:]
 
   env = dict(os.environ, WT_JAX_DATA=str(root), JAX_PLATFORMS="cpu")
@@ -379,7 +373,7 @@ def test_killed_entry_point_resumes_to_the_same_numbers(tiny_corpus, tmp_path):
   assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
   assert not (tmp_path / "killed" / "results.json").exists()
 
-  resumed = _run_entry([*args, f"--workdir={tmp_path / 'killed'}"], root, tmp_path)
+  resumed = run_entry([*args, f"--workdir={tmp_path / 'killed'}"], root)
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   a = json.loads((tmp_path / "full" / "results.json").read_text())
   b = json.loads((tmp_path / "killed" / "results.json").read_text())
@@ -410,404 +404,16 @@ def test_a_signal_saves_a_checkpoint_and_the_run_resumes(tiny_corpus, tmp_path, 
   steps = [int(p.name) for p in last.iterdir() if p.name.isdigit()]
   assert len(steps) == 1 and steps[0] > 0, err[-3000:]
   stop = "--config.max_steps=" + str(steps[0] + 5)
-  again = _run_entry([*args[:-1], stop, f"--workdir={tmp_path}"], root, tmp_path)
+  again = run_entry([*args[:-1], stop, f"--workdir={tmp_path}"], root)
   assert again.returncode == 0, again.stderr[-3000:]
   resumed = json.loads((tmp_path / "results.json").read_text())
   assert resumed["resumed_from_step"] == steps[0]
   # the interrupted-and-resumed run ends where an uninterrupted one does
-  whole = _run_entry([*args[:-1], stop, f"--workdir={tmp_path / 'whole'}"], root, tmp_path)
+  whole = run_entry([*args[:-1], stop, f"--workdir={tmp_path / 'whole'}"], root)
   assert whole.returncode == 0, whole.stderr[-3000:]
   uninterrupted = json.loads((tmp_path / "whole" / "results.json").read_text())
   for key in ("train_ppl", "valid_ppl", "test_ppl"):
     assert resumed[key] == pytest.approx(uninterrupted[key], rel=1e-5), key
-
-
-# --- faults: damaged checkpoints, divergence, a busy workdir ----------------------------------------
-
-def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(tiny_corpus, tmp_path, caplog):
-  """Truncate the largest file of the newest `last` step: the next run says so in one line, moves that step
-  aside (not deleted), resumes from the previous step and ends as an uninterrupted run does."""
-  corpus, _ = tiny_corpus
-  config = lambda steps: tiny_config(max_steps=steps, checkpoint_every_steps=2, dropout=0.2)
-  full = lm.fit(config(6), corpus, tmp_path / "full")
-  lm.fit(config(4), corpus, tmp_path / "run")
-  last = tmp_path / "run" / "checkpoints" / "last"
-  assert sorted(p.name for p in last.iterdir()) == ["2", "4"]
-  largest = max((p for p in (last / "4").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
-  largest.write_bytes(largest.read_bytes()[: largest.stat().st_size // 2])
-  with caplog.at_level("WARNING"):
-    res = lm.fit(config(6), corpus, tmp_path / "run")
-  warnings = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
-  assert len(warnings) == 1 and "step 4" in warnings[0] and "\n" not in warnings[0], warnings
-  assert res["resumed_from_step"] == 2 and res["steps"] == 6
-  assert (last / "4.unreadable").is_dir()  # kept for inspection
-  for key in ("train_ppl", "valid_ppl", "test_ppl"):
-    assert res[key] == pytest.approx(full[key], rel=1e-5), key
-
-
-def test_a_run_resumed_past_a_damaged_checkpoint_trains_through_that_step_again(tiny_corpus, tmp_path, caplog):
-  """Two epochs, the newest `last` step damaged, then the same command with a third epoch: the run falls back
-  to the end of epoch 1 and replays epoch 2, whose `last` and `best` it saves again (the old `best` of that
-  step, from the lost stretch, is moved aside rather than clashing with the new save), and it ends with the
-  numbers of an undisturbed 3-epoch run. (Every task saves through the same `Checkpoints`.)"""
-  corpus, _ = tiny_corpus
-  undisturbed = lm.fit(tiny_config(num_epochs=3), corpus, tmp_path / "whole")
-  lm.fit(tiny_config(num_epochs=2), corpus, tmp_path / "run")
-  ckpts = tmp_path / "run" / "checkpoints"
-  epoch1, epoch2 = sorted(int(p.name) for p in (ckpts / "last").iterdir())
-  assert sorted(int(p.name) for p in (ckpts / "best").iterdir()) == [epoch2]
-  largest = max((p for p in (ckpts / "last" / str(epoch2)).rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
-  largest.write_bytes(largest.read_bytes()[:100])
-  with caplog.at_level("WARNING"):
-    res = lm.fit(tiny_config(num_epochs=3), corpus, tmp_path / "run")
-  assert res["resumed_from_step"] == epoch1 and res["steps"] == undisturbed["steps"]
-  assert (ckpts / "last" / f"{epoch2}.unreadable").is_dir() and (ckpts / "best" / f"{epoch2}.superseded").is_dir()
-  assert any("superseded" in r.getMessage() for r in caplog.records)
-  assert [h["epoch"] for h in res["history"]] == [1, 2, 3]
-  for key in ("train_ppl", "valid_ppl", "test_ppl", "best_valid_ppl"):
-    assert res[key] == pytest.approx(undisturbed[key], rel=1e-5), key
-
-
-def _refused(monkeypatch, module, refused: dict) -> None:
-  """This process may not read or write some paths: `refused` maps a path to the os.access mode bits refused
-  there. Each path is chmod-ed so (which a non-root user's reads and writes obey) and `module`'s `os.access`
-  answers so (root passes every mode check of the kernel: for root the refusal is modelled, not real)."""
-  real = os.access
-  for path, mode in refused.items():
-    bits = {os.R_OK: 0o444, os.W_OK: 0o222, os.X_OK: 0o111}
-    os.chmod(path, os.stat(path).st_mode & ~sum(b for m, b in bits.items() if mode & m))
-  monkeypatch.setattr(module.os, "access", lambda path, mode, **kw: (
-      not (mode & refused.get(os.fspath(path), 0)) and real(path, mode, **kw)))
-
-
-def test_a_checkpoint_this_user_may_not_read_stops_the_run_and_is_not_moved(tmp_path, monkeypatch):
-  """A step whose read fails while one of its files is one this process may not read is a permission to
-  fix, not damage: `CheckpointUnreadableError` names the file, the step stays in place (not `.unreadable`,
-  which would start the run over from an older step) and, readable again, it is the step resumed."""
-  from wt_jax.train import checkpoint
-  state = {"params": {"w": jnp.arange(6.0).reshape(2, 3)}, "step": jnp.int32(0)}
-  ckpts = checkpoint.Checkpoints(tmp_path / "checkpoints")
-  for step in (2, 4):
-    ckpts.save("last", step, {**state, "step": jnp.int32(step)}, {"step": step})
-  step4 = tmp_path / "checkpoints" / "last" / "4"
-  largest = max((p for p in step4.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
-  _refused(monkeypatch, checkpoint, {os.fspath(largest): os.R_OK})
-  if os.geteuid() == 0:  # root reads it anyway: the read fails as orbax's fails for another user
-    mngr = ckpts._managers["last"]
-    def refused_read(step, *a, **kw):
-      raise KeyError("Unknown key: state. Available keys: dict_keys([])")
-    monkeypatch.setattr(mngr, "item_metadata", refused_read)
-  with pytest.raises(checkpoint.CheckpointUnreadableError, match=f"step 4.*permission denied: {largest}"):
-    ckpts.restore_intact(state)
-  assert sorted(p.name for p in step4.parent.iterdir()) == ["2", "4"]
-  monkeypatch.undo()
-  largest.chmod(0o644)
-  ckpts.close()
-  restored, meta, kind, step = checkpoint.Checkpoints(tmp_path / "checkpoints").restore_intact(state)
-  assert (kind, step, int(restored["step"]), meta) == ("last", 4, 4, {"step": 4})
-
-
-def test_a_run_whose_outputs_this_user_may_not_write_stops_before_training(tiny_corpus, tmp_path, monkeypatch):
-  """A resumed run whose results.json (or a checkpoint folder) this process may not write stops at once with
-  a PermissionError naming it, before a step is trained or a line written — not at the end, after training."""
-  from wt_jax.train import runtime
-  corpus, _ = tiny_corpus
-  lm.fit(tiny_config(max_steps=2), corpus, tmp_path)
-  for name in ("results.json", "checkpoints/best"):
-    lines = (tmp_path / "metrics.jsonl").read_text()
-    with monkeypatch.context() as m:
-      _refused(m, runtime, {os.fspath(tmp_path / name): os.W_OK})
-      with pytest.raises(PermissionError) as refused:
-        lm.fit(tiny_config(max_steps=4, allow_resume_changes=True), corpus, tmp_path)
-    (tmp_path / name).chmod(0o755)
-    assert refused.value.filename == os.fspath(tmp_path / name)
-    assert (tmp_path / "metrics.jsonl").read_text() == lines
-  assert lm.fit(tiny_config(max_steps=4, allow_resume_changes=True), corpus, tmp_path)["steps"] == 4
-
-
-@pytest.mark.parametrize("error, says", [
-    (InputError("Unknown optimizer 'adamw'; expected 'sgd' or 'adam'."),
-     "Unknown optimizer 'adamw'; expected 'sgd' or 'adam'."),
-    (PermissionError(13, "Permission denied", "/data/ptb/ptb.train.txt"),
-     "Permission denied: '/data/ptb/ptb.train.txt'; check the owner and mode of it and of the folders above it."),
-    (OSError(28, "No space left on device", "/runs/x/results.json"),
-     "No space left on device: '/runs/x/results.json'; free some space or use another folder.")])
-def test_an_entry_point_refused_by_the_machine_ends_with_one_line(error, says):
-  """`experiments.run_main`: a value the library refuses (`InputError`), or an OSError that says the machine
-  refused (a permission, a full or read-only disk), ends the process with its message (and path) as one line,
-  exit status 1; any other error keeps its traceback."""
-  import experiments
-
-  def main(argv):
-    raise error
-
-  with pytest.raises(SystemExit) as ended:  # (`run_main` = absl's app.run of `one_line(main)`)
-    experiments.one_line(main)(["entry"])
-  assert ended.value.code == says
-  def other(argv):
-    raise FileNotFoundError(2, "No such file or directory", "/nowhere")
-  with pytest.raises(FileNotFoundError):
-    experiments.one_line(other)(["entry"])
-
-
-def test_a_file_where_a_folder_is_needed_ends_with_one_line(tmp_path):
-  """`one_line`: a folder that cannot be made because a file has its name (mkdir's EEXIST) or stands above it
-  (ENOTDIR) is one line; an EEXIST on something that is not a file keeps its traceback."""
-  import experiments
-  (tmp_path / "a_file").write_text("x")
-
-  def make(path):
-    def main(argv):
-      Path(path).mkdir(parents=True, exist_ok=True)
-    return experiments.one_line(main)
-
-  for path in (tmp_path / "a_file", tmp_path / "a_file" / "below"):
-    with pytest.raises(SystemExit) as ended:
-      make(path)(["entry"])
-    assert "is a file (or under one) where a folder is needed" in ended.value.code and str(path) in ended.value.code
-
-  def exists(argv):
-    (tmp_path / "a_folder").mkdir()
-    (tmp_path / "a_folder").mkdir()  # (a folder made twice: a bug, not the user's file)
-  with pytest.raises(FileExistsError):
-    experiments.one_line(exists)(["entry"])
-
-
-@pytest.mark.parametrize("name", ["run.lock", "run.json", "results.json", "checkpoints", "checkpoints/last"])
-def test_a_folder_where_a_runs_file_goes_or_a_file_where_its_folder_goes_is_one_line(tiny_corpus, tmp_path, name):
-  """A folder in the place of the run's lock, of its record (at a resume) or of an output, or a file in the
-  place of its checkpoints' folders: one line naming it (EISDIR, ENOTDIR), not a traceback or "permission
-  denied", before any training (`runtime.check_writable`: not at the end, after the whole run); it is left as
-  it was."""
-  _, root = tiny_corpus
-  args = [sys.executable, "-m", "experiments.ptb", "--config=configs/small.py", f"--workdir={tmp_path / 'run'}",
-          f"--config.data_dir={root}", "--config.vocab_size=31", "--config.hidden_size=8", "--config.batch_size=4",
-          "--config.bptt=5", "--config.checkpoint_every_steps=2", "--config.plot=false"]
-  env = dict(os.environ, JAX_PLATFORMS="cpu")
-  if name == "run.json":  # a run that has saved, so the next start is a resume that reads its record
-    first = subprocess.run(args + ["--config.max_steps=4"], cwd=REPO, env=env, capture_output=True, timeout=300)
-    assert first.returncode == 0
-    (tmp_path / "run" / name).unlink()
-  path = tmp_path / "run" / name
-  if name.startswith("checkpoints"):  # a file where a folder goes
-    path.parent.mkdir(parents=True)
-    path.write_text("x")
-    says = f"Not a directory: {str(path)!r} is a file (or under one) where a folder is needed; move it or give "
-  else:
-    (path / "inside").mkdir(parents=True)
-    says = f"Is a directory: {str(path)!r} is a folder where a file is needed; move it or give "
-  proc = subprocess.run(args + ["--config.max_steps=6"], cwd=REPO, env=env, capture_output=True, text=True,
-                        timeout=300)
-  assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-  assert proc.stderr.strip().splitlines()[-1] == says + "another folder."
-  assert (path / "inside").is_dir() if path.is_dir() else path.read_text() == "x"
-  if name != "run.json":  # refused before any training
-    assert not (tmp_path / "run" / "metrics.jsonl").exists()
-
-
-@pytest.mark.parametrize("args", [
-    ["experiments.ptb", "--config=configs/small.py", "--workdir={file}/run"],
-    ["experiments.word2vec", "--config=configs/w2v_tied.py", "--workdir={file}"],
-    ["experiments.nmt", "--config=configs/nmt_multi30k_baseline.py", "--workdir={file}"],
-    ["experiments.inan_sweep", "--workdir={file}"],
-    ["experiments.embeddings", "--lm_untied={dir}", "--lm_tied={dir}", "--tables_dir={file}"],
-    ["experiments.export", "--workdir={dir}", "--out={file}/export"],
-    ["experiments.compile", "--config=configs/small.py", "--topology=v5e:1x1", "--dump_dir={file}"],
-    ["experiments.report", "ptb_table6", "--out={file}"]])
-def test_an_output_folder_that_is_a_file_is_refused_before_any_work(args, tmp_path):
-  """Every entry point that writes a folder checks it first (`experiments.check_folder`): a file in its place is
-  one line naming the flag, before a corpus is read, a run trained or a table computed (the folders and data
-  given here would fail later, with another message)."""
-  (tmp_path / "a_file").write_text("x")
-  args = [a.format(file=tmp_path / "a_file", dir=tmp_path / "no_run") for a in args]
-  env = dict(os.environ, WT_JAX_DATA=str(tmp_path / "empty"), JAX_PLATFORMS="cpu")
-  proc = subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=env, capture_output=True, text=True,
-                        timeout=300)
-  flag = next(a for a in args if "a_file" in a).split("=")[0]
-  assert proc.returncode == 1, proc.stderr[-3000:]
-  last = proc.stderr.strip().splitlines()[-1]
-  assert last.startswith(f"{flag}=") and "is a file, not a folder" in last, proc.stderr[-3000:]
-  assert "Traceback" not in proc.stderr and (tmp_path / "a_file").read_text() == "x"
-
-
-class _RaisesWhenCollected:
-  """An object whose finaliser raises `error`: Python reports it to sys.unraisablehook when it is collected."""
-
-  def __init__(self, error):
-    self.error = error
-
-  def __del__(self):
-    raise self.error
-
-
-def test_the_reads_orbax_abandons_in_a_damaged_step_are_not_reported_again(tmp_path, monkeypatch):
-  """orbax reads a step's arrays concurrently and leaves the others unfinished when one fails; Python reports
-  each as an unraisable exception — while the failure propagates or later, at garbage collection — dozens of
-  traceback lines repeating the one-line warning. Those reports (the damaged step's read errors, "Event loop is
-  closed") are dropped from the read on; any other unraisable exception, one naming another step included,
-  still reaches the hook, and a step read intact leaves the hook as it was."""
-  import gc
-  from wt_jax.train.checkpoint import Checkpoints
-  state = {"params": {f"w{i}": jnp.full((64, 64), float(i)) for i in range(6)}, "step": jnp.int32(0)}
-  ckpts = Checkpoints(tmp_path / "checkpoints")
-  for step in (2, 4):
-    ckpts.save("last", step, state, {"step": step})
-  reported = []
-  recorder = lambda u: reported.append(str(u.exc_value))
-  monkeypatch.setattr(sys, "unraisablehook", recorder)
-  assert ckpts.restore_intact(state)[2:] == ("last", 4) and sys.unraisablehook is recorder  # intact: unchanged
-  largest = max((p for p in (tmp_path / "checkpoints" / "last" / "4").rglob("*") if p.is_file()),
-                key=lambda p: p.stat().st_size)
-  largest.write_bytes(largest.read_bytes()[: largest.stat().st_size // 2])
-  read = ckpts.restore
-
-  def restore_reporting_meanwhile(kind, target, step=None):  # a TensorStore read completing while orbax fails
-    _RaisesWhenCollected(RuntimeError("Event loop is closed"))
-    return read(kind, target, step)
-
-  monkeypatch.setattr(ckpts, "restore", restore_reporting_meanwhile)
-  _, _, kind, step = ckpts.restore_intact(state)
-  ckpts.close()
-  assert (kind, step) == ("last", 2)
-  gc.collect()  # orbax's own abandoned reads, if any are left, are collected now
-  step4 = tmp_path / "checkpoints" / "last" / "4"
-  for error in (Exception(f"Encountered error while reading array index: (). 'path': '{step4}/state/'"),
-                RuntimeError("Event loop is closed"),
-                Exception(f"Encountered error while reading array index: (). 'path': '{step4}0/state/'"),
-                ValueError("an unrelated finaliser failed")):
-    _RaisesWhenCollected(error)  # collected at once (reference count 0): its __del__ raises
-  assert reported == [f"Encountered error while reading array index: (). 'path': '{step4}0/state/'",
-                      "an unrelated finaliser failed"]
-
-
-@pytest.mark.parametrize("lr", [1e3, 1e20])  # the perplexity overflows; the loss itself becomes inf/NaN
-def test_a_diverged_run_stops_with_an_error_and_keeps_the_last_finite_checkpoint(tiny_corpus, tmp_path, lr):
-  """A loss or perplexity that is no longer finite stops the run before the next save: every checkpoint left
-  holds finite parameters, results.json is the previous run's, and the JSON lines hold no NaN/Infinity."""
-  from wt_jax.train.checkpoint import Checkpoints
-  import re
-  corpus, _ = tiny_corpus
-  diverging = lambda **kw: tiny_config(num_epochs=3, learning_rate=lr, clip_norm=1e9, allow_resume_changes=True, **kw)
-  # The first step whose training loss or perplexity is not finite: the same runs, checked after every step.
-  lm.fit(tiny_config(max_steps=3), corpus, tmp_path / "probe")
-  with pytest.raises(trainer.NonFiniteLossError) as first:
-    lm.fit(diverging(log_every=1, checkpoint_every_steps=0), corpus, tmp_path / "probe")
-  first_bad = int(re.search(r"(?:before|at) step (\d+)", str(first.value)).group(1))
-  lm.fit(tiny_config(max_steps=3), corpus, tmp_path)
-  results = (tmp_path / "results.json").read_text()
-  with pytest.raises(trainer.NonFiniteLossError, match="diverged|non-finite"):
-    lm.fit(diverging(checkpoint_every_steps=1, log_every=5), corpus, tmp_path)
-  ck = Checkpoints(tmp_path / "checkpoints", read_only=True)
-  assert max(ck.steps("last")) == first_bad - 1  # saved every step up to, and not including, the first bad one
-  for kind in ("last", "best"):
-    for step in ck.steps(kind):
-      state, meta = ck.restore_saved(kind, step)
-      assert all(np.isfinite(x).all() for x in jax.tree_util.tree_leaves(state["params"])), (kind, step)
-      sums = meta["epoch_sums"] or {"nll": 0.0, "tokens": 0}
-      assert math.isfinite(evaluate.perplexity(sums["nll"], int(sums["tokens"]))), (kind, step, sums)
-  ck.close()
-  assert (tmp_path / "results.json").read_text() == results
-  for line in (tmp_path / "metrics.jsonl").read_text().splitlines():  # valid JSON for every reader
-    json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} in metrics.jsonl"))
-
-
-_HOLD_LOCK = ("import sys, time\nfrom etils import epath\nfrom wt_jax.train import lock\n"
-              "with lock.workdir_lock(epath.Path(sys.argv[1])):\n"
-              "  print('held', flush=True)\n  time.sleep(float(sys.argv[2]))\n")
-
-
-def _lock_holder(workdir, seconds):
-  """A live process of this host that holds `workdir`'s lock for `seconds` (returns once it holds it)."""
-  proc = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(workdir), str(seconds)], cwd=REPO,
-                          env=dict(os.environ, JAX_PLATFORMS="cpu"), stdout=subprocess.PIPE, text=True)
-  assert proc.stdout.readline().strip() == "held"
-  return proc
-
-
-def test_a_live_holder_is_refused_and_a_dead_ones_lock_taken_over(tiny_corpus, tmp_path, caplog):
-  corpus, _ = tiny_corpus
-  tmp_path.mkdir(exist_ok=True)
-  holder = _lock_holder(tmp_path, 60)
-  try:
-    t0 = time.time()
-    with pytest.raises(trainer.WorkdirBusyError, match=f"in use by PID {holder.pid} "):
-      lm.fit(tiny_config(max_steps=2), corpus, tmp_path)
-    assert time.time() - t0 < 5  # a live holder that is not exiting is refused at once, not waited for
-  finally:
-    holder.kill()
-    holder.wait()
-  lock = tmp_path / "run.lock"
-  dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-  lock.write_text(json.dumps({"host": __import__("socket").gethostname(), "pid": int(dead.stdout), "started": "x"}))
-  with caplog.at_level("WARNING"):
-    res = lm.fit(tiny_config(max_steps=2), corpus, tmp_path)
-  assert res["steps"] == 2 and any("Taking over the lock" in r.getMessage() for r in caplog.records)
-  assert not lock.exists()  # released at the end
-
-
-def test_a_zombie_is_dead_and_a_process_being_killed_is_dying():
-  """A child that has exited but is not yet reaped (a zombie) exists for os.kill(pid, 0), yet holds nothing."""
-  import signal
-  from wt_jax.train import lock
-  child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-  try:
-    assert lock._alive(child.pid) and not lock._dying(child.pid)
-    os.kill(child.pid, signal.SIGKILL)
-    t_end = time.time() + 10
-    while time.time() < t_end and (lock._proc_stat(child.pid) or ("?",))[0] != "Z":
-      time.sleep(0.01)
-    assert lock._proc_stat(child.pid)[0] == "Z"  # not reaped: still in the process table
-    os.kill(child.pid, 0)  # (what the lock used to ask: the zombie answers)
-    assert not lock._alive(child.pid) and lock._dying(child.pid)
-  finally:
-    child.wait()
-
-
-def test_a_resume_waits_for_an_exiting_holder_instead_of_refusing(tmp_path, monkeypatch):
-  """While the named holder is exiting (its lock not yet freed by the kernel), the next run looks again until
-  it is free; a holder that is not exiting is refused at once."""
-  from etils import epath
-  from wt_jax.train import lock
-  holder = _lock_holder(tmp_path, 1.5)  # lets go by itself 1.5 s from now
-  monkeypatch.setattr(lock, "_dying", lambda pid: pid == holder.pid)
-  t0 = time.time()
-  with lock.workdir_lock(epath.Path(tmp_path), wait_s=20):
-    assert time.time() - t0 > 0.5 and json.loads((tmp_path / "run.lock").read_text())["pid"] == os.getpid()
-  holder.wait()
-  holder = _lock_holder(tmp_path, 60)
-  try:
-    with pytest.raises(lock.WorkdirBusyError, match="in use by"):
-      with lock.workdir_lock(epath.Path(tmp_path), wait_s=0.5):
-        pass
-  finally:
-    holder.kill()
-    holder.wait()
-
-
-def test_a_run_killed_with_sigkill_resumes_at_once_with_the_same_command(tiny_corpus, tmp_path):
-  """SIGKILL a training process mid-run and, without waiting for it (not even reaping it: it may be a zombie
-  for a while), run the same command again: it starts, resumes and finishes."""
-  import signal
-  _, root = tiny_corpus
-  args = ["--config=configs/small_tied.py", "--config.vocab_size=31", "--config.hidden_size=8",
-          "--config.batch_size=4", "--config.bptt=5", "--config.num_epochs=3", "--config.checkpoint_every_steps=20",
-          "--config.log_every=10", "--config.test_window=64", "--config.plot=false", f"--workdir={tmp_path}"]
-  env = dict(os.environ, WT_JAX_DATA=str(root), JAX_PLATFORMS="cpu")
-  proc = subprocess.Popen([sys.executable, "-m", "experiments.ptb", *args], cwd=REPO, env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-  try:
-    t_end = time.time() + 120
-    while time.time() < t_end and proc.poll() is None and not (tmp_path / "metrics.jsonl").exists():
-      time.sleep(0.02)
-    assert proc.poll() is None and (tmp_path / "run.lock").exists(), "the run ended before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    again = _run_entry(args, root, tmp_path)
-  finally:
-    proc.wait()
-  assert proc.returncode == -signal.SIGKILL
-  assert again.returncode == 0 and "in use by" not in again.stderr, again.stderr[-3000:]
-  res = json.loads((tmp_path / "results.json").read_text())
-  assert res["steps"] == 3 * res["steps_per_epoch"]
 
 
 def test_tensorboard_events_and_a_profile_are_written(tiny_corpus, tmp_path):
@@ -851,187 +457,6 @@ def test_a_run_folder_describes_itself_and_a_changed_config_does_not_resume(tiny
   assert resumes[1]["changed"]["learning_rate"] == [1.0, 0.5]
   assert json.loads((tmp_path / "run.json").read_text())["config"]["learning_rate"] == 1.0  # the first start's
 
-
-
-@pytest.mark.parametrize("damage", ['{"config": {"learning_', '["not", "a", "record"]'])
-def test_a_damaged_run_json_is_moved_aside_and_rebuilt_from_the_checkpoints_config(tiny_corpus, tmp_path, damage):
-  """A run.json that cannot be read as a run's record (a write cut short) is moved aside, never deleted, and
-  rebuilt from the config the checkpoint saved: a resume that changes what the run computes is still refused,
-  one that only extends it goes on and is recorded."""
-  corpus, _ = tiny_corpus
-  lm.fit(tiny_config(max_steps=3, checkpoint_every_steps=3), corpus, tmp_path)
-  (tmp_path / "run.json").write_text(damage)
-  with pytest.raises(trainer.ConfigChangedError, match=r"learning_rate 1\.0 → 0\.5"):
-    lm.fit(tiny_config(max_steps=6, learning_rate=0.5), corpus, tmp_path)
-  assert (tmp_path / "run.json.damaged").read_text() == damage
-  record = json.loads((tmp_path / "run.json").read_text())
-  assert record["config"]["learning_rate"] == 1.0 and record["rebuilt"]["damaged"] == "run.json.damaged"
-  (tmp_path / "run.json").write_text(damage)  # damaged again: the first copy is kept
-  assert lm.fit(tiny_config(max_steps=6, checkpoint_every_steps=3), corpus, tmp_path)["steps"] == 6
-  assert (tmp_path / "run.json.damaged").read_text() == (tmp_path / "run.json.damaged.1").read_text() == damage
-  record = json.loads((tmp_path / "run.json").read_text())
-  assert record["config"]["words"]["mode"] == "untied" and [r["step"] for r in record["resumes"]] == [3]
-
-
-def test_a_metrics_line_cut_mid_write_is_set_aside_when_the_run_resumes(tiny_corpus, tmp_path):
-  """A metrics.jsonl whose last line was cut mid-write (a process killed while it appended): the resume moves
-  the fragment to metrics.jsonl.cut and appends after the last whole line, so every line still parses and the
-  run finishes (the fragment had glued itself to the next record, and reading the file for the curves failed
-  at the end of every later attempt, before a members run's summary). A damaged line elsewhere is left out of
-  the curves."""
-  from wt_jax.train import metrics
-  corpus, _ = tiny_corpus
-  lm.fit(tiny_config(max_steps=3, checkpoint_every_steps=3, log_every=1), corpus, tmp_path)
-  whole = (tmp_path / "metrics.jsonl").read_text()
-  (tmp_path / "metrics.jsonl").write_text(whole + '{"kind": "train", "st')
-  res = lm.fit(tiny_config(max_steps=6, checkpoint_every_steps=3, log_every=1, plot=True), corpus, tmp_path)
-  assert res["steps"] == 6
-  assert (tmp_path / "metrics.jsonl.cut").read_text() == '{"kind": "train", "st\n'
-  text = (tmp_path / "metrics.jsonl").read_text()
-  assert text.startswith(whole) and [r["step"] for r in metrics.read(tmp_path / "metrics.jsonl")
-                                     if r["kind"] == "train"][-1] == 6
-  # A damaged line inside the file is left out of the curves, with a warning; the run still finishes.
-  (tmp_path / "metrics.jsonl").write_text(whole + "not a record\n" + text[len(whole):])
-  assert lm.fit(tiny_config(max_steps=9, checkpoint_every_steps=3, plot=True), corpus, tmp_path)["steps"] == 9
-  assert metrics.plot_curves(tmp_path / "metrics.jsonl", tmp_path / "c.png") is None  # (no epoch ended yet)
-  for kept in ("", "{}\n"):  # an empty file, or one ending in a whole line, is left alone
-    (tmp_path / "m.jsonl").write_text(kept)
-    metrics.set_aside_cut_line(tmp_path / "m.jsonl")
-    assert (tmp_path / "m.jsonl").read_text() == kept and not (tmp_path / "m.jsonl.cut").exists()
-
-
-def test_a_checkpoint_the_full_disk_refused_is_one_line_and_the_run_resumes_from_the_one_before(tiny_corpus,
-                                                                                              tmp_path, monkeypatch):
-  """A save that fails for a full disk — orbax reports it as TensorStore's RESOURCE_EXHAUSTED in a ValueError,
-  from its commit threads (the message here is the one a 2 MiB tmpfs gave) — becomes OSError(ENOSPC) naming the
-  folder and the step kept, which the entry points print as one line; the same command then resumes from that
-  step to the numbers of a run never interrupted. Any other failure of a save propagates unchanged."""
-  import errno
-  import orbax.checkpoint as ocp
-  import experiments
-  corpus, _ = tiny_corpus
-  config = lambda: tiny_config(max_steps=9, checkpoint_every_steps=3)
-  whole = lm.fit(config(), corpus, tmp_path / "whole")
-  save = ocp.CheckpointManager.save
-
-  def full_at_step_6(self, step, *args, **kwargs):  # (step 6 is never written, as on the full disk)
-    if step == 6:
-      raise ValueError('RESOURCE_EXHAUSTED: Error writing local file "…/last/6.orbax-checkpoint-tmp/state/'
-                       'manifest.ocdbt": Failed writing: "…manifest.ocdbt.__lock": Failed to write 113 bytes')
-    return save(self, step, *args, **kwargs)
-  with monkeypatch.context() as m:
-    m.setattr(ocp.CheckpointManager, "save", full_at_step_6)
-    with pytest.raises(OSError) as full:
-      lm.fit(config(), corpus, tmp_path / "run")
-  assert full.value.errno == errno.ENOSPC and full.value.filename == str(tmp_path / "run" / "checkpoints" / "last")
-  assert "checkpoint last step 6 not written; step 3 is kept" in full.value.strerror
-  with pytest.raises(SystemExit) as ended:
-    experiments.one_line(lambda argv: (_ for _ in ()).throw(full.value))(["entry"])
-  assert ended.value.code.startswith("No space left on device (checkpoint last step 6") and \
-      ended.value.code.endswith("; free some space or use another folder.")
-  resumed = lm.fit(config(), corpus, tmp_path / "run")
-  assert resumed["resumed_from_step"] == 3 and resumed["test_ppl"] == whole["test_ppl"]
-
-  def broken(self, step, *args, **kwargs):
-    raise ValueError("INTERNAL: something else")
-  with monkeypatch.context() as m:
-    m.setattr(ocp.CheckpointManager, "save", broken)
-    with pytest.raises(ValueError, match="INTERNAL: something else"):
-      lm.fit(tiny_config(max_steps=3, checkpoint_every_steps=3), corpus, tmp_path / "other")
-
-
-def test_orbaxs_own_reports_of_a_full_disk_are_one_line_each(tmp_path, monkeypatch, caplog):
-  """On a full disk (a 2 MiB tmpfs) orbax's background writers each log the refused save with its traceback,
-  asyncio logs each write orbax abandoned, and TensorStore's late completions raise "Event loop is closed" as
-  unraisable exceptions: hundreds of lines around the run's one-line report. From a writer's `Checkpoints`
-  on: the writers' records keep their message without the traceback, asyncio's records of orbax's writes and
-  those unraisables are dropped; the same records for any other error or from other code are unchanged. The
-  failed save waits for orbax's threads to end (with orbax 0.12.4, a process that exited meanwhile once hung
-  for 300 s: a thread could not start another at interpreter shutdown, and the rest waited for its signal)."""
-  import logging
-  from wt_jax.train.checkpoint import Checkpoints
-  full = 'RESOURCE_EXHAUSTED: Error writing local file "…/last/6.orbax-checkpoint-tmp/state/_sharding"'
-  log_from = lambda where, error: exec(compile(
-      f"from absl import logging\ntry:\n  raise ValueError({error!r})\nexcept ValueError:\n"
-      f"  logging.exception('writer failed')\n", os.path.join(os.sep, "site", where, "future.py"), "exec"), {})
-  ckpts = Checkpoints(tmp_path / "checkpoints")
-  with caplog.at_level("ERROR"):
-    log_from("orbax", full)
-    log_from("orbax", "INTERNAL: something else")
-    log_from("elsewhere", full)
-    for where in ("<Task coro=<write() defined at /site/orbax/checkpoint/x.py:1>>", "<Task coro=<mine()>>"):
-      try:
-        raise ValueError(full)
-      except ValueError as e:
-        logging.getLogger("asyncio").error("Task exception was never retrieved\nfuture: %s", where, exc_info=e)
-  assert [(r.getMessage(), r.exc_info is not None) for r in caplog.records] == [
-      ("writer failed", False), ("writer failed", True), ("writer failed", True),
-      ("Task exception was never retrieved\nfuture: <Task coro=<mine()>>", True)]
-  reported = []
-  monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(str(u.exc_value)))
-
-  import threading
-
-  class Writer(threading.Thread):  # one of orbax's writer threads, still at work when the save fails
-    def join(self, timeout=None):  # (orbax's raises the thread's error)
-      raise ValueError(full)
-  Writer.__module__ = "orbax.checkpoint._src.futures.future"
-  writer = Writer(target=time.sleep, args=(0.5,))
-
-  def late_completion_then_full(step, *args, **kwargs):
-    _RaisesWhenCollected(RuntimeError("Event loop is closed"))
-    writer.start()
-    raise ValueError(full)
-  monkeypatch.setattr(ckpts._managers["last"], "save", late_completion_then_full)
-  with pytest.raises(OSError, match="checkpoint last step 6 not written"):
-    ckpts.save("last", 6, {"step": jnp.int32(6)}, {})
-  assert not writer.is_alive()  # waited for: the interpreter's shutdown does not race it
-  for error in (RuntimeError("Event loop is closed"), ValueError("an unrelated finaliser failed")):
-    _RaisesWhenCollected(error)  # (the filter stays after the failure: orbax's writers may end later)
-  assert reported == ["an unrelated finaliser failed"]
-
-
-def test_a_record_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
-  """`runtime.write_json` (results.json, run.json, summary.json): a write the disk refuses halfway leaves the
-  previous file as it was and nothing beside it (on a full 2 MiB tmpfs, writing in place had left the first
-  4,096 bytes of the new file: a results.json no reader could parse)."""
-  import errno
-  from wt_jax.train import runtime
-  path = tmp_path / "results.json"
-  runtime.write_json(path, {"test_ppl": 80.0, "nan": float("nan")})
-  assert json.loads(path.read_text()) == {"test_ppl": 80.0, "nan": None}
-  write_text = Path.write_text
-
-  def full(self, text, *args, **kwargs):  # the first half reaches the disk, then the disk is full (a failed
-    write_text(self, text[:len(text) // 2], *args, **kwargs)  # write() names no file)
-    raise OSError(errno.ENOSPC, "No space left on device")
-  monkeypatch.setattr(Path, "write_text", full)
-  with pytest.raises(OSError, match="No space left") as refused:
-    runtime.write_json(path, {"test_ppl": 79.0, "more": "x" * 1000})
-  monkeypatch.undo()
-  assert refused.value.filename == str(path)  # (so the entry point's one line names it)
-  assert json.loads(path.read_text())["test_ppl"] == 80.0 and sorted(tmp_path.iterdir()) == [path]
-
-
-def test_tensorboard_events_that_cannot_be_written_are_a_warning(tmp_path, caplog):
-  """TensorBoard's events are a live view beside metrics.jsonl: a flush or close the disk refuses is a warning,
-  so it never replaces the error that ended a run (the trainer closes its writers however the run ends), and
-  tensorboardX's exit hook does not try the failed close again."""
-  from wt_jax.train import metrics
-  writer = metrics.MetricsWriter(tmp_path / "metrics.jsonl", tmp_path)
-  if writer._tb is None:
-    pytest.skip("tensorboardX is not installed")
-  writer.write(kind="train", step=1, loss=2.0)
-
-  def full():
-    raise OSError(28, "No space left on device")
-  writer._tb.flush = full
-  writer._tb.close = full
-  with caplog.at_level("WARNING"):
-    writer.close()
-  assert "TensorBoard events could not be written" in caplog.text
-  assert all(w.event_writer._closed for w in writer._tb.all_writers.values())
-  assert metrics.read(tmp_path / "metrics.jsonl")[0]["loss"] == 2.0
 
 # --- deterministic GPU kernels: the setting reaches XLA_FLAGS and the records ----------------------
 
