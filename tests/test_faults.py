@@ -510,8 +510,8 @@ def test_orbaxs_own_reports_of_a_full_disk_are_one_line_each(tmp_path, monkeypat
   unraisable exceptions: hundreds of lines around the run's one-line report. From a writer's `Checkpoints`
   on: the writers' records keep their message without the traceback, asyncio's records of orbax's writes and
   those unraisables are dropped; the same records for any other error or from other code are unchanged. The
-  failed save waits for orbax's threads to end (with orbax 0.12.4, a process that exited meanwhile once hung
-  for 300 s: a thread could not start another at interpreter shutdown, and the rest waited for its signal)."""
+  failed save waits for orbax's threads to end (with orbax 0.12.4 a process that exits meanwhile can hang for
+  300 s: a thread cannot start another at interpreter shutdown, and the rest wait for its signal)."""
   import logging
   from wt_jax.train.checkpoint import Checkpoints
   full = 'RESOURCE_EXHAUSTED: Error writing local file "…/last/6.orbax-checkpoint-tmp/state/_sharding"'

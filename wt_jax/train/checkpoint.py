@@ -127,8 +127,8 @@ def _orbax_threads_joined(timeout: float = SETTLE_S) -> None:
   """Wait (at most `timeout` seconds in all) for orbax's own threads of a failed save to end. A save that
   failed leaves them running for a few milliseconds; if the interpreter shuts down meanwhile, one that starts
   a thread then fails ("can't create new thread at interpreter shutdown") and the others wait 300 s for a signal
-  it never sends: the process then exits five minutes after its one-line report (seen with orbax 0.12.4 on a
-  full tmpfs, in one of two tries)."""
+  it never sends: the process then exits five minutes after its one-line report (orbax 0.12.4, a race: the
+  interpreter's shutdown against the threads' last few milliseconds)."""
   end = time.monotonic() + timeout
   for thread in threading.enumerate():
     if thread is not threading.current_thread() and type(thread).__module__.startswith("orbax."):
