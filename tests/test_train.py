@@ -245,6 +245,28 @@ def test_vocab_mismatch_is_reported(tiny_corpus, tmp_path):
     lm.fit(tiny_config(vocab_size=10_000), corpus, tmp_path)
 
 
+def test_a_resume_on_a_corpus_with_other_words_stops_and_a_lost_vocab_txt_is_written_again(tiny_corpus, tmp_path):
+  """vocab.txt says which word each embedding row is. A resume on a corpus of the same size whose words differ
+  (another copy or version of it) would train every row on to another word: it stops with one line naming the
+  first word that differs, and leaves the run as it was. A vocab.txt that was lost is written again."""
+  corpus, root = tiny_corpus
+  other_root = tmp_path / "other"
+  (other_root / "ptb").mkdir(parents=True)
+  for f in (root / "ptb").iterdir():  # the same text with every word renamed: the same sizes, other words
+    (other_root / "ptb" / f.name).write_text(f.read_text().replace(" w", " v"))
+  other = ptb.load(str(other_root), download=False)
+  assert other.vocab_size == corpus.vocab_size and other.vocab.words != corpus.vocab.words
+  config = lambda steps: tiny_config(max_steps=steps, checkpoint_every_steps=2)
+  lm.fit(config(2), corpus, tmp_path / "run")
+  vocab = (tmp_path / "run" / "vocab.txt").read_text()
+  with pytest.raises(InputError, match=r"lists another vocabulary than this corpus's \(ptb\): word \d+ was 'w"):
+    lm.fit(config(4), other, tmp_path / "run")
+  assert (tmp_path / "run" / "vocab.txt").read_text() == vocab
+  (tmp_path / "run" / "vocab.txt").unlink()
+  assert lm.fit(config(4), corpus, tmp_path / "run")["resumed_from_step"] == 2
+  assert (tmp_path / "run" / "vocab.txt").read_text() == vocab
+
+
 # --- the entry point -----------------------------------------------------------------------------
 
 def test_entry_point_end_to_end(tiny_corpus, tmp_path):

@@ -198,10 +198,26 @@ class LMTask:
     """Member k's whole config: what a run of it alone would be given (`wt_jax.members`)."""
     return self.group.configs[k]
 
-  def write_run_files(self, workdir) -> None:
+  def write_run_files(self, workdir, resumed: bool = False) -> None:
     """<workdir>/vocab.txt: the vocabulary, one word per line in id order (row i of the embeddings is word
-    i), so the folder alone is enough to export or analyse the run (`wt_jax.export`)."""
-    runtime.write_whole(workdir / "vocab.txt", "".join(f"{w}\n" for w in self.corpus.vocab.words))
+    i), so the folder alone is enough to export or analyse the run (`wt_jax.export`). At a resume (`resumed`)
+    the file is compared with this corpus's vocabulary: another list (a corpus of the same size whose words
+    differ, e.g. another copy or version of it) stops the run with one line, since the checkpoint's rows would
+    go on training as other words; a lost file is written again."""
+    text = "".join(f"{w}\n" for w in self.corpus.vocab.words)
+    path = workdir / "vocab.txt"
+    if resumed and path.exists():
+      saved = path.read_bytes().decode("utf-8", errors="replace").splitlines()
+      if saved != list(self.corpus.vocab.words):
+        at = next((i for i, (a, b) in enumerate(zip(saved, self.corpus.vocab.words)) if a != b),
+                  min(len(saved), len(self.corpus.vocab.words)))
+        was = repr(saved[at]) if at < len(saved) else "nothing"
+        now = repr(self.corpus.vocab.words[at]) if at < len(self.corpus.vocab.words) else "nothing"
+        raise InputError(f"{path} lists another vocabulary than this corpus's ({self.config.dataset}): word {at} "
+                         f"was {was}, is {now}. Resume with the corpus the run started with, or move vocab.txt "
+                         f"aside if this corpus is the one to go on with.")
+      return
+    runtime.write_whole(path, text)
 
   def _init_one(self, config, key):
     state = jax.jit(lambda k: initial_state(config, self.model, self.tx, k))(key)

@@ -23,7 +23,8 @@ validation and its final evaluation. The skeleton does the rest, once for every 
   resumed run whose outputs this user may not write stops before its first step (`runtime.check_writable`).
   The workdir may be a bucket (`etils.epath`);
 - a folder that describes itself: at the first start `run.json` (the whole config, command line, code commit,
-  library versions, host) and the task's own files (`write_run_files`, e.g. an LM's vocab.txt); a resume
+  library versions, host) and the task's own files (`write_run_files`, e.g. an LM's vocab.txt, checked at each
+  resume); a resume
   with a config that differs outside the run-length and reporting keys stops with one line naming them
   (`runtime.check_resume`), and every resume is appended to run.json (and to each member's);
 - members (`wt_jax.members`; a task with `members` = K > 0): one stacked state, K models ("lanes") kept apart —
@@ -187,9 +188,9 @@ def _run(task: Task, config, workdir: epath.Path, lane_dirs: list[epath.Path], w
     for k, d in enumerate(lane_dirs if K else []):
       write_json(d / RUN_FILE, {**describe_run(task.member_config(k), run_versions),
                                 "member": _member_of(k, K, workdir)})
-    if hasattr(task, "write_run_files"):
-      for d in lane_dirs:
-        task.write_run_files(d)
+  if parallel.is_writer() and hasattr(task, "write_run_files"):  # (at a resume: checked, and a lost one rewritten)
+    for d in lane_dirs:
+      task.write_run_files(d, resumed=restored is not None)
   step, max_steps = int(np.max(jax.device_get(state["step"]))), task.max_steps
   wall_before = meta["wall_s"]
   # The epoch's running sums: `sums` on device since this process started the epoch (or resumed), `bases`
