@@ -1,9 +1,10 @@
 """What the GPU queue's records say of the code and the machine they come from.
 
-A copy of the checkout on another machine may carry a `.git` that is not its own, so the commit
-is stamped before the copy is made (`python -m experiments.gpu_queue --stamp=DIR`: `DIR/commit`, HEAD with "+dirty" if tracked code differs
-from it, and `DIR/source`, a digest of the code files). On the machine, `commit_of(DIR)` compares the digest
-with the copy's files and adds "+dirty" if they differ; `experiments/gpu_setup.sh` exports it as WT_JAX_COMMIT.
+A copy of the checkout on another machine may carry a `.git` that is not its own, so the commit is stamped
+before the copy is made (`python -m experiments.gpu_queue --stamp=DIR`: `DIR/commit`, HEAD with "+dirty" if
+tracked code differs from it, and `DIR/source`, a digest of the code files). On the machine, `commit_of(DIR)`
+compares the digest with the copy's files and adds "+dirty" if they differ; `experiments/gpu_setup.sh` exports
+it as WT_JAX_COMMIT.
 `environment()` names the device and the software (jax, jaxlib, CUDA, cuDNN, the driver) of a window's runs.
 """
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """experiments/gpu_queue.py (with gpu_jobs.py and gpu_provenance.py): the driver that fits a priority list of
-runs (any study's configs) into a GPU window. Its decisions (pure functions), its reading of what a job's folder already holds, its record of every
-rate check, the commit it names, and its whole path as a CPU dry run: probe, two jobs side by side, records,
-a second driver on the same folders, and experiments/gpu_window.sh as a lent machine runs it."""
+runs (any study's configs) into a GPU window. Its decisions (pure functions), its reading of what a job's
+folder already holds, its record of every rate check, the commit it names, and its whole path as a CPU dry
+run: probe, two jobs side by side, records, a second driver on the same folders, and experiments/gpu_window.sh
+as a lent machine runs it."""
 import json
 import os
 import re
