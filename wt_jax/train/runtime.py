@@ -257,6 +257,25 @@ def check_resume(run_file: epath.Path, config, step: int, saved_config: dict | N
   write_json(run_file, record)
 
 
+RUN_FILE = "run.json"  # the run's config, command, code and machine (`describe_run`), and its resumes
+
+
+def record_run(workdir: epath.Path, config, run_versions: dict, members: list, resumed_from: int | None,
+               saved_config: dict | None) -> None:
+  """The run's record, `<workdir>/run.json`, and each member's (`members`: [(its folder, its config)], empty
+  for a plain run): written at a first start (`resumed_from` None); at a resume from that step, checked
+  against the config (`check_resume`; `saved_config`: the checkpoint's) and the resume appended to it."""
+  member = lambda k: {"index": k, "of": len(members), "run": str(workdir)}  # a member's place in its run
+  if resumed_from is None:
+    write_json(workdir / RUN_FILE, describe_run(config, run_versions))
+    for k, (folder, member_config) in enumerate(members):
+      write_json(folder / RUN_FILE, {**describe_run(member_config, run_versions), "member": member(k)})
+    return
+  check_resume(workdir / RUN_FILE, config, resumed_from, saved_config)
+  for k, (folder, member_config) in enumerate(members):  # each member's record follows the run's
+    check_resume(folder / RUN_FILE, member_config, resumed_from, member_config.to_dict(), member(k))
+
+
 def is_local(path) -> bool:
   """Whether `path` is on this machine's filesystem (not gs://, s3://, ...)."""
   return "://" not in str(path)

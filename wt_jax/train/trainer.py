@@ -23,10 +23,10 @@ validation and its final evaluation. The skeleton does the rest, once for every 
   resumed run whose outputs this user may not write stops before its first step (`runtime.check_writable`).
   The workdir may be a bucket (`etils.epath`);
 - a folder that describes itself: at the first start `run.json` (the whole config, command line, code commit,
-  library versions, host) and the task's own files (`write_run_files`, e.g. an LM's vocab.txt, checked at each
-  resume); a resume
-  with a config that differs outside the run-length and reporting keys stops with one line naming them
-  (`runtime.check_resume`), and every resume is appended to run.json (and to each member's);
+  library versions, host; `runtime.record_run`) and the task's own files (`write_run_files`, e.g. an LM's
+  vocab.txt, checked at each resume); a resume with a config that differs outside the run-length and reporting
+  keys stops with one line naming them (`runtime.check_resume`), and every resume is appended to run.json (and
+  to each member's);
 - members (`wt_jax.members`; a task with `members` = K > 0): one stacked state, K models ("lanes") kept apart —
   each its history, sums, best epoch and folder `<workdir>/members/<k>/` (run.json, metrics, results.json, its
   final and best checkpoints), a member whose numbers turn non-finite frozen instead of the run stopped (it
@@ -56,11 +56,9 @@ from wt_jax.train import run_results
 from wt_jax.train.checkpoint import CheckpointMismatchError, CheckpointUnreadableError, Checkpoints
 from wt_jax.train.lock import WorkdirBusyError, workdir_lock
 from wt_jax.train.runtime import ConfigChangedError  # noqa: F401  (raised by `run`: part of its interface)
-from wt_jax.train.runtime import (check_resume, check_writable, deferred_signals, describe_run, is_local, versions,
-                                  write_json)
+from wt_jax.train.runtime import check_writable, deferred_signals, is_local, record_run, versions, write_json
 
 LOG_EVERY_S = 30.0  # a progress line at least this often, whatever log_every is
-RUN_FILE = "run.json"  # the run's config, command, code and machine (runtime.describe_run), and its resumes
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -72,8 +70,9 @@ class Interrupted(KeyboardInterrupt):
 
 
 # What stops a run for a reason its user acts on: bad input (no corpus, a value refused, a resume under another
-# config, a checkpoint of another model or one this user may not read), a workdir in use, a diverged or an interrupted run (`last` saved: the same
-# command resumes). The entry points print the message as one line and exit 1, with no traceback.
+# config, a checkpoint of another model or one this user may not read), a workdir in use, a diverged or an
+# interrupted run (`last` saved: the same command resumes). The entry points print the message as one line and
+# exit 1, with no traceback.
 STOPS = (Interrupted, NonFiniteLossError, ConfigChangedError, WorkdirBusyError, CheckpointMismatchError,
          CheckpointUnreadableError, paths.DataUnavailableError, InputError)
 
@@ -157,11 +156,6 @@ def _lane_meta(members: int) -> dict:
   return {**lane, "diverged": None} if members else lane
 
 
-def _member_of(k: int, K: int, workdir: epath.Path) -> dict:
-  """A member's place in its run, as its run.json says it."""
-  return {"index": k, "of": K, "run": str(workdir)}
-
-
 def _run(task: Task, config, workdir: epath.Path, lane_dirs: list[epath.Path], writers: list) -> dict:
   t_start = time.time()
   run_versions = versions()  # taken now: the code this process runs, even if the checkout changes later
@@ -178,18 +172,10 @@ def _run(task: Task, config, workdir: epath.Path, lane_dirs: list[epath.Path], w
   if restored is not None:
     state, meta, kind, resumed_from = restored
     logging.info("Resumed from %s at step %d (epoch %d).", ckpts.directory / kind, resumed_from, meta["epoch"])
-    if parallel.is_writer():
-      check_resume(workdir / RUN_FILE, config, resumed_from, meta.get("config"))
-      for k, d in enumerate(lane_dirs if K else []):  # each member's record follows the run's
-        member_config = task.member_config(k)
-        check_resume(d / RUN_FILE, member_config, resumed_from, member_config.to_dict(), _member_of(k, K, workdir))
-  elif parallel.is_writer():  # a first start: the folder (and each member's) describes itself
-    write_json(workdir / RUN_FILE, describe_run(config, run_versions))
-    for k, d in enumerate(lane_dirs if K else []):
-      write_json(d / RUN_FILE, {**describe_run(task.member_config(k), run_versions),
-                                "member": _member_of(k, K, workdir)})
-  if parallel.is_writer() and hasattr(task, "write_run_files"):  # (at a resume: checked, and a lost one rewritten)
-    for d in lane_dirs:
+  if parallel.is_writer():  # the folder (and each member's) describes itself; a resume is checked against it
+    members = [(d, task.member_config(k)) for k, d in enumerate(lane_dirs if K else [])]
+    record_run(workdir, config, run_versions, members, resumed_from, meta.get("config"))
+    for d in lane_dirs if hasattr(task, "write_run_files") else []:  # (at a resume: checked; a lost one rewritten)
       task.write_run_files(d, resumed=restored is not None)
   step, max_steps = int(np.max(jax.device_get(state["step"]))), task.max_steps
   wall_before = meta["wall_s"]
