@@ -18,22 +18,42 @@ _REFUSALS = {errno.EACCES: "check the owner and mode of it and of the folders ab
              errno.EDQUOT: "free some space or use another folder"}
 
 
-def run_main(main) -> None:
+def run_main(main, stops: tuple = ()) -> None:
   """`absl.app.run(main)`, with what `main` or the flags refuse ended as one line (`one_line`,
-  `parse_flags`) instead of a traceback or the module's whole usage text (which `--help` prints)."""
-  app.run(one_line(main), flags_parser=parse_flags)
+  `parse_flags`) instead of a traceback or the module's whole usage text (which `--help` prints). A training
+  tool passes the trainer's `STOPS` as `stops`: the errors whose message says all (see `one_line`)."""
+  app.run(one_line(main, stops), flags_parser=parse_flags)
 
 
-def one_line(main):
+def start(argv, workdir, config) -> None:
+  """What a training tool does before it reads its corpus: refuse stray arguments and a `--workdir` that cannot
+  be made; ask XLA:GPU for deterministic kernels if `config.deterministic` (before JAX starts its backends,
+  which read XLA_FLAGS once); join a multi-host run where WT_JAX_COORDINATOR / WT_JAX_DISTRIBUTED ask for one;
+  quieten the libraries' logs."""
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  check_folder(workdir, "--workdir")
+  from wt_jax import parallel  # (imported here: this package's light tools, report and the GPU queue, load no JAX)
+  from wt_jax.train import metrics, runtime
+  runtime.apply_determinism(config)
+  parallel.initialize_distributed()
+  metrics.quiet_library_logs()
+
+
+def one_line(main, stops: tuple = ()):
   """`main`, except that a `UsageError` it raises (a bad value found once the flags are read: an unknown
   dataset, a malformed job) ends the process with its message as one line on stderr and exit status 1; so
-  does a value or file the library refuses (`wt_jax.errors.InputError`), a `--config` file that would not load
-  (its reason), an OSError of `_REFUSALS` (a permission, a read-only or full disk), with the path and what to
-  check, and a file where a folder is needed or a folder where a file is."""
+  does a value or file the library refuses (`wt_jax.errors.InputError`), an error of `stops` (for a training
+  tool, the trainer's: a missing corpus, a busy workdir, divergence, SIGINT/SIGTERM, which leave a resumable
+  checkpoint), a `--config` file that would not load (its reason), an OSError of `_REFUSALS` (a permission, a
+  read-only or full disk), with the path and what to check, and a file where a folder is needed or a folder
+  where a file is."""
   def main_one_line(argv):
     try:
       return main(argv)
     except (app.UsageError, InputError) as e:
+      sys.exit(str(e))
+    except stops as e:  # (before OSError: an unreadable checkpoint is a PermissionError with its own message)
       sys.exit(str(e))
     except OSError as e:
       if e.errno is None and str(e).startswith("Configuration is not available"):  # a --config file that

@@ -276,7 +276,7 @@ def to_markdown(tables: dict) -> str:
     corpus = lm_corpus_of(t)
     paper = PAPER_TABLE3.get(corpus)
     name = (f"Press & Wolf Table 3, the small LM on {CORPUS_NAMES.get(corpus, corpus)}" if paper
-            else f"none; Press & Wolf Table 3 has PTB and text8 columns only")
+            else "none; Press & Wolf Table 3 has PTB and text8 columns only")
     out += [f"### Table 3: LM ({t['source']})", ""] + _similarity_table(t, paper, name)
     out += ["", f"Paper's finding: {FINDINGS['lm']}", ""] + _table3_reading(t, paper) + [""]
   if "table4" in tables:

@@ -9,16 +9,12 @@ wikitext2_half1 | wikitext2_half2, the halves of WikiText-2's training text, wt_
 Writes <workdir>/results.json, metrics.jsonl, curves.png and checkpoints/ (resumes from them if present).
 --config.deterministic=true asks XLA:GPU for deterministic kernels (the same bits run to run on one card).
 """
-import sys
-
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from experiments import check_folder, run_main
-from wt_jax import parallel
+from experiments import run_main, start
 from wt_jax.data import lm_corpora
-from wt_jax.train import lm, runtime, trainer
-from wt_jax.train import metrics
+from wt_jax.train import lm, trainer
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file in configs/.",
                                           lock_config=True)
@@ -27,21 +23,13 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-  check_folder(_WORKDIR.value, "--workdir")
   config = _CONFIG.value
-  runtime.apply_determinism(config)  # (XLA_FLAGS: before anything starts JAX's backends)
-  parallel.initialize_distributed()  # only if WT_JAX_COORDINATOR / WT_JAX_DISTRIBUTED ask for it
-  metrics.quiet_library_logs()
+  start(argv, _WORKDIR.value, config)
   if config.dataset not in lm_corpora.CORPORA:
     raise app.UsageError(f"Unknown dataset {config.dataset!r}; known: {', '.join(lm_corpora.CORPORA)}.")
   logging.info("Config:\n%s", config)
-  try:
-    lm.fit(config, lm_corpora.load_corpus(config), _WORKDIR.value)
-  except trainer.STOPS as e:  # bad input, a busy workdir, divergence, SIGINT/SIGTERM (resumable): one line
-    sys.exit(str(e))
+  lm.fit(config, lm_corpora.load_corpus(config), _WORKDIR.value)
 
 
 if __name__ == "__main__":
-  run_main(main)
+  run_main(main, stops=trainer.STOPS)

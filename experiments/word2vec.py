@@ -5,15 +5,12 @@
 
 Writes <workdir>/results.json, metrics.jsonl, vocab.txt and checkpoints/ (resumes at epoch ends).
 """
-import sys
-
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from experiments import check_folder, run_main
-from wt_jax import parallel
+from experiments import run_main, start
 from wt_jax.data import ptb, text8, wikitext2
-from wt_jax.train import metrics, skipgram, trainer
+from wt_jax.train import skipgram, trainer
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file in configs/.",
                                           lock_config=True)
@@ -28,20 +25,13 @@ DATASETS = {  # config.dataset → word2vec's sentences
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-  check_folder(_WORKDIR.value, "--workdir")
   config = _CONFIG.value
-  parallel.initialize_distributed()
-  metrics.quiet_library_logs()
+  start(argv, _WORKDIR.value, config)
   if config.dataset not in DATASETS:
     raise app.UsageError(f"Unknown dataset {config.dataset!r}; known: {', '.join(DATASETS)}.")
   logging.info("Config:\n%s", config)
-  try:
-    skipgram.fit_skipgram(config, DATASETS[config.dataset](config), _WORKDIR.value)
-  except trainer.STOPS as e:  # bad input, a busy workdir, divergence, SIGINT/SIGTERM (resumable): one line
-    sys.exit(str(e))
+  skipgram.fit_skipgram(config, DATASETS[config.dataset](config), _WORKDIR.value)
 
 
 if __name__ == "__main__":
-  run_main(main)
+  run_main(main, stops=trainer.STOPS)

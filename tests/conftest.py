@@ -13,6 +13,8 @@ import http.server
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -117,13 +119,26 @@ def unused_port() -> int:
   return port
 
 
+def entry_args(**overrides) -> list[str]:
+  """Flags of `python -m experiments.ptb` for a few-second run on `tiny_corpus` (small_tied.py at hidden 8,
+  batch 4, window 5), then `--config.<key>=<value>` for each of `overrides`, in their order."""
+  tiny = dict(vocab_size=31, hidden_size=8, batch_size=4, bptt=5, test_window=64, plot=False)
+  return ["--config=configs/small_tied.py", *(f"--config.{k}={str(v).lower() if isinstance(v, bool) else v}"
+                                              for k, v in {**tiny, **overrides}.items())]
+
+
 def run_entry(args, data_root):
   """`python -m experiments.ptb *args` on the CPU with WT_JAX_DATA=`data_root` → the finished process."""
-  import subprocess
-  import sys
   env = dict(os.environ, WT_JAX_DATA=str(data_root), JAX_PLATFORMS="cpu")
   return subprocess.run([sys.executable, "-m", "experiments.ptb", *args], cwd=REPO, env=env,
                         capture_output=True, text=True, timeout=300)
+
+
+def start_entry(args, data_root, stderr=subprocess.DEVNULL) -> subprocess.Popen:
+  """`python -m experiments.ptb *args` as `run_entry` runs it, started and not waited for (to be signalled)."""
+  env = dict(os.environ, WT_JAX_DATA=str(data_root), JAX_PLATFORMS="cpu")
+  return subprocess.Popen([sys.executable, "-m", "experiments.ptb", *args], cwd=REPO, env=env,
+                          stdout=subprocess.DEVNULL, stderr=stderr, text=True)
 
 
 def tiny_config(**overrides):

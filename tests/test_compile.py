@@ -13,7 +13,6 @@ import sys
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import pytest
 
 from configs import nmt_multi30k, rhn_tied

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, run_entry, tiny_config, write_corpus
+from tests.conftest import REPO, entry_args, run_entry, start_entry, tiny_config, write_corpus
 from wt_jax.data import ptb
 from wt_jax.errors import InputError
 from wt_jax.train import evaluate, lm, trainer
@@ -394,12 +394,8 @@ def test_a_run_killed_with_sigkill_resumes_at_once_with_the_same_command(tiny_co
   for a while), run the same command again: it starts, resumes and finishes."""
   import signal
   _, root = tiny_corpus
-  args = ["--config=configs/small_tied.py", "--config.vocab_size=31", "--config.hidden_size=8",
-          "--config.batch_size=4", "--config.bptt=5", "--config.num_epochs=3", "--config.checkpoint_every_steps=20",
-          "--config.log_every=10", "--config.test_window=64", "--config.plot=false", f"--workdir={tmp_path}"]
-  env = dict(os.environ, WT_JAX_DATA=str(root), JAX_PLATFORMS="cpu")
-  proc = subprocess.Popen([sys.executable, "-m", "experiments.ptb", *args], cwd=REPO, env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  args = [*entry_args(num_epochs=3, checkpoint_every_steps=20, log_every=10), f"--workdir={tmp_path}"]
+  proc = start_entry(args, root)
   try:
     t_end = time.time() + 120
     while time.time() < t_end and proc.poll() is None and not (tmp_path / "metrics.jsonl").exists():

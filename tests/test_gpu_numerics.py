@@ -12,7 +12,6 @@ test compares the step's update Δθ = θ' − θ (what the step computed), not 
   tensorfloat32  loss 3e-3, update 3e-2
 """
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import Mesh

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, run_entry, tiny_config, write_corpus
+from tests.conftest import REPO, entry_args, run_entry, start_entry, tiny_config, write_corpus
 from wt_jax import losses, models, tying
 from wt_jax.data import ptb
 from wt_jax.errors import InputError
@@ -374,16 +374,11 @@ def test_killed_entry_point_resumes_to_the_same_numbers(tiny_corpus, tmp_path):
   import signal
   import time
   _, root = tiny_corpus
-  args = ["--config=configs/small_tied.py", "--config.vocab_size=31", "--config.hidden_size=8",
-          "--config.batch_size=4", "--config.bptt=5", "--config.num_epochs=5", "--config.decay_after_epoch=3",
-          "--config.checkpoint_every_steps=50", "--config.log_every=50", "--config.test_window=64",
-          "--config.dropout=0.2", "--config.plot=false"]
+  args = entry_args(num_epochs=5, decay_after_epoch=3, checkpoint_every_steps=50, log_every=50, dropout=0.2)
   full = run_entry([*args, f"--workdir={tmp_path / 'full'}"], root)
   assert full.returncode == 0, full.stderr[-3000:]
 
-  env = dict(os.environ, WT_JAX_DATA=str(root), JAX_PLATFORMS="cpu")
-  proc = subprocess.Popen([sys.executable, "-m", "experiments.ptb", *args, f"--workdir={tmp_path / 'killed'}"],
-                          cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  proc = start_entry([*args, f"--workdir={tmp_path / 'killed'}"], root)
   last = tmp_path / "killed" / "checkpoints" / "last"
   deadline = time.time() + 120
   while time.time() < deadline and proc.poll() is None:
@@ -409,12 +404,8 @@ def test_a_signal_saves_a_checkpoint_and_the_run_resumes(tiny_corpus, tmp_path, 
   import signal
   import time
   _, root = tiny_corpus
-  args = ["--config=configs/small_tied.py", "--config.vocab_size=31", "--config.hidden_size=8",
-          "--config.batch_size=4", "--config.bptt=5", "--config.num_epochs=40", "--config.checkpoint_every_steps=0",
-          "--config.log_every=10", "--config.test_window=64", "--config.plot=false", f"--workdir={tmp_path}"]
-  env = dict(os.environ, WT_JAX_DATA=str(root), JAX_PLATFORMS="cpu")
-  proc = subprocess.Popen([sys.executable, "-m", "experiments.ptb", *args], cwd=REPO, env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  args = [*entry_args(num_epochs=40, checkpoint_every_steps=0, log_every=10), f"--workdir={tmp_path}"]
+  proc = start_entry(args, root, stderr=subprocess.PIPE)
   deadline = time.time() + 120
   while time.time() < deadline and proc.poll() is None and not (tmp_path / "metrics.jsonl").exists():
     time.sleep(0.02)
