@@ -218,12 +218,7 @@ class Checkpoints:
 
   def restore(self, kind: str, target: Any, step: int | None = None) -> tuple[Any, dict]:
     """Restore (state, meta) into the structure of `target`; raises CheckpointMismatchError if trees differ."""
-    mngr = self._managers[kind]
-    step = mngr.latest_step() if step is None else step
-    if step is None:
-      raise FileNotFoundError(f"No {kind!r} checkpoint in {self.directory}.")
-    with self._permission_named(kind, step):
-      saved = mngr.item_metadata(step)["state"]
+    mngr, step, saved = self._saved_metadata(kind, step)
     saved_params, want_params = _shapes(saved["params"]), _shapes(target["params"])
     if saved_params != want_params:
       only_saved = sorted(set(saved_params) - set(want_params))
@@ -245,6 +240,16 @@ class Checkpoints:
       restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
                                                             meta=ocp.args.JsonRestore()))
     return restored["state"], restored["meta"]
+
+  def _saved_metadata(self, kind: str, step: int | None) -> tuple[ocp.CheckpointManager, int, Any]:
+    """(`kind`'s manager, `step` or the latest, the saved state's tree of array metadata) for a restore;
+    FileNotFoundError if `kind` has no step."""
+    mngr = self._managers[kind]
+    step = mngr.latest_step() if step is None else step
+    if step is None:
+      raise FileNotFoundError(f"No {kind!r} checkpoint in {self.directory}.")
+    with self._permission_named(kind, step):
+      return mngr, step, mngr.item_metadata(step)["state"]
 
   @contextlib.contextmanager
   def _permission_named(self, kind: str, step: int):
@@ -303,13 +308,9 @@ class Checkpoints:
   def restore_saved(self, kind: str = "last", step: int | None = None) -> tuple[Any, dict]:
     """(state, meta) exactly as saved, as host arrays, without a target tree: for analyses that only read
     the parameters of a finished run (`experiments.embeddings`)."""
-    mngr = self._managers[kind]
-    step = mngr.latest_step() if step is None else step
-    if step is None:
-      raise FileNotFoundError(f"No {kind!r} checkpoint in {self.directory}.")
+    mngr, step, saved = self._saved_metadata(kind, step)
+    abstract = jax.tree_util.tree_map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), saved)
     with self._permission_named(kind, step):
-      saved = mngr.item_metadata(step)["state"]
-      abstract = jax.tree_util.tree_map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), saved)
       restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
                                                             meta=ocp.args.JsonRestore()))
     return jax.device_get(restored["state"]), restored["meta"]
