@@ -1,6 +1,7 @@
 """Runnable entry points: `python -m experiments.<name> --config=configs/<file>.py`."""
 import errno
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -29,7 +30,9 @@ def start(argv, workdir, config) -> None:
   """What a training tool does before it reads its corpus: refuse stray arguments and a `--workdir` that cannot
   be made; ask XLA:GPU for deterministic kernels if `config.deterministic` (before JAX starts its backends,
   which read XLA_FLAGS once); join a multi-host run where WT_JAX_COORDINATOR / WT_JAX_DISTRIBUTED ask for one;
-  quieten the libraries' logs."""
+  quieten the libraries' logs. From here on SIGINT and SIGTERM end the tool with one line (`stop_at_once`)."""
+  for signum in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(signum, stop_at_once)
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   check_folder(workdir, "--workdir")
@@ -40,18 +43,32 @@ def start(argv, workdir, config) -> None:
   metrics.quiet_library_logs()
 
 
+class Stopped(KeyboardInterrupt):
+  """SIGINT or SIGTERM while a training tool is not in its training steps (`stop_at_once`)."""
+
+
+def stop_at_once(signum, frame):
+  """A training tool's SIGINT/SIGTERM handler outside its training loop (`start` sets it; inside the loop
+  `runtime.deferred_signals` lets the step end and saves `last` first, then puts this one back): stop at once,
+  as one line (`one_line`). Nothing is being trained then: the tool is setting up (reading the corpus,
+  restoring, compiling), scoring after the last step, or saving `last` when a second signal comes (a save cut
+  short stays an unfinished `<step>.orbax-checkpoint-tmp`, which is never restored: `checkpoint.Checkpoints`)."""
+  raise Stopped(f"Stopped by {signal.Signals(signum).name} outside the training steps (setting up, testing, or a "
+                "second signal); the checkpoints saved before are kept. Re-run the same command to resume.")
+
+
 def one_line(main, stops: tuple = ()):
   """`main`, except that a `UsageError` it raises (a bad value found once the flags are read: an unknown
   dataset, a malformed job) ends the process with its message as one line on stderr and exit status 1; so
-  does a value or file the library refuses (`wt_jax.errors.InputError`), an error of `stops` (for a training
-  tool, the trainer's: a missing corpus, a busy workdir, divergence, SIGINT/SIGTERM, which leave a resumable
-  checkpoint), a `--config` file that would not load (its reason), an OSError of `_REFUSALS` (a permission, a
-  read-only or full disk), with the path and what to check, and a file where a folder is needed or a folder
-  where a file is."""
+  does a value or file the library refuses (`wt_jax.errors.InputError`), a signal outside the training steps
+  (`Stopped`), an error of `stops` (for a training tool, the trainer's: a missing corpus, a busy workdir,
+  divergence, SIGINT/SIGTERM, which leave a resumable checkpoint), a `--config` file that would not load (its
+  reason), an OSError of `_REFUSALS` (a permission, a read-only or full disk), with the path and what to check,
+  and a file where a folder is needed or a folder where a file is."""
   def main_one_line(argv):
     try:
       return main(argv)
-    except (app.UsageError, InputError) as e:
+    except (app.UsageError, InputError, Stopped) as e:
       sys.exit(str(e))
     except stops as e:  # (before OSError: an unreadable checkpoint is a PermissionError with its own message)
       sys.exit(str(e))

@@ -411,6 +411,68 @@ def test_a_run_killed_with_sigkill_resumes_at_once_with_the_same_command(tiny_co
   assert res["steps"] == 3 * res["steps_per_epoch"]
 
 
+_HOLD_SILENTLY = ("import fcntl, os, sys, time\nfd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
+                  "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(60)\n")
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_a_signal_while_a_run_sets_up_is_one_line(tiny_corpus, tmp_path, signame):
+  """SIGINT or SIGTERM before the training loop (where no step waits to be saved) ends the tool at once with
+  one line and exit status 1 (`experiments.stop_at_once`), not a traceback or death by the signal. The run is
+  held in set-up: its lock is taken by a process that has not yet written who it is, which a run waits for
+  (`lock.LOCK_WAIT_S`) before its loop; the signal is sent once the tool has logged its config."""
+  import signal
+  _, root = tiny_corpus
+  holder = subprocess.Popen([sys.executable, "-c", _HOLD_SILENTLY, str(tmp_path / "run.lock")],
+                            stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == "held"
+    proc = start_entry([*entry_args(num_epochs=2), f"--workdir={tmp_path}"], root, stderr=subprocess.PIPE)
+    seen = []
+    for line in proc.stderr:
+      seen.append(line)
+      if "Config:" in line:
+        break
+    proc.send_signal(getattr(signal, signame))
+    _, rest = proc.communicate(timeout=60)
+  finally:
+    holder.kill()
+    holder.wait()
+  err = "".join(seen) + rest
+  assert proc.returncode == 1, err[-3000:]
+  assert err.splitlines()[-1].startswith(f"Stopped by {signame} outside the training steps"), err[-3000:]
+  assert "Traceback" not in err and not (tmp_path / "checkpoints").exists(), err[-3000:]
+
+
+def test_a_second_signal_in_the_training_loop_stops_at_once_with_one_line():
+  """Inside the loop the first signal is a flag (`runtime.deferred_signals`: the step ends and `last` is
+  saved); a second one, while that save runs, meets the handler `experiments.start` set, put back by the
+  first: one line, exit status 1."""
+  import signal
+  import experiments
+  from wt_jax.train import runtime
+  before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+  reached = []
+
+  def main(argv):
+    with runtime.deferred_signals() as interrupted:
+      os.kill(os.getpid(), signal.SIGTERM)
+      reached.append(interrupted.is_set())
+      os.kill(os.getpid(), signal.SIGTERM)
+      reached.append("not stopped")
+  try:
+    for s in before:
+      signal.signal(s, experiments.stop_at_once)
+    with pytest.raises(SystemExit) as ended:
+      experiments.one_line(main)(["entry"])
+    assert signal.getsignal(signal.SIGTERM) is experiments.stop_at_once
+  finally:
+    for s, handler in before.items():
+      signal.signal(s, handler)
+  assert reached == [True]
+  assert ended.value.code.startswith("Stopped by SIGTERM outside the training steps")
+
+
 # --- damaged records, a full disk ---------------------------------------------------------------
 
 @pytest.mark.parametrize("damage", ['{"config": {"learning_', '["not", "a", "record"]'])
