@@ -144,6 +144,6 @@ def get_config():
   c.profile_steps = 0         # >0: trace this many steps (after the first) into <workdir>/profile
   c.plot = True
   c.deterministic = False     # ours: XLA:GPU's deterministic kernels (XLA_FLAGS --xla_gpu_deterministic_ops=true,
-  #                             set by experiments.ptb before JAX starts: wt_jax/train/runtime.py); recorded in
+  #                             set by experiments.ptb before JAX starts: experiments.apply_determinism); recorded in
   #                             run.json and results.json (`host.xla_flags`). The CPU is deterministic already
   return c.lock()  # every key is declared above: a misspelt or undeclared key is an error, not a new key

@@ -6,7 +6,8 @@ import sys
 import traceback
 from pathlib import Path
 
-from absl import app
+import ml_collections
+from absl import app, flags
 
 from wt_jax.errors import InputError
 
@@ -37,10 +38,26 @@ def start(argv, workdir, config) -> None:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   check_folder(workdir, "--workdir")
   from wt_jax import parallel  # (imported here: this package's light tools, report and the GPU queue, load no JAX)
-  from wt_jax.train import metrics, runtime
-  runtime.apply_determinism(config)
+  from wt_jax.train import metrics
+  apply_determinism(config)
   parallel.initialize_distributed()
   metrics.quiet_library_logs()
+
+
+def apply_determinism(config) -> None:
+  """With `config.deterministic`, ask XLA:GPU for deterministic kernels (XLA_FLAGS, `record.DETERMINISTIC_FLAG`)
+  before JAX starts its backends, which read XLA_FLAGS once; the flags end up in run.json and results.json. Raises
+  with one line if the backends have started without it. Without `config.deterministic`, nothing changes."""
+  from wt_jax import workarounds
+  from wt_jax.train import record
+  flags = os.environ.get("XLA_FLAGS", "")
+  if not config.get("deterministic", False) or record.determinism_in(flags):
+    return
+  if workarounds.backends_started():
+    raise RuntimeError(f"config.deterministic needs XLA_FLAGS={record.DETERMINISTIC_FLAG}=true before JAX starts its "
+                       "backends; they have started: set it in the environment, or call "
+                       "experiments.apply_determinism(config) before the first JAX computation.")
+  os.environ["XLA_FLAGS"] = record.xla_flags_with_determinism(flags, True)
 
 
 class Stopped(KeyboardInterrupt):
@@ -49,7 +66,7 @@ class Stopped(KeyboardInterrupt):
 
 def stop_at_once(signum, frame):
   """A training tool's SIGINT/SIGTERM handler outside its training loop (`start` sets it; inside the loop
-  `runtime.deferred_signals` lets the step end and saves `last` first, then puts this one back): stop at once,
+  `wt_jax.train.signals.deferred` lets the step end and saves `last` first, then puts this one back): stop at once,
   as one line (`one_line`). Nothing is being trained then: the tool is setting up (reading the corpus,
   restoring, compiling), scoring after the last step, or saving `last` when a second signal comes (a save cut
   short stays an unfinished `<step>.orbax-checkpoint-tmp`, which is never restored: `checkpoint.Checkpoints`)."""
@@ -63,8 +80,8 @@ def one_line(main, stops: tuple = ()):
   does a value or file the library refuses (`wt_jax.errors.InputError`), a signal outside the training steps
   (`Stopped`), an error of `stops` (for a training tool, the trainer's: a missing corpus, a busy workdir,
   divergence, SIGINT/SIGTERM, which leave a resumable checkpoint), a `--config` file that would not load (its
-  reason), an OSError of `_REFUSALS` (a permission, a read-only or full disk), with the path and what to check,
-  and a file where a folder is needed or a folder where a file is."""
+  reason, `parse_flags`), an OSError of `_REFUSALS` (a permission, a read-only or full disk), with the path and
+  what to check, and a file where a folder is needed or a folder where a file is."""
   def main_one_line(argv):
     try:
       return main(argv)
@@ -73,8 +90,6 @@ def one_line(main, stops: tuple = ()):
     except stops as e:  # (before OSError: an unreadable checkpoint is a PermissionError with its own message)
       sys.exit(str(e))
     except OSError as e:
-      if e.errno is None and str(e).startswith("Configuration is not available"):  # a --config file that
-        sys.exit(f"--config: {str(e).strip().splitlines()[-1].strip()}")  # would not load (its last line: why)
       if _file_for_a_folder(e):
         sys.exit(f"{e.strerror}: {str(e.filename)!r} is a file (or under one) where a folder is needed; move it "
                  "or give another folder.")
@@ -110,13 +125,14 @@ def check_folder(path, flag: str) -> None:
 
 
 def parse_flags(argv):
-  """absl's parser, except that an override of a key the config lacks (`--config.hiden_size=8`: raised by
-  ml_collections as an AttributeError, not a flags error) is one line, its "did you mean" kept. Only an error
-  raised where ml_collections resolves an override's path (`config_flags/config_path.py`) is taken for one:
-  the same error from inside a config file's `get_config` (also run while the flags are parsed) is a bug in
-  that file and keeps its traceback."""
+  """absl's parser, with two mistakes in `--config` ended as one line: a config file that would not load (its
+  reason: ml_collections defers that error to the config's first use, as an OSError from a stand-in object that is
+  not a ConfigDict), and an override of a key the config lacks (`--config.hiden_size=8`: an AttributeError or
+  KeyError, its "did you mean" kept). Only an error raised where ml_collections resolves an override's path
+  (`config_flags/config_path.py`) is taken for one: the same error from inside a config file's `get_config` is a
+  bug in that file and keeps its traceback."""
   try:
-    return app.parse_flags_with_usage(argv)
+    parsed = app.parse_flags_with_usage(argv)
   except (AttributeError, KeyError) as e:
     where = [Path(frame.filename).parts[-2:] for frame in traceback.extract_tb(e.__traceback__)]
     if ("config_flags", "config_path.py") not in where:
@@ -125,3 +141,10 @@ def parse_flags(argv):
     while isinstance(why, BaseException) and why.args:  # (the AttributeError wraps the KeyError that says it)
       why = why.args[0]
     sys.exit(f"--config: no such key {str(why).strip()}".replace("\n", "; "))
+  config = flags.FLAGS["config"].value if "config" in flags.FLAGS else None
+  if config is not None and not isinstance(config, ml_collections.ConfigDict):
+    try:
+      config.name
+    except OSError as e:
+      sys.exit(f"--config: {str(e).strip().splitlines()[-1].strip()}")
+  return parsed

@@ -61,7 +61,7 @@ from ml_collections import config_flags
 from experiments import run_main
 from wt_jax import losses, members, models, precision, softmax, tying
 from wt_jax.data import batching, lm_corpora, paths, ptb, translation, vocab
-from wt_jax.train import evaluate, lm, nmt, optim, runtime, skipgram, trainer
+from wt_jax.train import evaluate, lm, nmt, optim, record, skipgram, trainer
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
 _STEPS = flags.DEFINE_integer("steps", 200, "Timed train steps per repeat.")
@@ -383,8 +383,8 @@ def members_sweep(config, sweep: list[int]) -> None:
       "train_ms_per_step_median": {str(k): med[k] for k in sweep},
       "time_of_one": {str(k): round(med[k] / med[0], 3) for k in sweep},
       "ms_per_model_step": {str(k): round(med[k] / max(k, 1), 3) for k in sweep},
-      "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__, "host": runtime.host(),
-      "wt_jax_commit": runtime.code_revision(), "runs": {str(k): v for k, v in runs.items()}}))
+      "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__, "host": record.host(),
+      "wt_jax_commit": record.code_revision(), "runs": {str(k): v for k, v in runs.items()}}))
 
 
 def members_task(config, train_stream, valid_stream):

@@ -198,11 +198,11 @@ def combine(configs: list) -> str:
   members cannot vary (a shape, the model, the corpus, the schedule's length …): they cannot share a program."""
   if not configs:
     raise ValueError("combine: no configs.")
-  from wt_jax.train import runtime  # (here: the trainer's modules import this one)
+  from wt_jax.train import record  # (here: the trainer's modules import this one)
   for c in configs:
     if c.members or c.member_values:
       raise ValueError(f"combine: {c.name} trains members itself; list its members' configs instead.")
-  changes = [runtime.config_changes(configs[0].to_dict(), c.to_dict()) for c in configs]
+  changes = [record.config_changes(configs[0].to_dict(), c.to_dict()) for c in configs]
   for c, changed in zip(configs, changes):
     bad = [k for k in changed if k not in MEMBER_KEYS]
     if bad:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from experiments.reports.pages import _report_dir, _write
 from experiments.reports.records import CURVE, read_results, seeds_cell
-from wt_jax.train import metrics
+from wt_jax import files
 
 @dataclasses.dataclass(frozen=True)
 class NmtRow:
@@ -55,7 +55,7 @@ def load_nmt_runs(report_dir: Path) -> dict[tuple[str, str], list[dict]]:
   for path in sorted(report_dir.glob("*/results.json")):
     r = read_results(path, ("config", "tgt_lang", "tying"))  # (an LM run has neither)
     r["_dir"] = path.parent.name
-    r["_bleu_curve"] = [(rec["epoch"], rec["valid_bleu_greedy"]) for rec in metrics.read(path.parent / CURVE)]
+    r["_bleu_curve"] = [(rec["epoch"], rec["valid_bleu_greedy"]) for rec in files.read_jsonl(path.parent / CURVE)[0]]
     runs.setdefault((r["tgt_lang"], r["tying"]), []).append(r)
   for rs in runs.values():
     rs.sort(key=lambda r: r.get("seed", 0))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from absl import logging
 
-from wt_jax.train import metrics
+from wt_jax import files
 
 CURVE = "curve.jsonl"  # a run's per-epoch records (the 'epoch' lines of its metrics.jsonl)
 
@@ -22,7 +22,7 @@ class ReportError(ValueError):
 def epoch_records(metrics_path) -> list[dict]:
   """The 'epoch' records of a metrics.jsonl, one per epoch (a resumed run may repeat one: the last wins)."""
   epochs = {}
-  for rec in metrics.read(metrics_path):
+  for rec in files.read_jsonl(metrics_path)[0]:
     if rec.get("kind") == "epoch":
       epochs[rec["epoch"]] = rec
   return [epochs[e] for e in sorted(epochs)]
@@ -78,7 +78,7 @@ def import_runs(runs_dir: Path, dest: Path) -> list[str]:
   """Copy the small outputs of every finished run in `runs_dir` (`finished_runs`) into `dest`; returns the
   run names. Every run is read first, and nothing is copied unless each has a results.json that is a run's
   (`read_results`) and at least one epoch record (in metrics.jsonl, or curve.jsonl for a record collected by
-  experiments.gpu_queue): a damaged record raises `ReportError` and never replaces one already in `dest`."""
+  experiments.gpu.run_queue): a damaged record raises `ReportError` and never replaces one already in `dest`."""
   staged = []
   for name, run in finished_runs(runs_dir):
     read_results(run / "results.json")
@@ -113,7 +113,7 @@ def load_runs(report_dir: Path, dataset: str | None = "ptb", check=None) -> dict
     if check is not None:
       check(path, r)
     r["_dir"] = path.parent.name
-    r["_valid_curve"] = [(rec["epoch"], rec["valid_ppl"]) for rec in metrics.read(path.parent / CURVE)]
+    r["_valid_curve"] = [(rec["epoch"], rec["valid_ppl"]) for rec in files.read_jsonl(path.parent / CURVE)[0]]
     by_config.setdefault(r["config"], []).append(r)
   for runs in by_config.values():
     runs.sort(key=lambda r: r["seed"])

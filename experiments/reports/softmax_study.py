@@ -12,7 +12,7 @@ from pathlib import Path
 from experiments.reports.pages import _report_dir, _write
 from experiments.reports.records import CURVE, ReportError, json_record, load_runs, read_results, seeds_cell
 from wt_jax import softmax
-from wt_jax.train import metrics
+from wt_jax import files
 
 SOFTMAX_KINDS = (("full", "full softmax"), ("sampled", "sampled softmax"), ("nce", "NCE"),
                  ("class", "class-factored softmax"))
@@ -119,7 +119,7 @@ def load_softmax_runs(report_dir: Path, out_root: Path, study: SoftmaxStudy = SO
       raise ReportError(f"{path} is a run on {r.get('dataset', 'ptb')!r}, but this study is on {study.dataset!r}.")
     if "tying" not in r:
       raise ReportError(f"{path} names no 'tying': not a run of this study.")
-    r["_dir"], r["_curve"] = path.parent.name, list(metrics.read(path.parent / CURVE))
+    r["_dir"], r["_curve"] = path.parent.name, list(files.read_jsonl(path.parent / CURVE)[0])
     run_json = path.parent / "run.json"  # (runs imported with it: when it started, `softmax_provenance`)
     r["_run"] = json_record(run_json.read_text(), run_json) if run_json.exists() else {}
     kind = softmax_cell(r, study.vocab)[0]

@@ -26,11 +26,11 @@ from typing import Sequence
 import numpy as np
 from absl import logging
 
-from wt_jax import models, tying
+from wt_jax import files, models, tying
 from wt_jax.analysis import embeddings
 from wt_jax.data import batching
 from wt_jax.errors import InputError
-from wt_jax.train import lm, runtime, trainer
+from wt_jax.train import lm, trainer
 from wt_jax.train.checkpoint import Checkpoints
 
 
@@ -161,7 +161,7 @@ RESULT_KEYS = ("train_ppl", "valid_ppl", "steps")  # what a row takes from a poi
 
 def _record(path: Path, check) -> object | None:
   """The JSON in `path` if `check` accepts it; None if there is no such file; a file that cannot be read as
-  JSON or that `check` refuses is moved aside (`runtime.set_aside`: <name>.damaged), said in the log, and None."""
+  JSON or that `check` refuses is moved aside (`files.set_aside`: <name>.damaged), said in the log, and None."""
   if not path.exists():
     return None
   try:
@@ -171,7 +171,7 @@ def _record(path: Path, check) -> object | None:
     why = "not the record expected"
   except (OSError, ValueError) as e:  # (UnicodeDecodeError and JSONDecodeError are ValueErrors)
     why = f"{type(e).__name__}: {e}"
-  logging.warning("%s cannot be used (%s); moved aside to %s.", path, why, runtime.set_aside(path).name)
+  logging.warning("%s cannot be used (%s); moved aside to %s.", path, why, files.set_aside(path).name)
   return None
 
 

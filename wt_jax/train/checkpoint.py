@@ -7,12 +7,11 @@ checkpoint into an untied model, or the reverse) raises `CheckpointMismatchError
 parameters. The two newest `last` steps are kept: when the newest cannot be read (a machine lost mid-write, a
 damaged disk), `restore_intact` says so in one line, moves it aside (`<step>.unreadable`, never deleted) and
 falls back to the previous step, then to `best`; a `best` step newer than the one resumed from is moved aside
-too (`<step>.superseded`), since the run replays that step and saves it again. The reads orbax leaves behind
-when a step fails are silenced (`_abandoned_reads_silenced`), so that the damage is reported in that one line.
-A step this process may not read (a file or folder of another user's, without read permission) is not damage:
-`CheckpointUnreadableError` names the path and nothing is moved, so the run does not start over from an older
-step while its newest is intact. A save the full disk refuses is one line too (`Checkpoints.save`), with orbax's
-own reports of it shortened (`_DiskFullReportsShortened`) and its abandoned writes silenced.
+too (`<step>.superseded`), since the run replays that step and saves it again. A step this process may not read
+(a file or folder of another user's, without read permission) is not damage: `CheckpointUnreadableError` names the
+path and nothing is moved, so the run does not start over from an older step while its newest is intact. A save
+the full disk refuses is one line too (`Checkpoints.save`). orbax's own reports of both (abandoned reads and writes,
+writer tracebacks) are kept out of the user's way by `wt_jax.workarounds`.
 """
 from __future__ import annotations
 
@@ -20,9 +19,6 @@ import contextlib
 import errno
 import logging as std_logging
 import os
-import sys
-import threading
-import time
 from typing import Any
 
 import jax
@@ -30,52 +26,10 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
+from wt_jax import files, workarounds
+
 KEEP = {"last": 2, "best": 1}  # steps kept per kind: the previous `last` survives a damaged newest one
-
-
-def _loop_closed(error: BaseException) -> bool:
-  """A TensorStore read or write that completed after orbax's event loop closed."""
-  return isinstance(error, RuntimeError) and str(error) == "Event loop is closed"
-
-
-@contextlib.contextmanager
-def _unraisable_dropped(drop, stays):
-  """While the body runs, drop the unraisable exceptions `drop` accepts; every other one reaches the hook
-  installed before. If the body raises an error `stays` accepts, the filter stays (what it drops may be
-  reported at any later moment, whenever the garbage collector reaches it); otherwise that hook is put back."""
-  previous = sys.unraisablehook
-
-  def hook(unraisable):
-    if not drop(unraisable.exc_value):
-      previous(unraisable)
-
-  sys.unraisablehook = hook
-  failed = False
-  try:
-    yield
-  except Exception as e:
-    failed = stays(e)
-    raise
-  finally:
-    if not failed and sys.unraisablehook is hook:
-      sys.unraisablehook = previous
-
-
-def _abandoned_reads_silenced(step_dir):
-  """While orbax reads the step `step_dir`, and from then on if the read fails, drop Python's reports of the
-  reads it abandons there.
-
-  orbax reads a step's arrays as concurrent coroutines (`asyncio.gather`); when one fails the others are left
-  unfinished. Each is reported as an unraisable exception — while the failure is still propagating or later,
-  whenever the garbage collector reaches it: a coroutine that raised "Encountered error while reading array
-  index" (naming the step's files) while being closed, or a TensorStore read that completed after orbax's event
-  loop closed ("Event loop is closed"). That is dozens of traceback lines, at a random moment, repeating the
-  damage reported in one line. Every other unraisable exception still reaches the hook installed before; after
-  a read that succeeds (or a checkpoint of another model) that hook is put back."""
-  where = "/".join(str(step_dir).rstrip("/").split("/")[-3:]) + "/"  # `checkpoints/last/<step>/`: a bucket's
-  # TensorStore spec names the path inside the bucket, a local one the whole path
-  drop = lambda e: (where in str(e) and "error while reading" in str(e)) or _loop_closed(e)
-  return _unraisable_dropped(drop, stays=lambda e: not isinstance(e, CheckpointMismatchError))
+_SHORTEN = workarounds.DiskFullReportsShortened()
 
 
 class CheckpointMismatchError(ValueError):
@@ -84,75 +38,6 @@ class CheckpointMismatchError(ValueError):
 
 class CheckpointUnreadableError(PermissionError):
   """A checkpoint's files exist but this process is not permitted to read them."""
-
-
-def _disk_full(error: BaseException) -> bool:
-  """Whether `error`, or an error it was raised from, says the disk or quota is full: an OSError ENOSPC or
-  EDQUOT, or TensorStore's RESOURCE_EXHAUSTED for a failed write (what orbax raises, in a ValueError)."""
-  seen = set()
-  while error is not None and id(error) not in seen:
-    seen.add(id(error))
-    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
-      return True
-    if "RESOURCE_EXHAUSTED" in str(error) and "writ" in str(error).lower():
-      return True
-    error = error.__cause__ or error.__context__
-  return False
-
-
-class _DiskFullReportsShortened:
-  """A logging filter for orbax's own reports of a save the full disk refused, which `Checkpoints.save` reports
-  in one line. orbax's background writers each log that error with its traceback, and asyncio logs each write
-  orbax abandoned ("Task exception was never retrieved") when it is collected, after the run's line: hundreds
-  of lines in all. The writers' records keep their message (what failed, and where) without the traceback;
-  asyncio's records of orbax's abandoned writes are dropped. Every other record passes unchanged."""
-
-  def filter(self, record) -> bool:
-    if not record.exc_info or not _disk_full(record.exc_info[1]):
-      return True
-    if record.name == "asyncio":
-      return "orbax" not in record.getMessage()
-    if f"{os.sep}orbax{os.sep}" in (record.pathname or ""):
-      record.exc_info, record.exc_text = None, None
-    return True
-
-
-_SHORTEN = _DiskFullReportsShortened()
-
-
-SETTLE_S = 30.0  # seconds a failed save waits for orbax's threads to end
-
-
-def _orbax_threads_joined(timeout: float = SETTLE_S) -> None:
-  """Wait (at most `timeout` seconds in all) for orbax's own threads of a failed save to end. A save that
-  failed leaves them running for a few milliseconds; if the interpreter shuts down meanwhile, one that starts
-  a thread then fails ("can't create new thread at interpreter shutdown") and the others wait 300 s for a signal
-  it never sends: the process then exits five minutes after its one-line report (orbax 0.12.4, a race: the
-  interpreter's shutdown against the threads' last few milliseconds)."""
-  end = time.monotonic() + timeout
-  for thread in threading.enumerate():
-    if thread is not threading.current_thread() and type(thread).__module__.startswith("orbax."):
-      threading.Thread.join(thread, max(0.0, end - time.monotonic()))  # (orbax's join raises their errors)
-
-
-def _forbidden(step_dir) -> str | None:
-  """The first path under the local folder `step_dir` (itself included) that this process may not read — a
-  folder it cannot list or enter, a file it cannot open — or None (also for a bucket, whose access is not a
-  file mode). (`os.access` checks the process's real user, which is the user its reads run as unless the
-  interpreter runs setuid.)"""
-  top = str(step_dir)
-  if "://" in top:
-    return None
-  if not os.access(top, os.R_OK | os.X_OK):
-    return top
-  for folder, dirs, files in os.walk(top):
-    for name in dirs:
-      if not os.access(os.path.join(folder, name), os.R_OK | os.X_OK):
-        return os.path.join(folder, name)
-    for name in files:
-      if not os.access(os.path.join(folder, name), os.R_OK):
-        return os.path.join(folder, name)
-  return None
 
 
 def _paths(tree) -> set[str]:
@@ -200,17 +85,17 @@ class Checkpoints:
     the disk or quota is full raises OSError(ENOSPC) naming the folder (orbax reports it as TensorStore's
     RESOURCE_EXHAUSTED in a ValueError): the entry points print it as one line. The step's unfinished folder
     is orbax's temporary one; the steps saved before it are kept, and the same command resumes from them.
-    (orbax's own reports of that error are shortened to their messages: `_DiskFullReportsShortened`.)"""
+    (orbax's own reports of that error: `workarounds.DiskFullReportsShortened`.)"""
     mngr = self._managers[kind]
-    try:
-      with _unraisable_dropped(_loop_closed, stays=_disk_full):  # (writes orbax abandoned: reported once, below)
+    try:  # (writes orbax abandoned: reported once, below)
+      with workarounds.unraisable_dropped(workarounds.loop_closed, stays=workarounds.disk_full):
         mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                 meta=ocp.args.JsonSave(meta)), force=True)
         mngr.wait_until_finished()
     except Exception as e:
-      if not _disk_full(e):
+      if not workarounds.disk_full(e):
         raise
-      _orbax_threads_joined()
+      workarounds.orbax_threads_joined()
       kept = [s for s in mngr.all_steps() if s != step]
       raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (checkpoint {kind} step {step} not written; "
                     + (f"step {max(kept)} is kept, and the same command resumes from it)" if kept
@@ -259,7 +144,7 @@ class Checkpoints:
     try:
       yield
     except Exception as e:
-      forbidden = _forbidden(self.directory / kind / str(step))
+      forbidden = files.first_unreadable(self.directory / kind / str(step))
       if forbidden is None:
         raise
       raise CheckpointUnreadableError(
@@ -277,7 +162,8 @@ class Checkpoints:
     for kind in kinds:
       for step in reversed(self.steps(kind)):
         try:
-          with _abandoned_reads_silenced(self.directory / kind / str(step)):
+          with workarounds.abandoned_reads_silenced(self.directory / kind / str(step),
+                                                    nothing_abandoned=lambda e: isinstance(e, CheckpointMismatchError)):
             state, meta = self.restore(kind, target, step)
         except (CheckpointMismatchError, CheckpointUnreadableError):
           raise

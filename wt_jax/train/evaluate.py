@@ -125,31 +125,28 @@ def evaluate_mc(model, params, stream: np.ndarray, batch_size: int, bptt: int, s
   return {"ppl": perplexity(total, w.num_tokens), "nll": total, "tokens": w.num_tokens, "samples": samples}
 
 
-def test_perplexities(config, model, eval_window, params, test_stream: np.ndarray, mc_key,
-                      dp: parallel.DataParallel | None = None, group=None):
-  """The test numbers a run reports for `params` (see the module docstring): {'test_ppl' (batch 1),
-  'test_ppl_batched', 'test_protocol', 'eval_dropout', and 'test_ppl_mc' with MC samples}.
-
-  With `group` (`wt_jax.members.Members`), `params` are its members' and `mc_key` a list of their keys: a
-  list of those dicts, one per member (the two deterministic passes read by all members in one program; MC
-  dropout member by member, each with its own model)."""
+def test_perplexities(config, model, eval_window, params, test_stream: np.ndarray, mc_keys: list,
+                      dp: parallel.DataParallel | None = None, group=None) -> list[dict]:
+  """The test numbers a run reports for `params` (see the module docstring), one dict per lane: {'test_ppl' (batch
+  1), 'test_ppl_batched', 'test_protocol', 'eval_dropout', and 'test_ppl_mc' with MC samples}. Without `group`,
+  `params` are one model's; with it (`wt_jax.members.Members`) its members' (a leading member axis), the two
+  deterministic passes read by all members in one program, MC dropout member by member with each own model.
+  `mc_keys`: each lane's MC dropout key."""
   B, T = config.eval_batch_size, config.bptt
   K = group.size if group else 0
-  batched = evaluate(model, eval_window, params, test_stream, B, T, drop_remainder=True, dp=dp, members=K)
-  single = evaluate(model, eval_window, params, test_stream, 1, config.test_window, drop_remainder=False,
-                    dp=dp, members=K)
-  out = [{"test_ppl": s, "test_ppl_batched": b} for s, b in
-         (zip(single["ppl"], batched["ppl"]) if K else [(single["ppl"], batched["ppl"])])]
-  for k, o in enumerate(out):
-    o.update(test_protocol=("test_ppl: one stream (batch 1), all N-1 targets, as the reference reports it "
-                            f"(the README's tables use it); test_ppl_batched: {B} streams x {T}-step windows, "
-                            "tail dropped"),
-             eval_dropout="off (deterministic)")
-    if config.eval_mc_samples:
-      own_model = models.build(group.configs[k]) if K else model
-      own_params = jax.tree_util.tree_map(lambda x: x[k], params) if K else params
-      mc = evaluate_mc(own_model, own_params, test_stream, 1, config.test_window, config.eval_mc_samples,
-                       mc_key[k] if K else mc_key, None if K else dp)
-      o["test_ppl_mc"] = mc["ppl"]
-      o["eval_dropout"] += f"; test_ppl_mc: MC dropout, {config.eval_mc_samples} samples, batch 1"
-  return out if K else out[0]
+  lanes = lambda out: out["ppl"] if K else [out["ppl"]]
+  batched = lanes(evaluate(model, eval_window, params, test_stream, B, T, drop_remainder=True, dp=dp, members=K))
+  single = lanes(evaluate(model, eval_window, params, test_stream, 1, config.test_window, drop_remainder=False,
+                          dp=dp, members=K))
+  out = [{"test_ppl": s, "test_ppl_batched": b,
+          "test_protocol": ("test_ppl: one stream (batch 1), all N-1 targets, as the reference reports it (the README's "
+                            f"tables use it); test_ppl_batched: {B} streams x {T}-step windows, tail dropped"),
+          "eval_dropout": "off (deterministic)"} for s, b in zip(single, batched)]
+  for k, o in enumerate(out if config.eval_mc_samples else []):
+    own_model = models.build(group.configs[k]) if K else model
+    own_params = jax.tree_util.tree_map(lambda x: x[k], params) if K else params
+    mc = evaluate_mc(own_model, own_params, test_stream, 1, config.test_window, config.eval_mc_samples, mc_keys[k],
+                     None if K else dp)
+    o["test_ppl_mc"] = mc["ppl"]
+    o["eval_dropout"] += f"; test_ppl_mc: MC dropout, {config.eval_mc_samples} samples, batch 1"
+  return out

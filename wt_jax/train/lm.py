@@ -24,12 +24,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from wt_jax import convert, losses, models, parallel, precision, softmax, tying
+from wt_jax import convert, files, losses, models, parallel, precision, softmax, tying
 from wt_jax import members as members_lib
 from wt_jax.data import batching
 from wt_jax.errors import InputError, require_counts
 from wt_jax.train import evaluate as eval_lib
-from wt_jax.train import optim, runtime, trainer
+from wt_jax.train import optim, trainer
 
 
 def train_step_body(model, tx: optax.GradientTransformation, cost: Callable, step_key: jax.Array) -> Callable:
@@ -144,12 +144,11 @@ def check_ranges(config) -> None:
 
 
 class LMTask:
-  """A language model on a corpus's train/valid/test streams (see the module docstring). With
-  `config.members` or `config.member_values` (`wt_jax.members`), K models in one program: the state gains a
-  leading member axis, `members` = K, and validation, the test protocol and the results are per member."""
+  """A language model on a corpus's train/valid/test streams (see the module docstring): `trainer.Task`. With
+  `config.members` or `config.member_values` (`wt_jax.members`), K models in one program: the state gains a leading
+  member axis, and every per-lane result is member k's."""
 
   def __init__(self, config, corpus):
-    check_ranges(config)
     if config.test_params not in ("final", "best"):
       raise InputError(f"Unknown test_params {config.test_params!r}; expected 'final' or 'best'.")
     if corpus.vocab_size != config.vocab_size:
@@ -166,15 +165,16 @@ class LMTask:
                                    test=corpus.test[:config.eval_max_tokens])
     config = softmax.resolve(config, corpus.train)  # a class-factored softmax's bins, from the training counts
     self.config, self.corpus = config, corpus
-    counts = softmax.counts(corpus.train, config.vocab_size)
     self.group = members_lib.parse(config)  # None: one model
-    self.members = self.group.size if self.group else 0
-    if self.group:  # each member's config as a run alone resolves and checks it
+    if self.group:  # each member's config as a run alone resolves it
       self.group = members_lib.Members(tuple(softmax.resolve(c, corpus.train) for c in self.group.configs),
                                        self.group.varying)
-      for c in self.group.configs:
-        models.build(c), losses.make_lm_cost(c, counts), optim.make_optimizer(c, 1)
-    self.model = models.build(self.group.template() if self.group else config)
+    self.members = self.group.size if self.group else 0
+    self.lane_configs = list(self.group.configs) if self.group else [config]
+    for c in self.lane_configs:
+      check_ranges(c)
+    template = self.group.template() if self.group else config  # the structure every lane's program has
+    self.model = models.build(template)
     self.dp = parallel.DataParallel.create(num_devices=config.num_devices, members=self.members,
                                            member_devices=config.member_devices)  # the batch split over devices
     self.dp.check_batch(B)
@@ -184,70 +184,62 @@ class LMTask:
     self.tokens_per_step = B * T
     self.selection = ("valid_ppl", "min")
     self.eval_window = eval_lib.make_eval_window(self.model)
-    if not self.group:
-      self.tx = optim.make_optimizer(config, self.steps_per_epoch)
-      self.init_key, self.step_key = trainer.run_keys(config.seed)
-      self.step_fn = train_step_for(config, self.model, self.tx, self.step_key, self.dp, counts)
-      return
-    self.tx = optim.make_optimizer(self.group.template(), self.steps_per_epoch)  # the members' state tree
-    keys = [trainer.run_keys(seed) for seed in self.group.seeds]
-    self.init_keys, self.step_keys = [k[0] for k in keys], jnp.stack([k[1] for k in keys])
-    self.step_fn = make_member_train_step(self.group, self.steps_per_epoch, self.step_keys, self.dp, counts)
+    self.tx = optim.make_optimizer(template, self.steps_per_epoch)
+    keys = [trainer.run_keys(c.seed) for c in self.lane_configs]
+    self.init_keys, self.step_keys = [k[0] for k in keys], [k[1] for k in keys]
+    counts = softmax.counts(corpus.train, config.vocab_size)
+    self.step_fn = (make_member_train_step(self.group, self.steps_per_epoch, jnp.stack(self.step_keys), self.dp,
+                                           counts) if self.group else
+                    train_step_for(config, self.model, self.tx, self.step_keys[0], self.dp, counts))
 
   def member_config(self, k: int):
     """Member k's whole config: what a run of it alone would be given (`wt_jax.members`)."""
-    return self.group.configs[k]
+    return self.lane_configs[k]
 
-  def write_run_files(self, workdir, resumed: bool = False) -> None:
-    """<workdir>/vocab.txt: the vocabulary, one word per line in id order (row i of the embeddings is word
-    i), so the folder alone is enough to export or analyse the run (`wt_jax.export`). At a resume (`resumed`)
-    the file is compared with this corpus's vocabulary: another list (a corpus of the same size whose words
-    differ, e.g. another copy or version of it) stops the run with one line, since the checkpoint's rows would
-    go on training as other words; a lost file is written again."""
-    text = "".join(f"{w}\n" for w in self.corpus.vocab.words)
-    path = workdir / "vocab.txt"
-    if resumed and path.exists():
-      saved = path.read_bytes().decode("utf-8", errors="replace").splitlines()
-      if saved != list(self.corpus.vocab.words):
-        at = next((i for i, (a, b) in enumerate(zip(saved, self.corpus.vocab.words)) if a != b),
-                  min(len(saved), len(self.corpus.vocab.words)))
-        was = repr(saved[at]) if at < len(saved) else "nothing"
-        now = repr(self.corpus.vocab.words[at]) if at < len(self.corpus.vocab.words) else "nothing"
-        raise InputError(f"{path} lists another vocabulary than this corpus's ({self.config.dataset}): word {at} "
-                         f"was {was}, is {now}. Resume with the corpus the run started with, or move vocab.txt "
-                         f"aside if this corpus is the one to go on with.")
+  def write_run_files(self, folder, resumed: bool) -> None:
+    """<folder>/vocab.txt: the vocabulary, one word per line in id order (row i of the embeddings is word i), so
+    the folder alone is enough to export or analyse the run (`wt_jax.export`). At a resume (`resumed`) the file is
+    compared with this corpus's vocabulary: another list (a corpus of the same size whose words differ) stops the
+    run with one line, since the checkpoint's rows would go on training as other words; a lost file is written
+    again."""
+    words, path = list(self.corpus.vocab.words), folder / "vocab.txt"
+    if not (resumed and path.exists()):
+      files.write_whole(path, "".join(f"{w}\n" for w in words))
       return
-    runtime.write_whole(path, text)
+    saved = path.read_bytes().decode("utf-8", errors="replace").splitlines()
+    if saved != words:
+      at = next((i for i, (a, b) in enumerate(zip(saved, words)) if a != b), min(len(saved), len(words)))
+      was, now = (repr(w[at]) if at < len(w) else "nothing" for w in (saved, words))
+      raise InputError(f"{path} lists another vocabulary than this corpus's ({self.config.dataset}): word {at} was "
+                       f"{was}, is {now}. Resume with the corpus the run started with, or move vocab.txt aside if "
+                       f"this corpus is the one to go on with.")
 
-  def _init_one(self, config, key):
+  def _initial(self, config, key):
+    """One lane's state before its first step, on the default device: random parameters from `key`, or converted
+    ones (`config.init_from`, `wt_jax.convert`)."""
     state = jax.jit(lambda k: initial_state(config, self.model, self.tx, k))(key)
-    if config.init_from:  # converted parameters (`wt_jax.convert`) instead of random ones
+    if config.init_from:
       params = convert.load_init(config.init_from, like=jax.device_get(state["params"]))
       params = tying.constrain_embedding_rows(params, config.words.row_norm)
       state = {**state, "params": params, "opt_state": self.tx.init(params)}
     return state
 
   def init_state(self):
-    if self.group:  # each member from its own seed, stacked, the member axis over the devices
-      states = [jax.device_get(self._init_one(c, k)) for c, k in zip(self.group.configs, self.init_keys)]
-      state = {**members_lib.stack(states), members_lib.DIVERGED: -np.ones(self.members, np.int32)}
-      state = {key: self.dp.put(v, member_state_sharding(self.dp)[key]) for key, v in state.items()}
-      return self.start_epoch(state, 1)
-    # Built on the devices, replicated (every process computes the same parameters from the seed).
-    init = jax.jit(lambda k: initial_state(self.config, self.model, self.tx, k), out_shardings=self.dp.replicated)
-    state = init(self.init_key)
-    if self.config.init_from:  # converted parameters (`wt_jax.convert`) instead of random ones
-      params = convert.load_init(self.config.init_from, like=jax.device_get(state["params"]))
-      params = tying.constrain_embedding_rows(params, self.config.words.row_norm)
-      state = self.dp.replicate({**state, "params": params, "opt_state": self.tx.init(params)})
-    return self.start_epoch(state, 1)  # (the carry placed along the batch)
+    """Each lane from its own seed, placed by the mesh: one model replicated (every process computes the same
+    parameters from the seed), or the members stacked along the member axis."""
+    states = [self._initial(c, k) for c, k in zip(self.lane_configs, self.init_keys)]
+    if not self.group:
+      return self.start_epoch(self.dp.replicate(states[0]), 1)
+    state = {**members_lib.stack([jax.device_get(s) for s in states]),
+             members_lib.DIVERGED: -np.ones(self.members, np.int32)}
+    return self.start_epoch({key: self.dp.put(v, member_state_sharding(self.dp)[key]) for key, v in state.items()}, 1)
 
   def start_epoch(self, state, epoch):
     carry = self.model.initial_carry(self.config.batch_size)
-    if self.group:
-      carry = jax.tree_util.tree_map(lambda x: np.broadcast_to(x, (self.members, *x.shape)), carry)
-      return {**state, "carry": self.dp.put(carry, self.dp.member_sharding(models.CARRY_BATCH_AXIS))}
-    return {**state, "carry": self.dp.shard_batch(carry, models.CARRY_BATCH_AXIS)}
+    if not self.group:
+      return {**state, "carry": self.dp.shard_batch(carry, models.CARRY_BATCH_AXIS)}
+    carry = jax.tree_util.tree_map(lambda x: np.broadcast_to(x, (self.members, *x.shape)), carry)
+    return {**state, "carry": self.dp.put(carry, self.dp.member_sharding(models.CARRY_BATCH_AXIS))}
 
   def batches(self, epoch, start):
     for pos in range(start, self.steps_per_epoch):
@@ -256,8 +248,8 @@ class LMTask:
   def train_step(self, state, batch):
     return self.step_fn(state, *batch)
 
-  def train_metrics(self, sums, step, member: int | None = None):
-    c, steps = self.config if member is None else self.member_config(member), max(sums.get("steps", 0.0), 1.0)
+  def train_metrics(self, sums, step, lane: int = 0):
+    c, steps = self.lane_configs[lane], max(sums.get("steps", 0.0), 1.0)
     epoch = (step - 1) // self.steps_per_epoch + 1  # the epoch of the step just taken
     shown = {"train_ppl": eval_lib.perplexity(sums.get("nll", 0.0), int(sums.get("tokens", 0))),
              "lr": optim.epoch_lr(epoch, c.learning_rate, c.lr_decay, c.decay_after_epoch)
@@ -265,75 +257,49 @@ class LMTask:
     # gradient norms and rows reached: the mean over the epoch's steps so far
     return {**shown, **{k: v / steps for k, v in sums.items() if k.startswith(("norm/", "rows/"))}}
 
-  def _evaluate(self, params, stream, batch_size, bptt, drop_remainder):
-    return eval_lib.evaluate(self.model, self.eval_window, params, stream, batch_size, bptt,
-                             drop_remainder=drop_remainder, dp=self.dp, members=self.members)
+  def _ppls(self, params, stream, batch_size, bptt, drop_remainder) -> list[float]:
+    """Each lane's perplexity on `stream` (`evaluate.evaluate`, the members in one program)."""
+    out = eval_lib.evaluate(self.model, self.eval_window, params, stream, batch_size, bptt,
+                            drop_remainder=drop_remainder, dp=self.dp, members=self.members)
+    return out["ppl"] if self.group else [out["ppl"]]
 
   def validate(self, state, epoch):
     c = self.config
-    valid = self._evaluate(state["params"], self.corpus.valid, c.eval_batch_size, c.bptt, True)
-    if self.group:
-      return [{"valid_ppl": ppl} for ppl in valid["ppl"]]
-    return {"valid_ppl": valid["ppl"]}
+    return [{"valid_ppl": ppl} for ppl in self._ppls(state["params"], self.corpus.valid, c.eval_batch_size, c.bptt,
+                                                       True)]
 
-  def final(self, state, best_state, meta, sums):
-    """The task's results (the test protocol on the tested parameters); for members, a list: member k's from
-    `meta[k]` (its history and best epoch) and `sums[k]`."""
-    if not self.group:
-      return self._final(state, best_state, meta, sums, self.config, self.step_key)
-    c, K = self.config, self.members
+  def final(self, state, best_state, lanes, sums):
+    """Each lane's results: the test protocol (`evaluate.test_perplexities`) on its tested parameters (the final
+    ones, or its best by validation with `test_params='best'`), its last train and valid perplexity."""
+    c = self.config
+    use_best = [c.test_params == "best" and best_state is not None and lane["best_epoch"] is not None
+                for lane in lanes]
     params = state["params"]
-    use_best = [c.test_params == "best" and best_state is not None and m["best_epoch"] is not None for m in meta]
     if any(use_best):
-      params = members_lib.select(np.asarray(use_best), best_state["params"], params)
+      params = (best_state["params"] if not self.group else
+                members_lib.select(np.asarray(use_best), best_state["params"], params))
     tests = eval_lib.test_perplexities(c, self.model, self.eval_window, params, self.corpus.test,
                                        [jax.random.fold_in(k, 2**31 - 1) for k in self.step_keys], self.dp,
                                        group=self.group)
+    step = int(np.max(jax.device_get(state["step"])))
+    ended = [bool(lane["history"]) and lane["history"][-1]["step"] == step for lane in lanes]
+    valid = ([None] * len(lanes) if all(ended) else  # stopped mid-epoch (max_steps): validate here
+             [v["valid_ppl"] for v in self.validate(state, None)])
+    train_eval = ([None] * len(lanes) if not c.eval_train else  # the training text read as validation is
+                  self._ppls(params, self.corpus.train[:c.eval_max_tokens] if c.eval_max_tokens else self.corpus.train,
+                             c.eval_batch_size, c.bptt, True))
     out = []
-    for k in range(K):
-      history, step = meta[k]["history"], int(jax.device_get(state["step"])[k])
-      if history and history[-1]["step"] == step:
-        train_ppl, valid_ppl = history[-1]["train_ppl"], history[-1]["valid_ppl"]
-      else:  # stopped mid-epoch (max_steps): evaluate here
-        train_ppl = (eval_lib.perplexity(sums[k]["nll"], int(sums[k]["tokens"])) if sums[k].get("tokens")
-                     else float("nan"))
-        valid_ppl = None
-      tested = (f"best (epoch {meta[k]['best_epoch']})" if use_best[k] else
+    for k, lane in enumerate(lanes):
+      last = lane["history"][-1] if ended[k] else {
+          "train_ppl": eval_lib.perplexity(sums[k]["nll"], int(sums[k]["tokens"])) if sums[k].get("tokens")
+                       else float("nan"), "valid_ppl": valid[k]}
+      tested = (f"best (epoch {lane['best_epoch']})" if use_best[k] else
                 "final (test_params='best', but no epoch has ended yet)" if c.test_params == "best" else "final")
-      out.append(self._results(self.member_config(k), meta[k], step, train_ppl, valid_ppl, tested, tests[k]))
-    if any(r["valid_ppl"] is None for r in out):
-      valid = self.validate(state, None)
-      for r, v in zip(out, valid):
-        r["valid_ppl"] = v["valid_ppl"] if r["valid_ppl"] is None else r["valid_ppl"]
-    if c.eval_train:  # the training text as validation is read: no dropout, eval_batch_size streams
-      train_text = self.corpus.train[:c.eval_max_tokens] if c.eval_max_tokens else self.corpus.train
-      ppl = self._evaluate(params, train_text, c.eval_batch_size, c.bptt, True)["ppl"]
-      for r, v in zip(out, ppl):
-        r["train_ppl_eval"] = v
+      out.append({**self._results(self.lane_configs[k], lane, step, last["train_ppl"], last["valid_ppl"], tested, tests[k]),
+                  **({"train_ppl_eval": train_eval[k]} if c.eval_train else {})})
     return out
 
-  def _final(self, state, best_state, meta, sums, c, step_key):
-    history = meta["history"]
-    step = int(state["step"])
-    if history and history[-1]["step"] == step:
-      train_ppl, valid_ppl = history[-1]["train_ppl"], history[-1]["valid_ppl"]
-    else:  # stopped mid-epoch (max_steps): evaluate here
-      train_ppl = (eval_lib.perplexity(sums["nll"], int(sums["tokens"])) if sums.get("tokens")
-                   else float("nan"))
-      valid_ppl = self.validate(state, None)["valid_ppl"]
-    params, tested = state["params"], c.test_params
-    if c.test_params == "best" and best_state is not None:
-      params, tested = best_state["params"], f"best (epoch {meta['best_epoch']})"
-    elif c.test_params == "best":
-      tested = "final (test_params='best', but no epoch has ended yet)"
-    test = eval_lib.test_perplexities(c, self.model, self.eval_window, params, self.corpus.test,
-                                      jax.random.fold_in(step_key, 2**31 - 1), self.dp)
-    if c.eval_train:  # the training text as validation is read: no dropout, eval_batch_size streams
-      train_text = self.corpus.train[:c.eval_max_tokens] if c.eval_max_tokens else self.corpus.train
-      test["train_ppl_eval"] = self._evaluate(params, train_text, c.eval_batch_size, c.bptt, True)["ppl"]
-    return self._results(c, meta, step, train_ppl, valid_ppl, tested, test)
-
-  def _results(self, c, meta, step, train_ppl, valid_ppl, tested, test) -> dict:
+  def _results(self, c, lane, step, train_ppl, valid_ppl, tested, test) -> dict:
     return {"task": "lm", "dataset": c.dataset, "model": c.model, "tying": c.words.mode,
             "softmax": softmax.kind_of(c), "softmax_settings": softmax.settings(c), "train_ppl": train_ppl,
             "train_ppl_from": softmax.TRAIN_NLL[softmax.kind_of(c)], "valid_ppl": valid_ppl, **test,
@@ -342,8 +308,8 @@ class LMTask:
             "matmul_precision": c.matmul_precision,  # float32 matmuls: backend default, or exact (float32)
             "scan_unroll": getattr(self.model, "unroll", None),  # time steps per loop trip (True: all; speed only)
             "test_params": tested,  # 'final' parameters (Zaremba/Press & Wolf) or 'best' by valid (RHN)
-            "best_valid_ppl": meta["best"],
-            "train_tokens_per_s": step * self.tokens_per_step / max(meta["train_s"], 1e-9)}
+            "best_valid_ppl": lane["best"],
+            "train_tokens_per_s": step * self.tokens_per_step / max(lane["train_s"], 1e-9)}
 
 
 def fit(config, corpus, workdir: str | Path) -> dict:

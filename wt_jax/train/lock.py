@@ -15,7 +15,7 @@ from absl import logging
 from etils import epath
 
 from wt_jax import parallel
-from wt_jax.train.runtime import is_local
+from wt_jax.files import is_local
 
 
 class WorkdirBusyError(RuntimeError):
@@ -72,8 +72,9 @@ LOCK_WAIT_S = 15.0  # seconds a run waits for an exiting holder's lock (a GPU pr
 
 
 def _read_lock(path) -> dict:
+  """Who holds the lock, as its file says ({} while the holder has not written it yet, or it is damaged)."""
   try:
-    return json.loads(Path(path).read_text())
+    return json.loads(epath.Path(path).read_text())
   except (OSError, ValueError):
     return {}
 
@@ -153,7 +154,7 @@ def workdir_lock(workdir: epath.Path, wait_s: float = LOCK_WAIT_S):
       yield
     return
   if lock.exists():
-    other = _read_lock_bucket(lock)
+    other = _read_lock(lock)
     if other.get("host") == me["host"] and _alive(other.get("pid")):
       raise WorkdirBusyError(f"{workdir} is in use by {_who(other)}; stop that run or use another --workdir.")
     if other.get("host") not in (None, me["host"]):
@@ -164,14 +165,7 @@ def workdir_lock(workdir: epath.Path, wait_s: float = LOCK_WAIT_S):
     yield
   finally:
     try:
-      if _read_lock_bucket(lock).get("pid") == me["pid"]:
+      if _read_lock(lock).get("pid") == me["pid"]:
         lock.unlink()
     except (OSError, ValueError):
       pass
-
-
-def _read_lock_bucket(lock: epath.Path) -> dict:
-  try:
-    return json.loads(lock.read_text())
-  except (OSError, ValueError):
-    return {}

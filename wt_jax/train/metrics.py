@@ -5,11 +5,13 @@ from __future__ import annotations
 import io
 import json
 import math
-from pathlib import Path
+import time
 
 import jax
 from absl import logging
 from etils import epath
+
+from wt_jax import files, workarounds
 
 
 def quiet_library_logs() -> None:
@@ -30,14 +32,14 @@ class MetricsWriter:
 
   `path` is any `etils.epath` path. A bucket has no append: there the lines are kept in memory and the file
   is rewritten by `flush()` (the trainer flushes at every checkpoint and at the end). A local file whose last
-  line was cut mid-write is mended first (`set_aside_cut_line`)."""
+  line was cut mid-write is mended first (`files.mend_cut_line`)."""
 
   def __init__(self, path, tensorboard_dir=None):
     self.path = epath.Path(path)
     self.path.parent.mkdir(parents=True, exist_ok=True)
-    self._local = "://" not in str(self.path)
-    if self._local and self.path.exists():
-      set_aside_cut_line(self.path)
+    self._local = files.is_local(self.path)
+    if self._local:
+      files.mend_cut_line(self.path)
     self._lines = None if self._local else (self.path.read_text().splitlines(True) if self.path.exists() else [])
     self._tb = None
     if tensorboard_dir is not None:
@@ -51,7 +53,7 @@ class MetricsWriter:
                         tensorboard_dir, str(e).splitlines()[0] if str(e) else type(e).__name__)
 
   def write(self, **record) -> None:
-    line = json.dumps(finite(record), allow_nan=False) + "\n"
+    line = json.dumps(files.finite(record), allow_nan=False) + "\n"
     if self._local:
       try:
         with open(self.path, "a") as f:
@@ -60,11 +62,17 @@ class MetricsWriter:
         raise (e if e.filename else OSError(e.errno, e.strerror, str(self.path))) from None
     else:
       self._lines.append(line)
-    if self._tb is not None:
-      kind, step = record.get("kind", "metrics"), int(record.get("step", 0))
-      for key, value in record.items():
-        if key not in ("kind", "step") and isinstance(value, (int, float)) and not isinstance(value, bool):
-          self._tb.add_scalar(f"{kind}/{key}", value, step)
+    kind, step = record.get("kind", "metrics"), int(record.get("step", 0))
+    for key, value in record.items():
+      if self._tb is None or key in ("kind", "step") or not isinstance(value, (int, float)) or isinstance(value, bool):
+        continue
+      if workarounds.tensorboard_writer_died(self._tb):  # (its queue would fill, and add_scalar block for ever)
+        logging.warning("TensorBoard events could not be written (their writer stopped); metrics.jsonl holds the "
+                        "same numbers.")
+        workarounds.tensorboard_stopped(self._tb)
+        self._tb = None
+      else:
+        self._tb.add_scalar(f"{kind}/{key}", value, step)
 
   def flush(self) -> None:
     if not self._local:
@@ -84,49 +92,8 @@ class MetricsWriter:
       getattr(self._tb, what)()
     except OSError as e:
       logging.warning("TensorBoard events could not be written (%s); metrics.jsonl holds the same numbers.", e)
-      if what == "close":  # each event file's writer thread stopped and the file marked closed: else
-        for w in (getattr(self._tb, "all_writers", None) or {}).values():  # tensorboardX's exit hook closes it
-          events = getattr(w, "event_writer", None)  # again, and the thread reads a queue closed at exit, both
-          if hasattr(events, "_closed"):  # failing after the error that ended the run
-            worker, events._closed = getattr(events, "_worker", None), True
-            if worker is not None and worker.is_alive():
-              worker.stop()
-
-
-def set_aside_cut_line(path) -> None:
-  """A JSON-lines file whose last line has no newline was cut mid-write (a process killed while it appended, a
-  full disk). Appending to it would glue the next record onto that fragment, one line no reader can parse;
-  instead the fragment is moved to <name>.cut (appended there, never lost) and the file ends at its last whole
-  line. The steps it described are trained again from the last checkpoint."""
-  path = Path(path)
-  data = path.read_bytes()
-  if not data or data.endswith(b"\n"):
-    return
-  whole = data.rfind(b"\n") + 1
-  cut = path.with_name(path.name + ".cut")
-  with open(cut, "ab") as f:
-    f.write(data[whole:] + b"\n")
-  with open(path, "r+b") as f:
-    f.truncate(whole)
-  logging.warning("%s ended in a line cut mid-write (%d bytes); moved it to %s.", path, len(data) - whole, cut.name)
-
-
-def finite(value):
-  """`value` with every NaN/±inf float replaced by None (JSON has no such numbers)."""
-  if isinstance(value, float):
-    return value if math.isfinite(value) else None
-  if isinstance(value, dict):
-    return {k: finite(v) for k, v in value.items()}
-  if isinstance(value, (list, tuple)):
-    return [finite(v) for v in value]
-  return value
-
-
-def read(path) -> list[dict]:
-  path = epath.Path(path)
-  if not path.exists():
-    return []
-  return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+      if what == "close":
+        workarounds.tensorboard_stopped(self._tb)
 
 
 def plot_curves(metrics_path, png_path, title: str = "") -> epath.Path | None:
@@ -137,18 +104,11 @@ def plot_curves(metrics_path, png_path, title: str = "") -> epath.Path | None:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  epochs, damaged = {}, 0
-  path = epath.Path(metrics_path)
-  for line in (path.read_bytes().decode("utf-8", errors="replace").splitlines() if path.exists() else []):
-    try:
-      r = json.loads(line) if line.strip() else {}
-    except ValueError:
-      damaged += 1
-      continue
-    if isinstance(r, dict) and r.get("kind") == "epoch" and "epoch" in r:
-      epochs[r["epoch"]] = r  # a resumed run may repeat an epoch: keep the last record
+  records, damaged = files.read_jsonl(metrics_path)
+  # (a resumed run may repeat an epoch: the last record counts)
+  epochs = {r["epoch"]: r for r in records if r.get("kind") == "epoch" and "epoch" in r}
   if damaged:
-    logging.warning("%s: %d line(s) are not JSON records; %s leaves them out.", path, damaged, png_path)
+    logging.warning("%s: %d line(s) are not JSON records; %s leaves them out.", metrics_path, damaged, png_path)
   if not epochs:
     return None
   xs = sorted(epochs)
@@ -171,6 +131,29 @@ def plot_curves(metrics_path, png_path, title: str = "") -> epath.Path | None:
   return png_path
 
 
+class Clock:
+  """Seconds spent in training steps (`train_s`), counted in stretches that `tick` closes and `restart` opens (so
+  evaluation and checkpoints are left out), and when the next progress line is due."""
+
+  def __init__(self, train_s: float, step: int, line_every_s: float):
+    self.train_s, self.t0, self.step0, self.last_line, self.line_every_s = train_s, time.time(), step, None, line_every_s
+
+  def tick(self, step: int) -> float:
+    """Close the current stretch at `step`; returns its steps/s."""
+    now = time.time()
+    dt = max(now - self.t0, 1e-9)
+    rate = (step - self.step0) / dt
+    self.train_s, self.t0, self.step0 = self.train_s + dt, now, step
+    return rate
+
+  def restart(self, step: int) -> None:
+    self.t0, self.step0 = time.time(), step
+
+  def line_due(self) -> bool:
+    """Whether no progress line has been shown yet, or none for `line_every_s` seconds."""
+    return self.last_line is None or time.time() - self.last_line > self.line_every_s
+
+
 class NoWriter:
   """Stands in for the metrics writer in processes other than 0."""
 
@@ -189,6 +172,9 @@ class Profiler:
   Perfetto read it), starting after the first step of the process, so compilation is not in the trace."""
 
   def __init__(self, directory: epath.Path, steps: int):
+    if steps and not files.is_local(directory):
+      logging.warning("profile_steps: traces are written to local folders only; give a local --workdir.")
+      steps = 0
     self.directory, self.steps, self.left, self.on = directory, steps, steps, False
 
   def after_step(self, state) -> None:

@@ -25,12 +25,12 @@ import numpy as np
 import optax
 from absl import logging
 
-from wt_jax import decode, parallel
+from wt_jax import decode, files, parallel
 from wt_jax.data import subwords as sw_lib
 from wt_jax.data import translation as tr
 from wt_jax.errors import InputError, require_counts
 from wt_jax.models import nmt
-from wt_jax.train import evaluate, runtime, trainer
+from wt_jax.train import evaluate, trainer
 
 SPLITS = ("train", "valid", "test")
 
@@ -209,6 +209,7 @@ class NMTTask:
     self.translator = Translator(self.model, subwords, self.dp, config.eval_batch_size, config.decode_max_len,
                                  self.buckets)
     self.num_epochs, self.max_steps, self.tokens_per_step = config.num_epochs, 0, None
+    self.members, self.lane_configs = 0, [config]  # one model
     self.steps_per_epoch = tr.num_train_batches(len(self.train_src), B)
     self.selection = ("valid_bleu_greedy", "max")  # DL4MT keeps the best model by validation BLEU
     logging.info("%s: tying %s; vocabularies %d (source) / %d (target)%s; %d training pairs (%d dropped by "
@@ -223,6 +224,9 @@ class NMTTask:
   def start_epoch(self, state, epoch):
     return state
 
+  def write_run_files(self, folder, resumed: bool) -> None:
+    """Nothing more: the subword model the folder needs is written when it is learned (`__init__`)."""
+
   def batches(self, epoch, start):
     rng = np.random.default_rng([self.config.seed, epoch])
     for i, b in enumerate(tr.train_batches(self.train_src, self.train_tgt, self.config.batch_size, rng,
@@ -234,7 +238,7 @@ class NMTTask:
     state, (nll, tokens) = self.step_fn(state, *batch)
     return state, {"nll": nll, "tokens": tokens}
 
-  def train_metrics(self, sums, step):
+  def train_metrics(self, sums, step, lane: int = 0):
     return {"train_ppl": evaluate.perplexity(sums.get("nll", 0.0), int(sums.get("tokens", 0))),
             "target_tokens": sums.get("tokens", 0.0)}
 
@@ -243,9 +247,9 @@ class NMTTask:
     val_src, val_tgt = self.ids["valid"]
     valid = evaluate_nll(self.eval_fn, state["params"], val_src, val_tgt, c.eval_batch_size, self.dp, self.buckets)
     val_bleu, _ = bleu(self.translator.text(state["params"], val_src), self.data["valid"][1])
-    return {"valid_ppl": valid["ppl"], "valid_bleu_greedy": val_bleu}
+    return [{"valid_ppl": valid["ppl"], "valid_bleu_greedy": val_bleu}]
 
-  def final(self, state, best_state, meta, sums):
+  def final(self, state, best_state, lanes, sums):
     """Beam search with the best parameters (by greedy validation BLEU) on valid and test."""
     c = self.config
     params = (best_state or state)["params"]
@@ -264,10 +268,10 @@ class NMTTask:
                                            self.buckets)["ppl"]
       results["bleu_signature"] = signature
       if parallel.is_writer():
-        runtime.write_whole(self.workdir / f"{key}.hyp.txt", "".join(h + "\n" for h in hyps))
+        files.write_whole(self.workdir / f"{key}.hyp.txt", "".join(h + "\n" for h in hyps))
       logging.info("%s BLEU %.2f (beam %d, %s), ppl %.2f", key, score, c.beam_size, signature,
                    results[f"{key}_ppl"])
-    return results
+    return [results]
 
 
 def fit_nmt(config, data: dict, workdir: str | Path) -> dict:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from etils import epath
 from typing import Sequence
 
 import jax
@@ -23,11 +22,11 @@ import numpy as np
 import optax
 from absl import logging
 
-from wt_jax import parallel
+from wt_jax import files, parallel
 from wt_jax.data import skipgram as sg
 from wt_jax.errors import InputError, require_counts
 from wt_jax.models.skipgram import SkipGram, negative_sampling_loss
-from wt_jax.train import runtime, trainer
+from wt_jax.train import trainer
 
 
 def make_step(model: SkipGram, tx, noise: jax.Array, negatives: int, dp: parallel.DataParallel,
@@ -92,7 +91,7 @@ def learning_rate(base: float, progress: float) -> float:
 class SkipGramTask:
   """Skip-gram with negative sampling on tokenised sentences (see the module docstring)."""
 
-  def __init__(self, config, sentences: Sequence[Sequence[str]], workdir: str | Path):
+  def __init__(self, config, sentences: Sequence[Sequence[str]]):
     require_counts(config, ("dim", "window", "negatives", "min_count", "batch_size", "num_epochs"))
     self.vocab, self.counts = sg.build_vocab(sentences, config.min_count)
     self.ids, self.sent = sg.encode(sentences, self.vocab)
@@ -109,10 +108,6 @@ class SkipGramTask:
                              config.sparse_updates)
     self.K = max(int(config.steps_per_call), 1)
     self.config = config
-    workdir = epath.Path(workdir)
-    if parallel.is_writer():
-      workdir.mkdir(parents=True, exist_ok=True)
-      runtime.write_whole(workdir / "vocab.txt", "".join(f"{w}\t{c}\n" for w, c in zip(self.vocab.words, self.counts)))
     # The number of pairs varies a little between epochs; the schedule uses epoch 1's count for all.
     pairs_per_epoch = len(self._pairs(1)[0])
     self.steps_per_epoch = pairs_per_epoch // B
@@ -121,6 +116,7 @@ class SkipGramTask:
     self.num_epochs, self.max_steps, self.tokens_per_step = config.num_epochs, 0, B  # (pairs per step)
     self.total = self.steps_per_epoch * config.num_epochs
     self.selection = None  # no validation set: the analyses read the final embeddings
+    self.members, self.lane_configs = 0, [config]  # one model
     logging.info("%s: vocabulary %d, %d tokens, ~%d pairs per epoch, %d steps per epoch.", config.name, V,
                  len(self.ids), pairs_per_epoch, self.steps_per_epoch)
 
@@ -140,6 +136,10 @@ class SkipGramTask:
 
   def start_epoch(self, state, epoch):
     return state
+
+  def write_run_files(self, folder, resumed: bool) -> None:
+    """<folder>/vocab.txt: each word and its count, in id order (row i of the embeddings is word i)."""
+    files.write_whole(folder / "vocab.txt", "".join(f"{w}\t{c}\n" for w, c in zip(self.vocab.words, self.counts)))
 
   def batches(self, epoch, start):
     """K steps (batches i0 .. i0+k−1 of the epoch's shuffled pairs) per item; at most steps_per_epoch."""
@@ -161,20 +161,20 @@ class SkipGramTask:
     return state, {"loss": jnp.sum(losses_K), "pairs": jnp.asarray(losses_K.shape[0] * self.config.batch_size,
                                                                    jnp.int32)}
 
-  def train_metrics(self, sums, step):
+  def train_metrics(self, sums, step, lane: int = 0):
     return {"loss_per_pair": sums.get("loss", 0.0) / max(sums.get("pairs", 0.0), 1.0),
             "lr": learning_rate(self.config.learning_rate, step / self.total)}
 
   def validate(self, state, epoch):
-    return {}
+    return [{}]
 
-  def final(self, state, best_state, meta, sums):
-    epochs = len(meta["history"])
-    return {"task": "skipgram", "tying": self.config.tying, "vocab_size": len(self.vocab),
-            "tokens": int(len(self.ids)), "dim": self.config.dim,
-            "words_per_s": len(self.ids) * epochs / max(meta["train_s"], 1e-9)}
+  def final(self, state, best_state, lanes, sums):
+    epochs = len(lanes[0]["history"])
+    return [{"task": "skipgram", "tying": self.config.tying, "vocab_size": len(self.vocab),
+             "tokens": int(len(self.ids)), "dim": self.config.dim,
+             "words_per_s": len(self.ids) * epochs / max(lanes[0]["train_s"], 1e-9)}]
 
 
 def fit_skipgram(config, sentences: Sequence[Sequence[str]], workdir: str | Path) -> dict:
   """Train `config` on `sentences`, writing everything under `workdir` (vocabulary in vocab.txt)."""
-  return trainer.run(SkipGramTask(config, sentences, workdir), config, workdir)
+  return trainer.run(SkipGramTask(config, sentences), config, workdir)
