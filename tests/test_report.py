@@ -65,7 +65,7 @@ def test_report_imports_finished_runs_and_builds_table(tmp_path):
 
 
 def test_report_imports_a_collected_gpu_record_whose_epochs_are_in_curve_jsonl(tmp_path):
-  """experiments.gpu_queue collects a run as results.json + curve.jsonl (its epoch records), without the
+  """experiments.gpu.run_queue collects a run as results.json + curve.jsonl (its epoch records), without the
   workdir's metrics.jsonl: the import takes the epochs from curve.jsonl, so the figure has the run's curve."""
   run = tmp_path / "records" / "small_tied_seed0"
   _fake_run(run, "small_tied", 0, 112.0)
@@ -417,9 +417,7 @@ def test_a_full_softmax_run_is_refused_where_table6_gives_the_full_rows_and_kept
   """On PTB the study's full-softmax rows are Table 6's runs: a full-softmax run imported into the study is
   refused in one line, the page left as it was, not dropped without a word. On WikiText-2, where Table 6 has no
   runs, it is the full row, listed with its own command (not as a Table 6 run)."""
-  import subprocess
-  import sys
-  from tests.conftest import REPO
+  from tests.in_process import main_ends_with
   out, runs = tmp_path / "results", tmp_path / "runs"
   _fake_run(tmp_path / "t6" / "small_tied_seed0", "small_tied", 0, 113.0)
   records.import_runs(tmp_path / "t6", out / "ptb_table6")
@@ -433,10 +431,9 @@ def test_a_full_softmax_run_is_refused_where_table6_gives_the_full_rows_and_kept
   full = tmp_path / "more" / "small_tied_full_seed1"
   _fake_run(full, "small_tied", 1, 110.0)
   (full / "results.json").write_text(json.dumps({**res, "seed": 1, "test_ppl": 110.0, "tying": "tied"}))
-  proc = subprocess.run([sys.executable, "-m", "experiments.report", "softmax_study", f"--runs={full.parent}",
-                         f"--out={out}"], cwd=REPO, capture_output=True, text=True, timeout=300)
-  assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-  assert "is a full-softmax run; this study's full-softmax rows are Table 6's runs" in proc.stderr
+  ends = main_ends_with(report.main, ["report", "softmax_study"], runs=str(full.parent), out=str(out))
+  assert ends is not None and "\n" not in ends, ends
+  assert "is a full-softmax run; this study's full-softmax rows are Table 6's runs" in ends
   assert {p: p.read_bytes() for p in (out / "softmax_study").rglob("*") if p.is_file()} == page
 
   (full / "results.json").write_text(json.dumps({**res, "seed": 1, "test_ppl": 110.0, "tying": "tied",
@@ -660,8 +657,9 @@ def test_tpu_memory_page_lists_members_records_in_a_table_of_their_own(tmp_path)
 
 
 def test_members_speed_page_from_bench_sweeps(tmp_path):
-  """`experiments.bench --members_sweep` lines (bare, or wrapped by gpu_bench.sh) → results/members/<device>.jsonl
-  → the table: one model's ms, then each K's time of one with every round's ms; re-importing adds nothing."""
+  """`experiments.bench --members_sweep` lines (bare, or wrapped by experiments/gpu/bench.sh) →
+  results/members/<device>.jsonl → the table: one model's ms, then each K's time of one with every round's ms;
+  re-importing adds nothing."""
   from experiments.reports import members_speed
   run = lambda ms: {"train_ms_per_step": ms}
   sweep = {"bench": "members_sweep", "config": "small_tied", "rounds": 2, "members": [0, 2],
@@ -773,12 +771,11 @@ def _tree(root: Path) -> dict:
     ("a damaged bench line", "members", lambda d: (d / "bench.jsonl").write_text('{"bench": "members_sw\n')),
     ("a damaged run.json", "softmax_study", lambda d: _softmax_run(d, run_json='{"started_utc": "2026-'))])
 def test_a_damaged_record_is_refused_in_one_line_and_the_committed_page_is_as_it_was(kind, page, bad, tmp_path):
-  """`python -m experiments.report PAGE --runs=DIR` with one damaged or foreign record among good ones: one
-  line naming it, exit 1, and every file of results/PAGE byte for byte as it was — the good records of DIR are
-  not imported either, and a record already there with the same name is not replaced."""
+  """`python -m experiments.report PAGE --runs=DIR` (its `main`, in this process) with one damaged or foreign
+  record among good ones: one line naming it, and every file of results/PAGE byte for byte as it was — the good
+  records of DIR are not imported either, and a record already there with the same name is not replaced."""
   import shutil
-  import subprocess
-  import sys
+  from tests.in_process import main_ends_with
   out = tmp_path / "results"
   shutil.copytree(REPO / "results" / page, out / page)
   runs = tmp_path / "runs"
@@ -790,10 +787,8 @@ def test_a_damaged_record_is_refused_in_one_line_and_the_committed_page_is_as_it
     runs.mkdir()
     bad(runs)
   before = _tree(out)
-  proc = subprocess.run([sys.executable, "-m", "experiments.report", page, f"--runs={runs}", f"--out={out}"],
-                        cwd=REPO, capture_output=True, text=True, timeout=300)
-  assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-  assert proc.stderr.strip().splitlines()[-1].endswith(f"({out / page} is as it was)"), proc.stderr
+  ends = main_ends_with(report.main, ["report", page], runs=str(runs), out=str(out))
+  assert ends is not None and "\n" not in ends and ends.endswith(f"({out / page} is as it was)"), ends
   assert _tree(out) == before
 
 

@@ -157,7 +157,7 @@ REPORTS = {
     # Press & Wolf (EACL 2017), Table 5: the large (1500-unit) LSTM with Zaremba's dropout, the variational
     # ("Bayesian") dropout LSTM of Gal (2015), and Zilly et al.'s RHN, each untied and tied, on PTB. The table
     # has one tied BD row and the text says it was run with and without weight decay; both readings are rows
-    # here, each beside the same paper values. Runs need an accelerator (experiments/gpu_queue.py); their
+    # here, each beside the same paper values. Runs need an accelerator (experiments/gpu/run_queue.py); their
     # matmul precision (TF32 or true float32) is in each run's command below.
     "table5": ReportSpec(
         title="Press & Wolf (2017), Table 5: large LSTM, variational-dropout LSTM and RHN LMs on PTB",
@@ -174,7 +174,7 @@ REPORTS = {
             PaperRow("rhn_tied", "RHN + BD + WT (the main job)", "24M", 74.1, 68.1, 66.0),
         ),
         runs="runs/table5",
-        note="Trained on one GPU (`experiments/gpu_queue.py`, one window of about 15 minutes of device time "
+        note="Trained on one GPU (`experiments/gpu/run_queue.py`, one window of about 15 minutes of device time "
              "per run; the device, versions and the window's decisions are in `results/table5/gpu_windows/`). "
              "Float32 matmuls at TF32 precision unless the command says `float32`: in true float32 the large "
              "LSTM took 24–25 ms per step on an H200 with two runs sharing it, too slow for a 55-epoch run in "

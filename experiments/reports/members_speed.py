@@ -35,7 +35,7 @@ def import_sweeps(src: Path, dest: Path) -> int:
       if not line.startswith("{"):
         continue
       record = json_record(line, f"{f} line {n}")
-      record = record.get("result", record)  # (gpu_bench.sh wraps each line: {"name", "wall_s", "result"})
+      record = record.get("result", record)  # (experiments/gpu/bench.sh wraps each line: {"name", "wall_s", "result"})
       if not isinstance(record, dict) or record.get("bench") not in KINDS:
         continue
       if "device_kind" not in record:

@@ -1,9 +1,9 @@
 """What the GPU queue's records say of the code and the machine they come from.
 
 A copy of the checkout on another machine may carry a `.git` that is not its own, so the commit is stamped
-before the copy is made (`python -m experiments.gpu_queue --stamp=DIR`: `DIR/commit`, HEAD with "+dirty" if
-tracked code differs from it, and `DIR/source`, a digest of the code files). On the machine, `commit_of(DIR)`
-compares the digest with the copy's files and adds "+dirty" if they differ; `experiments/gpu_setup.sh` exports
+before the copy is made (`python -m experiments.gpu.run_queue --stamp=DIR`: `DIR/commit`, HEAD with "+dirty"
+if tracked code differs from it, and `DIR/source`, a digest of the code files). On the machine, `commit_of(DIR)`
+compares the digest with the copy's files and adds "+dirty" if they differ; `experiments/gpu/setup.sh` exports
 it as WT_JAX_COMMIT.
 `environment()` names the device and the software (jax, jaxlib, CUDA, cuDNN, the driver) of a window's runs.
 """
@@ -19,7 +19,8 @@ from pathlib import Path
 
 from absl import app
 
-from experiments.gpu_jobs import REPO
+from experiments.gpu.jobs import REPO
+from wt_jax import files
 
 
 # The code a copy of the checkout runs: every file of these folders with these suffixes (and setup.py).
@@ -29,31 +30,31 @@ SOURCE_DIRS, SOURCE_SUFFIXES = ("wt_jax", "configs", "experiments"), (".py", ".s
 def source_digest(root: Path) -> str:
   """A digest (sha256) of the code under `root`: each file's path and content, in path order. The same on
   this machine and on a copy of the tree, whatever each copy's `.git` says."""
-  files = [p for d in SOURCE_DIRS for p in (root / d).rglob("*")
-           if p.is_file() and p.suffix in SOURCE_SUFFIXES and "__pycache__" not in p.parts]
-  files += [root / "setup.py"] if (root / "setup.py").exists() else []
+  code = [p for d in SOURCE_DIRS for p in (root / d).rglob("*")
+          if p.is_file() and p.suffix in SOURCE_SUFFIXES and "__pycache__" not in p.parts]
+  code += [root / "setup.py"] if (root / "setup.py").exists() else []
   digest = hashlib.sha256()
-  for path in sorted(files, key=lambda q: q.relative_to(root).as_posix()):
+  for path in sorted(code, key=lambda q: q.relative_to(root).as_posix()):
     digest.update(path.relative_to(root).as_posix().encode() + b"\0")
     digest.update(hashlib.sha256(path.read_bytes()).hexdigest().encode() + b"\n")
   return digest.hexdigest()
 
 
 def stamp(folder: Path, root: Path = REPO) -> str:
-  """Write `folder/commit` (this checkout's HEAD, "+dirty" if tracked code differs from it: runtime's
-  code_revision) and `folder/source` (`source_digest`) before the tree is copied to another machine."""
-  from wt_jax.train import runtime
+  """Write `folder/commit` (this checkout's HEAD, "+dirty" if tracked code differs from it:
+  `record.code_revision`) and `folder/source` (`source_digest`) before the tree is copied to another machine."""
+  from wt_jax.train import record
   saved = os.environ.pop("WT_JAX_COMMIT", None)  # this checkout's own commit, not one handed down
   try:
-    commit = runtime.code_revision()
+    commit = record.code_revision()
   finally:
     if saved is not None:
       os.environ["WT_JAX_COMMIT"] = saved
   if not commit:
     raise app.UsageError(f"--stamp: {root} is not a git checkout (or git is missing): no commit to stamp.")
   folder.mkdir(parents=True, exist_ok=True)
-  runtime.write_whole(folder / "commit", commit + "\n")
-  runtime.write_whole(folder / "source", source_digest(root) + "\n")
+  files.write_whole(folder / "commit", commit + "\n")
+  files.write_whole(folder / "source", source_digest(root) + "\n")
   return commit
 
 

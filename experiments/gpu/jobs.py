@@ -1,11 +1,11 @@
-"""What a job of the GPU queue (`experiments.gpu_queue`) is: its spelling, the config and corpus it trains, its
-steps, and whether a folder's record is its run.
+"""What a job of the GPU queue (`experiments.gpu.run_queue`) is: its spelling, the config and corpus it trains,
+its steps, and whether a folder's record is its run.
 
 A job is a config of `configs/`, its argument if the config takes one, and overrides,
 `CONFIG[.py][:ARGUMENT][:key=value...]` (`parse_job`), e.g. `large:seed=1:bptt=35` or `inan.py:medium,al`; jobs
 joined by '+' are one program whose members are every part's models (`combined_job`). `job_config` builds the
-config its `python -m experiments.ptb` process will run; `record_mismatch` says why a workdir's run.json is not
-that config's run.
+config its `python -m experiments.ptb` process will run, the overrides parsed by ml_collections' own
+`--config.key=value` flags; `record_mismatch` says why a workdir's record is not that config's run.
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ import subprocess
 import zlib
 from pathlib import Path
 
-from absl import app
+from absl import app, flags
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # A members run's folder (wt_jax/train/trainer.py: MEMBERS_DIR, SUMMARY_FILE): members/<k>/ is member k's run
 # folder; summary.json, written after every member's results.json, marks the run finished.
 MEMBERS_DIR, SUMMARY_FILE = "members", "summary.json"
@@ -93,29 +93,30 @@ def read_job_specs(jobs: list[str], job: list[str], job_file: str) -> list[str]:
   return specs
 
 
-def _set_override(config, override: str) -> None:
-  key, eq, value = override.partition("=")
-  if not (eq and key):
-    raise app.UsageError(f"Override {override!r}: expected key=value.")
-  node = config
-  *path, leaf = key.split(".")
-  try:
-    for part in path:
-      node = node[part]
-    old = node[leaf]
-  except (KeyError, AttributeError, TypeError):
-    raise app.UsageError(f"Override {override!r}: the config has no key {key!r}.") from None
-  if isinstance(old, bool):
-    if value.lower() not in ("1", "true", "yes", "0", "false", "no"):
-      raise app.UsageError(f"Override {override!r}: {key} is true or false.")
-    node[leaf] = value.lower() in ("1", "true", "yes")
-  elif isinstance(old, (int, float, str)):
+def _apply_overrides(config, overrides: list[str]) -> None:
+  """Set `overrides` (key=value) on `config` as `--config.key=value` flags do on experiments.ptb's command line:
+  ml_collections' config flag parses each value by its field's type, in order (a later one for a key wins). A
+  bad one (no '=', an unknown key, a value of the wrong type) is one `app.UsageError` line."""
+  from ml_collections import config_flags
+  for override in overrides:
+    key, eq, _ = override.partition("=")
+    if not (eq and key):
+      raise app.UsageError(f"Override {override!r}: expected key=value.")
+    argv = ["job", f"--config.{override}"]
+    parser = flags.FlagValues()
     try:
-      node[leaf] = type(old)(value)
-    except ValueError:
-      raise app.UsageError(f"Override {override!r}: {key} is a {type(old).__name__}.") from None
-  else:
-    raise app.UsageError(f"Override {override!r}: {key} ({type(old).__name__}) cannot be set here.")
+      config_flags.DEFINE_config_dict("config", config, flag_values=parser, sys_argv=argv, lock_config=False)
+      parser(argv)
+    except (AttributeError, KeyError, IndexError, ValueError) as e:  # the path: not found (ml_collections: the
+      # missing part, then "Did you mean ..."), or not a path
+      why = e
+      while isinstance(why, BaseException) and why.args:
+        why = why.args[0]
+      hint = "; ".join(line.strip() for line in str(why).splitlines()[1:])
+      raise app.UsageError(f"Override {override!r}: the config has no key {key!r}"
+                           f"{f' ({hint})' if hint else ''}.") from None
+    except flags.Error as e:  # a value its field's type refuses, a field of a type no flag sets
+      raise app.UsageError(f"Override {override!r}: {str(e).rstrip('.')}.") from None
 
 
 def job_config(job: Job, common: list[str], precision: str | None = None):
@@ -136,8 +137,7 @@ def job_config(job: Job, common: list[str], precision: str | None = None):
     raise app.UsageError(f"Job {job.label}: configs/{job.config}.py:{job.arg}: {e}") from None
   if precision is not None:  # (before the overrides: the job's command line gives it first too)
     config.matmul_precision = precision
-  for o in common + job.overrides:
-    _set_override(config, o)
+  _apply_overrides(config, common + job.overrides)
   return config
 
 
@@ -185,20 +185,31 @@ def job_members(job: Job, common: list[str]) -> int:
 IGNORED_IN_MATCH = {"matmul_precision", "class_bounds"}  # the ladder's choice; filled in by the run itself
 
 
-def record_mismatch(run_config: dict, expected: dict, ladder: list[str], results: dict | None) -> str | None:
-  """Why a workdir's record is not the job's, or None if it is: `run_config` (its run.json's config) against
-  `expected` (`job_config(...).to_dict()`), outside the keys a resume may change; its precision must be a rung
-  of `ladder`; `results` (its results.json, if any) must name the same config, seed and precision — for a
-  members run, its summary.json: the same config and the members' seeds."""
-  from wt_jax.train import runtime
-  changes = {k: v for k, v in runtime.config_changes(run_config, expected).items()
-             if k.split(".")[-1] not in runtime.RESUMABLE_KEYS | IGNORED_IN_MATCH}
-  if changes:
-    shown = ", ".join(f"{k} {a!r} (job: {b!r})" for k, (a, b) in list(changes.items())[:4])
-    return f"its run.json has {shown}{', …' if len(changes) > 4 else ''}"
+def record_mismatch(run_config: dict, expected: dict, ladder: list[str], results: dict | None,
+                    resumable: bool = False) -> str | None:
+  """Why a workdir's record is not the job's run, or None if it is: `run_config` (its run.json's config)
+  against `expected` (`job_config(...).to_dict()`); `results`, its results.json (a members run: summary.json),
+  None for a run not finished; `resumable`: not finished, with a checkpoint the trainer resumes from.
+
+  Its precision must be a rung of `ladder`: the queue resumes a run on its own rung, or records a finished one
+  under it (no trainer knows the ladder). A resumable run's config is left to the trainer, which compares it with
+  the folder's run.json at the resume and refuses another run's (`record.ConfigChangedError`: the job fails with
+  that line). Any other record is compared here, since no trainer resumes it: a finished run is recorded, not
+  rerun, and a run without a checkpoint would be started afresh over its record. Its config must match outside
+  the keys a resume may change (`record.RESUMABLE_KEYS`); a finished run's results must name the same config,
+  seed and precision (a summary: the members' seeds): run.json and results.json are written at different
+  times, so a folder may hold one of another run."""
+  from wt_jax.train import record
   precision = run_config.get("matmul_precision")
   if precision not in ladder:
     return f"its run.json has matmul_precision {precision!r}, not one of {ladder}"
+  if resumable:
+    return None
+  changes = {k: v for k, v in record.config_changes(run_config, expected).items()
+             if k.split(".")[-1] not in record.RESUMABLE_KEYS | IGNORED_IN_MATCH}
+  if changes:
+    shown = ", ".join(f"{k} {a!r} (job: {b!r})" for k, (a, b) in list(changes.items())[:4])
+    return f"its run.json has {shown}{', …' if len(changes) > 4 else ''}"
   if results is not None:
     checks = [("config", expected.get("name")), ("seed", expected.get("seed")), ("matmul_precision", precision)]
     if "seeds" in results:  # a members run's summary.json
@@ -210,8 +221,6 @@ def record_mismatch(run_config: dict, expected: dict, ladder: list[str], results
       if key in results and results[key] != want:
         return f"its {'summary' if 'seeds' in results else 'results'}.json has {key} {results[key]!r} (job: {want!r})"
   return None
-
-
 
 
 def steps_of_job(job: Job, common: list[str]) -> int:

@@ -1,7 +1,7 @@
-# Sourced by experiments/gpu_window.sh and experiments/gpu_bench.sh on a lent GPU machine (run from the
+# Sourced by experiments/gpu/window.sh and experiments/gpu/bench.sh on a lent GPU machine (run from the
 # checkout's root): the packages the machine lacks (carried as wheels in .gpu/whl), the corpora (.gpu/data),
 # the commit the records name (.gpu/commit and .gpu/source, stamped here before the call by
-# experiments/gpu_prepare.sh), and several runs sharing the card.
+# experiments/gpu/prepare.sh), and several runs sharing the card.
 ROOT=${WT_GPU_ROOT:-/tmp/wt_gpu}  # the machine's scratch: installed wheels, runs, records
 mkdir -p "$ROOT"
 export PYTHONPATH="$ROOT/site:$PWD" WT_JAX_DATA="${WT_JAX_DATA:-$PWD/.gpu/data}" PYTHONUNBUFFERED=1
@@ -12,9 +12,9 @@ if [ ! -f "$ROOT/site/.installed" ]; then
   touch "$ROOT/site/.installed"
 fi
 # The copy's .git may not be this tree's: the stamped commit, "+dirty" if the copy's code differs from the
-# stamp (experiments.gpu_provenance.commit_of).
+# stamp (experiments.gpu.provenance.commit_of).
 if [ -f .gpu/commit ]; then
-  WT_JAX_COMMIT="$(python3 -c 'from pathlib import Path; from experiments.gpu_provenance import commit_of
+  WT_JAX_COMMIT="$(python3 -c 'from pathlib import Path; from experiments.gpu.provenance import commit_of
 print(commit_of(Path(".gpu")))')" || { echo "cannot read the stamped commit in .gpu"; exit 1; }
   export WT_JAX_COMMIT
   echo "code: $WT_JAX_COMMIT"

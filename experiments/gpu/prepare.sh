@@ -2,17 +2,17 @@
 # Here, before a GPU call (the machine has no network, and ../shared does not travel): fill .gpu/ (ignored by
 # git; name it in the call's `carry`) with what the machine needs.
 #
-#   bash experiments/gpu_prepare.sh        # again before every call: it re-stamps the commit
+#   bash experiments/gpu/prepare.sh        # again before every call: it re-stamps the commit
 #
 # .gpu/data/{ptb,wikitext2} (from $WT_JAX_DATA or ../shared/data), .gpu/bench/torch_*.py (the PyTorch
-# references of experiments/gpu_bench.sh, from ../shared/bench), .gpu/whl (ml_collections and tensorboardX,
+# references of experiments/gpu/bench.sh, from ../shared/bench), .gpu/whl (ml_collections and tensorboardX,
 # which the machine lacks) and .gpu/fallback (the flax/optax/orbax/chex this project's CPU suite runs with,
 # used only if the machine's own fail the preflight), both for CPython 3.12 on x86-64 (skipped with
 # WHEELS=0), and the stamp: .gpu/commit (HEAD, "+dirty" if tracked code differs) and .gpu/source (a digest of
 # the code files; on the machine a copy whose code differs is recorded as "+dirty"). PYTHON: the Python
 # with this project's packages (default python3).
 set -eu
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 DATA=${WT_JAX_DATA:-../shared/data}
 mkdir -p .gpu/data .gpu/bench .gpu/whl .gpu/fallback
 git check-ignore -q .gpu || { echo ".gpu is not ignored by git (.gitignore lists /.gpu/)"; exit 1; }
@@ -32,5 +32,5 @@ if [ "${WHEELS:-1}" != 0 ]; then
   ls .gpu/fallback/flax-* >/dev/null 2>&1 ||
     dl .gpu/fallback flax==0.12.8 optax==0.2.8 orbax-checkpoint==0.12.8 chex==0.1.92
 fi
-"${PYTHON:-python3}" -m experiments.gpu_queue --stamp=.gpu
+"${PYTHON:-python3}" -m experiments.gpu.run_queue --stamp=.gpu
 du -sh .gpu

@@ -1,12 +1,12 @@
 """Train a priority list of runs (any study's configs) on one accelerator inside a wall-clock budget, and keep a
 record of each that a caller can collect at any moment.
 
-    python -m experiments.gpu_queue --jobs=large_bd_wd,large_bd_wd_tied --budget_s=700 \\
+    python -m experiments.gpu.run_queue --jobs=large_bd_wd,large_bd_wd_tied --budget_s=700 \\
         --run_dir=/tmp/wt/runs --record_dir=/tmp/wt/records
-    python -m experiments.gpu_queue --job_file=experiments/gpu_jobs_next.txt --budget_s=700 ...
-    python -m experiments.gpu_queue --job=inan.py:medium,al --job=large_bd_wd_tied:seed=1 ...
-    python -m experiments.gpu_queue --dry_run --jobs=small_tied --run_dir=/tmp/d/runs --record_dir=/tmp/d/records
-    python -m experiments.gpu_queue --stamp=.gpu          # before a GPU call: the commit the records will name
+    python -m experiments.gpu.run_queue --job_file=experiments/gpu/jobs_next.txt --budget_s=700 ...
+    python -m experiments.gpu.run_queue --job=inan.py:medium,al --job=large_bd_wd_tied:seed=1 ...
+    python -m experiments.gpu.run_queue --dry_run --jobs=small_tied --run_dir=/tmp/d/runs --record_dir=/tmp/d/records
+    python -m experiments.gpu.run_queue --stamp=.gpu      # before a GPU call: the commit the records will name
 
 A job is a config of `configs/`, its argument if the config takes one, and overrides:
 `CONFIG[.py][:ARGUMENT][:key=value...]`, e.g. `large_tied`, `large:seed=1:bptt=35`, `inan.py:medium,al`,
@@ -25,12 +25,15 @@ a line, `#` comments), in that order, and start in that order, at most `--parall
 read (without downloading), so a misspelt job or a corpus the machine lacks stops it with one line;
 `--check_jobs` does only that.
 
-A job whose folder already holds a run counts as that run only if its `run.json` config is the job's (outside
-the keys a resume may change, `runtime.RESUMABLE_KEYS`; the precision may be any rung of the ladder; a members
-job's keys are part of that config): finished if it has `results.json` (a members job: `summary.json`, which
-the trainer writes last, after every member's results), resumed otherwise. A folder holding another run's
-record, or a damaged one (a record that cannot be read, a member's results missing), is moved aside whole
-(`<job>.<n>.set_aside`, the first free n; said in one line and in `status.json`) and the job starts afresh.
+A job whose folder already holds a run: finished if it has `results.json` (a members job: `summary.json`, which
+the trainer writes last, after every member's results), recorded, not rerun, if its `run.json` config is the
+job's (outside the keys a resume may change, `record.RESUMABLE_KEYS`; a members job's keys are part of that
+config) and its results name the job's config and seed; not finished, resumed on its own rung of the ladder,
+the trainer comparing the config with its `run.json` (another run's stops it with one line: the job fails,
+that line its reason in `status.json` and the driver's output). A folder holding another finished run, a run
+on no rung of the ladder, one without a checkpoint that is not the job's, or a damaged one (a record that
+cannot be read, a member's results missing) is moved aside whole (`wt_jax.files.set_aside`:
+`<job>.set_aside[.<n>]`; said in one line and in `status.json`) and the job starts afresh.
 
 Precision ladder. A job starts at the first of `--precisions` (`config.matmul_precision`; the papers' GPUs
 computed true float32; the records name the rung, so `matmul_precision` is refused as an override). After
@@ -61,16 +64,17 @@ Records (`--record_dir`): `env.json` (device, driver, jax/jaxlib, CUDA and cuDNN
 `results.json`, `run.json`, `curve.jsonl` (the epoch records), `metrics.jsonl`, `log.txt` and any
 `probe_<precision>.jsonl`; a members job: `run.json` (the whole config), `summary.json`, `log.txt`, the probes
 and per member `members/<k>/` with its `results.json`, `run.json`, `metrics.jsonl` and `curve.jsonl` (the
-layout `experiments.report --runs` imports as runs `<job>_m<k>`; no checkpoints). Every file is written to a
-temporary name and renamed, so a killed driver never leaves half a file; a job stopped at the deadline keeps
+layout `experiments.report --runs` imports as runs `<job>_m<k>`; no checkpoints). Every file is written whole
+(`wt_jax.files.write_whole`), so a killed driver never leaves half a file; a job stopped at the deadline keeps
 its curve so far and is marked unfinished. At the deadline every job gets SIGTERM (the trainer saves and
-exits) and the driver exits: 1 if a job failed (one line each, naming its log), else 0. A driver that is
+exits) and the driver exits: 1 if a job failed (one line each: its reason, the last line of its log, and the
+log), else 0. A driver that is
 itself stopped (SIGINT, SIGTERM: exit 130) or fails (exit 1; its traceback in `driver_error.txt`) stops its
 running jobs the same way, marks `status.json` done and says so in one line: no job trains on without it.
 A bad job or flag stops the driver with one line before anything starts.
 
-What a job is and what it trains: `experiments.gpu_jobs`; the commit and machine the records name (`--stamp`,
-`env.json`): `experiments.gpu_provenance`.
+What a job is and what it trains: `experiments.gpu.jobs`; the commit and machine the records name (`--stamp`,
+`env.json`): `experiments.gpu.provenance`.
 """
 from __future__ import annotations
 
@@ -90,9 +94,10 @@ from pathlib import Path
 from absl import app, flags
 
 from experiments import run_main
-from experiments.gpu_jobs import (MEMBERS_DIR, REPO, SUMMARY_FILE, Job, job_config, job_members, parse_job,
+from experiments.gpu.jobs import (MEMBERS_DIR, REPO, SUMMARY_FILE, Job, job_config, job_members, parse_job,
                                   read_job_specs, record_mismatch, steps_of_job)
-from experiments.gpu_provenance import environment, stamp
+from experiments.gpu.provenance import environment, stamp
+from wt_jax import files
 
 _JOBS = flags.DEFINE_list("jobs", [], "Jobs by priority, comma-separated (CONFIG[:ARGUMENT][:key=value...]); a "
                           "job whose argument holds a comma goes in --job or --job_file.")
@@ -179,33 +184,35 @@ def decide(job_ends: list[tuple[str, int, int, float | None]], deadline: float) 
   return "keep", None
 
 
-def _write_atomic(path: Path, text: str) -> None:
-  tmp = path.with_name(path.name + ".tmp")
-  tmp.write_text(text)
-  os.replace(tmp, path)
-
-
-def _copy_atomic(src: Path, dst: Path) -> None:
+def _copy(src: Path, dst: Path) -> None:
+  """A run's text record (JSON, JSON lines, its log) copied into the records, written whole; a byte that is not
+  UTF-8 (only a log could hold one) becomes U+FFFD. A file the run has not written yet is skipped."""
   if src.exists():
-    tmp = dst.with_name(dst.name + ".tmp")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
+    files.write_whole(dst, src.read_bytes().decode("utf-8", errors="replace"))
 
 
 def _records_of(metrics_path: Path, kind: str) -> list[dict]:
-  """The records of `kind` in a metrics.jsonl; a line that is not a record (being written, or damaged) is
-  skipped."""
-  if not metrics_path.exists():
-    return []
-  out = []
-  for line in metrics_path.read_text(errors="replace").splitlines():
-    try:
-      r = json.loads(line)
-    except ValueError:  # a line being written
-      continue
-    if isinstance(r, dict) and r.get("kind") == kind:
-      out.append(r)
-  return out
+  """The records of `kind` in a metrics.jsonl (a line that is not a record, being written or damaged, is not
+  one: `files.read_jsonl`)."""
+  return [r for r in files.read_jsonl(metrics_path)[0] if r.get("kind") == kind]
+
+
+def _last_line(log: Path) -> str | None:
+  """The last line of a job's log: the reason its entry point stops with on an error it names (one line, e.g. the
+  trainer's refusal to resume a folder started with another config), else a traceback's last line."""
+  try:
+    with open(log, "rb") as f:
+      f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+      lines = [line.strip() for line in f.read().decode("utf-8", errors="replace").splitlines() if line.strip()]
+  except OSError:
+    return None
+  return lines[-1][-300:] if lines else None
+
+
+def _saved_step(workdir: Path) -> bool:
+  """Whether a run folder holds a checkpoint step (`checkpoints/{last,best}/<step>/`), which the trainer resumes
+  from."""
+  return any(p.name.isdigit() for kind in ("last", "best") for p in (workdir / "checkpoints" / kind).glob("*"))
 
 
 def _json_object(path: Path, keys: tuple[str, ...]) -> dict:
@@ -219,17 +226,6 @@ def _json_object(path: Path, keys: tuple[str, ...]) -> dict:
   if missing:
     raise ValueError(f"its {path.name} is not a run's record (no {missing[0]!r})")
   return value
-
-
-def _free(folder: Path, stem: str, suffix: str, numbered: bool = False) -> Path:
-  """A name nothing holds yet: folder/<stem>.<suffix> (unless `numbered`), else folder/<stem>.<n>.<suffix>
-  with the first free n from 1 (from 2 when unnumbered)."""
-  if not numbered and not (folder / f"{stem}.{suffix}").exists():
-    return folder / f"{stem}.{suffix}"
-  n = 1 if numbered else 2
-  while (folder / f"{stem}.{n}.{suffix}").exists():
-    n += 1
-  return folder / f"{stem}.{n}.{suffix}"
 
 
 def parse_variant(name: str) -> tuple[int, str]:
@@ -280,10 +276,9 @@ def probe(job: Job, variants: list[str], common: list[str], precision: str, reco
       out = {"error": repr(e)[:300]}
     out["wall_s"] = round(time.time() - t0, 1)
     results[name] = out
-    _write_atomic(records / "probe.json", json.dumps({"config": job.config_arg, "variants": results}, indent=1))
+    files.write_json(records / "probe.json", {"config": job.config_arg, "variants": results})
   chosen = choose_variant(results)
-  _write_atomic(records / "probe.json", json.dumps({"config": job.config_arg, "variants": results, "chosen": chosen},
-                                                   indent=1))
+  files.write_json(records / "probe.json", {"config": job.config_arg, "variants": results, "chosen": chosen})
   return parse_variant(chosen) if chosen else None
 
 
@@ -321,8 +316,9 @@ class Driver:
 
   def adopt(self, job: Job) -> bool:
     """Before a start: look at what the job's folder already holds. Returns True if it holds the job's
-    finished run (then recorded, not rerun). A run of the job not yet finished stays, to be resumed, at its
-    own precision; a folder holding another run's record is moved aside and the job starts afresh."""
+    finished run (then recorded, not rerun). A run not yet finished with a checkpoint stays, to be resumed at
+    its own precision (the trainer refuses it if it is another run's: `record_mismatch`); any other folder
+    that is not the job's run is moved aside and the job starts afresh."""
     wd = self.workdir(job)
     run_json, results_json = wd / "run.json", self.done_file(job)
     if wd.exists() and not wd.is_dir():
@@ -339,7 +335,8 @@ class Driver:
         lost = [k for k in range(job.members) if not (wd / MEMBERS_DIR / str(k) / "results.json").exists()]
         if lost:  # (the trainer writes summary.json after every member's results.json)
           raise ValueError(f"its {MEMBERS_DIR}/{lost[0]}/results.json is missing beside its {SUMMARY_FILE}")
-      why = record_mismatch(run_config, job_config(job, self.common).to_dict(), _PRECISIONS.value, results)
+      why = record_mismatch(run_config, job_config(job, self.common).to_dict(), _PRECISIONS.value, results,
+                            resumable=results is None and _saved_step(wd))
     except ValueError as e:
       why = f"{e}: whose run it is, or whether it ended, cannot be told"
     except (KeyError, TypeError, AttributeError) as e:
@@ -356,11 +353,10 @@ class Driver:
     return self.set_aside(job, why)
 
   def set_aside(self, job: Job, why: str) -> bool:
-    """Move the job's folder, which is not the job's run, to `<job>.<n>.set_aside` (nothing in it is lost),
-    say so in one line and an event. Returns False: the job starts afresh."""
+    """Move the job's folder, which is not the job's run, to `<job>.set_aside[.<n>]` (`files.set_aside`:
+    nothing in it is lost), say so in one line and an event. Returns False: the job starts afresh."""
     wd = self.workdir(job)
-    aside = _free(self.runs, job.label, "set_aside", numbered=True)
-    wd.rename(aside)
+    aside = files.set_aside(wd, "set_aside")
     print(f"{job.label}: {wd} holds another run's record ({why}); moved to {aside.name}, starting afresh.",
           file=sys.stderr, flush=True)
     job.events.append({"t": round(time.time() - self.t0, 1), "event": "set aside", "why": why,
@@ -406,8 +402,8 @@ class Driver:
     self.stop(job, "stopped", why, signal.SIGKILL, checks)  # (its checkpoint would never be resumed)
     wd = self.workdir(job)
     out = self.records / job.label
-    _copy_atomic(self.metrics_file(job), out / f"probe_{self.precision(job)}.jsonl")
-    wd.rename(_free(self.runs, f"{job.label}.{self.precision(job)}", "abandoned"))
+    _copy(self.metrics_file(job), out / f"probe_{self.precision(job)}.jsonl")
+    files.set_aside(wd, f"{self.precision(job)}.abandoned")  # (kept: <job>.<precision>.abandoned[.<n>])
     for name in ("metrics.jsonl", "curve.jsonl", "log.txt", "run.json"):  # the record describes the new run only
       (out / name).unlink(missing_ok=True)
     shutil.rmtree(out / MEMBERS_DIR, ignore_errors=True)  # (a members run's: its members' records)
@@ -421,7 +417,7 @@ class Driver:
     wd, out = self.workdir(job), self.records / job.label
     out.mkdir(parents=True, exist_ok=True)
     for name in ("run.json", "log.txt", SUMMARY_FILE) if job.members else ("run.json", "log.txt"):
-      _copy_atomic(wd / name, out / name)
+      _copy(wd / name, out / name)
     runs = [(wd, out)] if not job.members else [(wd / MEMBERS_DIR / str(k), out / MEMBERS_DIR / str(k))
                                                 for k in range(job.members)]
     for src, dst in runs:
@@ -429,10 +425,10 @@ class Driver:
         continue
       dst.mkdir(parents=True, exist_ok=True)
       for name in ("results.json", "metrics.jsonl") + (("run.json",) if job.members else ()):
-        _copy_atomic(src / name, dst / name)
+        _copy(src / name, dst / name)
       epochs = _records_of(src / "metrics.jsonl", "epoch")
       if epochs:
-        _write_atomic(dst / "curve.jsonl", "".join(json.dumps(r) + "\n" for r in epochs))
+        files.write_whole(dst / "curve.jsonl", "".join(json.dumps(r) + "\n" for r in epochs))
 
   def progress(self, job: Job) -> tuple[int, float] | None:
     """(step, steps/s) of the job's latest progress record, or None before its second one."""
@@ -473,7 +469,7 @@ class Driver:
       if job.proc is not None and job.proc.poll() is not None:
         entry["returncode"] = job.proc.returncode
       status["jobs"].append(entry)
-    _write_atomic(self.records / "status.json", json.dumps(status, indent=1))
+    files.write_json(self.records / "status.json", status)
 
   def judge(self, steps_of: dict[str, int]) -> None:
     """Check each running job due for it (every `--check_steps` steps), then act on `decide`. Every check is
@@ -536,7 +532,8 @@ class Driver:
           ok = job.proc.returncode == 0 and self.done_file(job).exists()
           job.state = "finished" if ok else "failed"
           job.events.append({"t": round(job.ended - self.t0, 1), "event": job.state,
-                             "returncode": job.proc.returncode})
+                             "returncode": job.proc.returncode,
+                             **({} if ok else {"why": _last_line(self.workdir(job) / "log.txt")})})
           self.collect(job)
       if now >= self.deadline:
         for job in self.jobs:
@@ -605,9 +602,9 @@ def main(argv):
   except OSError as e:
     raise SystemExit(f"Cannot make {e.filename}: {e.strerror}.") from None
   env = environment()
-  from wt_jax.train import runtime
-  env["wt_jax_commit"] = runtime.code_revision()
-  _write_atomic(records / "env.json", json.dumps(env, indent=1))
+  from wt_jax.train import record
+  env["wt_jax_commit"] = record.code_revision()
+  files.write_json(records / "env.json", env)
   if _EXPECT_BACKEND.value and env.get("backend") != _EXPECT_BACKEND.value:
     raise SystemExit(f"JAX's backend is {env.get('backend')!r}, not {_EXPECT_BACKEND.value!r} "
                      f"({env.get('jax_probe_error') or env.get('device_kind')}): no job started.")
@@ -630,7 +627,7 @@ def main(argv):
     interrupted = isinstance(e, KeyboardInterrupt)
     why = "interrupted" if interrupted else f"{type(e).__name__}: {e}"
     if not interrupted:
-      _write_atomic(records / "driver_error.txt", traceback.format_exc())
+      files.write_whole(records / "driver_error.txt", traceback.format_exc())
     stopped = driver.stop_running(f"driver {why}")
     print(f"The driver stopped ({why}{'' if interrupted else f'; traceback in {records}/driver_error.txt'}); "
           f"{stopped} running job(s) stopped (SIGTERM: each saves its checkpoint); records kept in {records}.",
@@ -638,12 +635,14 @@ def main(argv):
     sys.exit(130 if interrupted else 1)
   env = json.loads((records / "env.json").read_text())
   env["driver_wall_s"] = round(time.time() - driver.t0, 1)
-  _write_atomic(records / "env.json", json.dumps(env, indent=1))
+  files.write_json(records / "env.json", env)
   print(json.dumps({j.label: j.state for j in jobs}))
   failed = [j for j in jobs if j.state == "failed"]
-  for j in failed:
+  for j in failed:  # (its reason: the log's last line, kept in its "failed" event)
     code = j.proc.returncode if j.proc is not None else None
-    print(f"{j.label} failed (return code {code}): its log is {records / j.label / 'log.txt'}.", file=sys.stderr)
+    why = j.events[-1].get("why") if j.events else None
+    print(f"{j.label} failed (return code {code}){f': {why}' if why else ''}; its log is "
+          f"{records / j.label / 'log.txt'}.", file=sys.stderr)
   if failed:
     sys.exit(1)
 

@@ -16,8 +16,8 @@
 #                per step and its ratio to one model alone), one `<config> members` line each
 # Stops starting new work after BUDGET_S seconds.
 #
-#   bash experiments/gpu_prepare.sh                                                 # here, before the call
-#   bash experiments/gpu_bench.sh BUDGET_S OUT_DIR [PRECISION] [CONFIGS...]
+#   bash experiments/gpu/prepare.sh                                                 # here, before the call
+#   bash experiments/gpu/bench.sh BUDGET_S OUT_DIR [PRECISION] [CONFIGS...]
 #
 # PRECISION: tensorfloat32 (default) or float32. CONFIGS default: small_tied large_tied large_bd_wd_tied
 # rhn_tied. BENCH_FLAGS (environment) is appended to every bench command (a CPU smoke run:
@@ -38,7 +38,7 @@
 # A CPU smoke run:
 # SECTIONS=members NUMERICS=0 BENCH_FLAGS="--config.hidden_size=16 --steps=2 --warmup=1 --repeats=1".
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BUDGET_S=$1
 OUT_DIR=$2
 PRECISION=${3:-tensorfloat32}
@@ -47,7 +47,7 @@ CONFIGS=${*:-small_tied large_tied large_bd_wd_tied rhn_tied}
 SECTIONS=${SECTIONS:-determinism interleaved compiled unroll profile members}
 DET_CONFIGS=${DET_CONFIGS:-large_bd_wd_tied rhn_tied}
 want() { case " $SECTIONS " in *" $1 "*) return 0 ;; esac; return 1; }
-. experiments/gpu_setup.sh
+. experiments/gpu/setup.sh
 mkdir -p "$OUT_DIR"
 LOG="$OUT_DIR/bench.log"
 left() { [ $SECONDS -lt "$BUDGET_S" ]; }
@@ -71,7 +71,7 @@ fi
 common=(--config.matmul_precision="$PRECISION" --peak=false --steps=100 --warmup=10 --repeats=3 --eval_windows=50
         ${BENCH_FLAGS:-})
 if want determinism; then
-  DET=$(python3 -c "from wt_jax.train.runtime import xla_flags_with_determinism as f; print(f('', True))")
+  DET=$(python3 -c "from wt_jax.train.record import xla_flags_with_determinism as f; print(f('', True))")
   for c in $DET_CONFIGS; do
     for round in $(seq 1 "${DET_ROUNDS:-2}"); do  # off and on alternately: drift of the card's clock falls on both
       for det in off on; do
@@ -94,7 +94,8 @@ if want compiled && left; then  # the reference's --compile through bench's flag
   cat >"$ROOT/torch_rhn_compiled.py" <<PY
 import runpy, sys
 script = "$PWD/.gpu/bench/torch_rhn_lm.py"
-sys.argv = [script] + sys.argv[1:] + ([] if "-h" in sys.argv or "--help" in sys.argv else ["--compile", "reduce-overhead"])
+help_asked = "-h" in sys.argv or "--help" in sys.argv
+sys.argv = [script] + sys.argv[1:] + ([] if help_asked else ["--compile", "reduce-overhead"])
 runpy.run_path(script, run_name="__main__")
 PY
   record "rhn_tied interleaved torch.compile reduce-overhead" timeout 400 python3 -m experiments.bench \
