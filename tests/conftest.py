@@ -119,12 +119,66 @@ def unused_port() -> int:
   return port
 
 
+ENTRY_TINY = dict(vocab_size=31, hidden_size=8, batch_size=4, bptt=5, test_window=64, plot=False)
+
+
 def entry_args(**overrides) -> list[str]:
   """Flags of `python -m experiments.ptb` for a few-second run on `tiny_corpus` (small_tied.py at hidden 8,
   batch 4, window 5), then `--config.<key>=<value>` for each of `overrides`, in their order."""
-  tiny = dict(vocab_size=31, hidden_size=8, batch_size=4, bptt=5, test_window=64, plot=False)
   return ["--config=configs/small_tied.py", *(f"--config.{k}={str(v).lower() if isinstance(v, bool) else v}"
-                                              for k, v in {**tiny, **overrides}.items())]
+                                              for k, v in {**ENTRY_TINY, **overrides}.items())]
+
+
+def entry_config(**overrides):
+  """The config that `entry_args(**overrides)` gives the entry point, built in this process (a group's key
+  dotted: entry_config(**{"softmax.kind": "class"}))."""
+  from configs import small_tied
+  c = small_tied.get_config()
+  c.update_from_flattened_dict({**ENTRY_TINY, **overrides})
+  return c
+
+
+# Every resume test (after a stop, a signal, kill -9, a damaged checkpoint, a full disk, on a bucket) ends its run
+# as entry_config(**RESUMED) on `tiny_corpus`, and compares its numbers with one uninterrupted run of that config,
+# trained once (`uninterrupted`). Dropout (masks drawn from each step's key), a learning rate halved after epoch 1
+# and an end inside epoch 3 make each part of what a resume restores (parameters, step, data position, the epoch's
+# sums, the schedule, the history and best) show in the numbers. num_epochs is long and max_steps, which a resume
+# may change, ends the run: a process signalled or killed in its first steps is still training when that comes.
+RESUMED = dict(num_epochs=40, max_steps=400, learning_rate=2.0, decay_after_epoch=1, dropout=0.2)
+STEPS_PER_EPOCH = 149  # tiny_corpus's 3,000-odd training tokens in windows of 4 × 5
+
+
+def resumed_config(**overrides):
+  """entry_config(**RESUMED), with `overrides` in place of its values."""
+  return entry_config(**{**RESUMED, **overrides})
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory):
+  """(`write_corpus`'s corpus, loaded; the data root it is under, for the entry point's WT_JAX_DATA)."""
+  from wt_jax.data import ptb
+  root = tmp_path_factory.mktemp("data")
+  write_corpus(root / "ptb")
+  return ptb.load(str(root), download=False), root
+
+
+@pytest.fixture(scope="session")
+def uninterrupted(tiny_corpus, tmp_path_factory) -> dict:
+  """results.json of entry_config(**RESUMED) trained on `tiny_corpus` without a stop: what every resumed run ends
+  with."""
+  from wt_jax.train import lm
+  results = lm.fit(resumed_config(), tiny_corpus[0], tmp_path_factory.mktemp("uninterrupted"))
+  assert results["steps"] == RESUMED["max_steps"] and results["steps_per_epoch"] == STEPS_PER_EPOCH
+  return results
+
+
+def assert_same_numbers(resumed: dict, whole: dict) -> None:
+  """A resumed run's results are the uninterrupted run's, up to the order of float32 sums (an epoch's running
+  sums restart from the checkpoint's at a resume)."""
+  for key in ("steps", "train_ppl", "valid_ppl", "test_ppl", "test_ppl_batched", "best_valid_ppl"):
+    assert resumed[key] == pytest.approx(whole[key], rel=1e-5), key
+  assert [h["valid_ppl"] for h in resumed["history"]] == pytest.approx([h["valid_ppl"] for h in whole["history"]],
+                                                                      rel=1e-5)
 
 
 def run_entry(args, data_root):
@@ -139,6 +193,30 @@ def start_entry(args, data_root, stderr=subprocess.DEVNULL) -> subprocess.Popen:
   env = dict(os.environ, WT_JAX_DATA=str(data_root), JAX_PLATFORMS="cpu")
   return subprocess.Popen([sys.executable, "-m", "experiments.ptb", *args], cwd=REPO, env=env,
                           stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+
+
+@contextlib.contextmanager
+def sigint_in_step(task_class, step: int):
+  """Within the block, training step `step` (counted from 1 in this block) of every `task_class` task sends SIGINT
+  to this process from inside the step: the trainer gets the signal at a known step. SIGINT that reaches no
+  trainer (one outside its training loop) is only recorded in the yielded list, so that a signal the trainer did
+  not defer fails the test instead of stopping the test process."""
+  import signal
+  train_step, taken, not_deferred = task_class.train_step, [], []
+
+  def signalling_step(self, state, batch):
+    taken.append(None)
+    if len(taken) == step:
+      os.kill(os.getpid(), signal.SIGINT)  # (Python runs the handler before this function returns)
+    return train_step(self, state, batch)
+
+  before = signal.signal(signal.SIGINT, lambda signum, frame: not_deferred.append(signum))
+  task_class.train_step = signalling_step
+  try:
+    yield not_deferred
+  finally:
+    task_class.train_step = train_step
+    signal.signal(signal.SIGINT, before)
 
 
 def tiny_config(**overrides):

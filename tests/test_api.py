@@ -25,6 +25,7 @@ def test_public_names_resolve():
     wt_jax.no_such_name  # noqa: B018
 
 
+@pytest.mark.slow
 def test_readme_example_trains_a_tied_lm(tmp_path):
   """Runs the block on real PTB (WT_JAX_DATA) when it is there, else on the tests' tiny corpus."""
   from tests.conftest import write_corpus
@@ -39,5 +40,9 @@ def test_readme_example_trains_a_tied_lm(tmp_path):
                      timeout=300)
   assert r.returncode == 0, r.stderr[-3000:]
   ppl = float(re.search(r"train ppl of the last window: ([\d.]+)", r.stdout).group(1))
-  assert 1 < ppl < vocab  # 20 steps already beat the uniform distribution
+  # The model starts near the uniform distribution (the first window: 10,049 on PTB, 31.1 on the tiny corpus); after
+  # 20 steps the last window measured 1,261 on PTB and 28.7 on the tiny corpus. The bounds leave about ±10% (±5% on
+  # the tiny corpus, to stay below its start) for another CPU's or jax version's rounding and dropout draws.
+  low, high = {10_000: (1_100, 1_400), 31: (27, 30)}[vocab]
+  assert low < ppl < high, ppl
   assert "one shared embedding leaf: ['embedding', 'out_bias']" in r.stdout

@@ -59,7 +59,7 @@ def _value_and_grads(fn, args, weights, dtype):
     hs, c, h = fn(*a, dtype)
     return jnp.sum(hs * wy) + jnp.sum(c * wc) + jnp.sum(h * wh)
 
-  return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(*args)
+  return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4)))(*args)
 
 
 def _assert_close(ours, ref, rtol, atol_scale):
@@ -95,6 +95,7 @@ def test_all_ones_mask_is_the_unmasked_recurrence():
       _assert_close(a, b, F32_RTOL, F32_ATOL)
 
 
+@pytest.mark.slow  # (bd_lstm_lm runs its gates in float32; tests/test_precision.py proves the bfloat16 dots)
 @pytest.mark.parametrize("G", [1, 4])
 def test_masked_recurrence_bfloat16(G):
   """bfloat16 matmul inputs (not used by bd_lstm_lm, whose gates stay float32, but supported like
@@ -112,6 +113,7 @@ def test_masked_recurrence_bfloat16(G):
   assert dots and all(d == ("bfloat16", "bfloat16") for d in dots), dots
 
 
+@pytest.mark.slow  # (the recurrence's gradient against autodiff: the fast tier's test_masked_recurrence_matches_…)
 @pytest.mark.parametrize("kind", ["gal", "inan"])
 def test_model_training_steps_match_the_plain_recurrence(monkeypatch, kind):
   """A few SGD steps of a 2-layer BD LSTM LM with its masks on — Gal's per-gate masks, or Inan et al.'s one

@@ -107,6 +107,7 @@ def _aot_record(r):
   return json.loads(next(l for l in r.stdout.splitlines() if l.startswith("AOT_JSON "))[len("AOT_JSON "):])
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_cli_find_max_batch_on_a_tiny_model(tmp_path):
   """On a pretend chip exactly as large as the compiler's figure for a batch of 8 (or for the eval step, if
@@ -128,6 +129,7 @@ def test_cli_find_max_batch_on_a_tiny_model(tmp_path):
   assert (tmp_path / hlo[1]).read_text().startswith("HloModule")
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_cli_errors_are_one_line():
   r = _cli(*_tiny_flags(), "--topology=v9:2x2")

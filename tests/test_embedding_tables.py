@@ -132,29 +132,29 @@ def test_wrong_pairs_fail_clearly(runs):
     tables_lib.check_run("run", {"dataset": "multi30k"}, "lm")
 
 
+@pytest.mark.slow
 def test_entry_point(runs, tmp_path):
   r = subprocess.run([sys.executable, "-m", "experiments.embeddings", f"--w2v_untied={runs / 'w2v_untied'}",
                       f"--w2v_tied={runs / 'w2v_tied'}", f"--data_dir={runs}", f"--tables_dir={tmp_path}"],
                      cwd=REPO, capture_output=True, text=True, timeout=300)
   assert r.returncode == 0, r.stderr[-2000:]
   assert "Table 2: word2vec" in r.stdout and (tmp_path / "tables.json").is_file()
-  r = subprocess.run([sys.executable, "-m", "experiments.embeddings", f"--lm_untied={runs / 'lm_untied'}"],
-                     cwd=REPO, capture_output=True, text=True, timeout=300)
-  assert r.returncode != 0 and "go together" in r.stderr
-  # A run folder with no checkpoint: its one line, no traceback.
-  r = subprocess.run([sys.executable, "-m", "experiments.embeddings", f"--lm_untied={tmp_path / 'none'}",
-                      f"--lm_tied={runs / 'lm_tied'}", f"--data_dir={runs}", f"--tables_dir={tmp_path}"],
-                     cwd=REPO, capture_output=True, text=True, timeout=300)
-  assert r.returncode == 1 and "checkpoint" in r.stderr.strip().splitlines()[-1], r.stderr[-2000:]
-  assert "Traceback" not in r.stderr, r.stderr[-2000:]
-  # The pair swapped, and --rerender where no tables were built: one line each, nothing written.
-  for args, says in (([f"--lm_untied={runs / 'lm_tied'}", f"--lm_tied={runs / 'lm_untied'}"], "swapped?"),
-                     (["--rerender"], "No tables.json in")):
-    out = tmp_path / "fresh"
-    r = subprocess.run([sys.executable, "-m", "experiments.embeddings", *args, f"--data_dir={runs}",
-                        f"--tables_dir={out}"], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 1 and says in r.stderr.strip().splitlines()[-1], r.stderr[-2000:]
-    assert "Traceback" not in r.stderr and not out.exists(), r.stderr[-2000:]
+
+
+def test_the_entry_points_refusals_are_one_line_each(runs, tmp_path):
+  """`main` as the entry point runs it (`experiments.one_line`): half a pair of flags; a run folder with no
+  checkpoint; the pair swapped; --rerender where no tables were built: one line each, nothing written."""
+  from tests.in_process import main_ends_with
+  ends = lambda **flag_values: main_ends_with(tables_lib.main, ["embeddings"], **flag_values)
+  assert "go together" in ends(lm_untied=str(runs / "lm_untied"))
+  out = tmp_path / "fresh"
+  for flag_values, says in (
+      (dict(lm_untied=str(tmp_path / "none"), lm_tied=str(runs / "lm_tied")), "checkpoint"),
+      (dict(lm_untied=str(runs / "lm_tied"), lm_tied=str(runs / "lm_untied")), "swapped?"),
+      (dict(rerender=True), "No tables.json in")):
+    line = ends(**flag_values, data_dir=str(runs), tables_dir=str(out))
+    assert line is not None and "\n" not in line and says in line, line
+    assert not out.exists()
 
 
 def test_table4_over_a_word_sample_is_the_all_pairs_measure_on_those_rows():

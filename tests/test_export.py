@@ -193,6 +193,7 @@ def test_word2vec_refuses_words_with_whitespace(tmp_path):
     export.write_word2vec(tmp_path / "v.txt", ["a"], np.zeros((2, 3)))
 
 
+@pytest.mark.slow
 def test_entry_point(runs, tmp_path):
   """The CLI: an export, and a one-line error (no traceback) for a missing run."""
   env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -323,8 +324,8 @@ def test_converted_run_loads_into_the_new_model_and_keeps_its_logits(runs, tmp_p
     ("cut", "cannot be read as converted parameters")])
 def test_an_init_that_is_not_converted_parameters_is_one_line(runs, tmp_path, given, says):
   """--config.init_from naming a run's folder (not its converted parameters), or a params.npz that is empty,
-  not an npz or cut short: a ConversionError (an InputError) that the entry point prints as one line, before
-  any step."""
+  not an npz or cut short: a ConversionError from `load_init`, in one line (an InputError, which the entry
+  point's `experiments.one_line` prints as that line)."""
   if given == "run":
     init = runs["tied"]
   else:
@@ -332,15 +333,19 @@ def test_an_init_that_is_not_converted_parameters_is_one_line(runs, tmp_path, gi
     data = (folder / convert.PARAMS_FILE).read_bytes()
     init = tmp_path / "params.npz"
     init.write_bytes({"empty": b"", "not_npz": b"PK\x03\x04 not a zip", "cut": data[:len(data) // 2]}[given])
-  with pytest.raises(convert.ConversionError, match=says.replace("(", r"\(")):
+  with pytest.raises(convert.ConversionError, match=says.replace("(", r"\(")) as refused:
     convert.load_init(init)
-  env = dict(os.environ, WT_JAX_DATA=str(runs["root"]), JAX_PLATFORMS="cpu")
-  proc = subprocess.run([sys.executable, "-m", "experiments.ptb", "--config=configs/small_tied.py",
-                         f"--config.vocab_size={runs['corpus'].vocab_size}", "--config.hidden_size=16",
-                         "--config.download=false", f"--config.init_from={init}", f"--workdir={tmp_path / 'run'}"],
-                        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-  assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-  assert says in proc.stderr.strip().splitlines()[-1], proc.stderr[-3000:]
+  assert "\n" not in str(refused.value)
+
+
+def test_the_trainer_refuses_an_init_that_is_not_converted_parameters(runs, tmp_path):
+  """The trainer reads `config.init_from` with `load_init` as it builds the starting state: a run's folder
+  given there is refused before a step is trained or saved."""
+  config = _run_config("tied", runs["corpus"].vocab_size)
+  config.init_from = str(runs["tied"])
+  with pytest.raises(convert.ConversionError, match="is a run's folder: convert its checkpoint first"):
+    lm.fit(config, runs["corpus"], tmp_path / "run")
+  assert not (tmp_path / "run" / "results.json").exists() and not list((tmp_path / "run").glob("checkpoints/*/*"))
 
 
 def test_convert_run_tie_keeps_the_output_embedding_by_default(runs, tmp_path):

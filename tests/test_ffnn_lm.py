@@ -79,6 +79,7 @@ def test_configs_build_the_models():
       assert m.output_projection == (mod is nnlm_tied_proj)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config_module", [nnlm_tied, lbl])
 def test_fit_on_a_tiny_corpus(config_module, tmp_path):
   corpus = ptb.load(str(write_corpus(tmp_path / "data" / "ptb").parent), download=False)

@@ -494,6 +494,7 @@ def _queue(args, env, timeout=600):
                         capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow  # (whole driver runs: training processes)
 def test_a_driver_that_fails_or_is_stopped_stops_its_jobs_and_a_failed_job_fails_the_driver(tmp_path,
                                                                                             shared_data_root):
   """The driver failing (here: a file where a job's records go), or stopped by SIGTERM, stops its running jobs
@@ -537,6 +538,7 @@ def test_a_driver_that_fails_or_is_stopped_stops_its_jobs_and_a_failed_job_fails
                                                   f"its log is {log}."), res.stderr[-2000:]
 
 
+@pytest.mark.slow  # (whole driver runs: training processes)
 def test_dry_run_probes_trains_two_jobs_side_by_side_and_leaves_whole_records(tmp_path, shared_data_root):
   """The whole path on the CPU at tiny shapes: a probe, two jobs side by side (one from a config file with
   an argument, Inan et al.'s), deterministic kernels asked for, and the records. A second driver on the same
@@ -616,6 +618,7 @@ def test_dry_run_probes_trains_two_jobs_side_by_side_and_leaves_whole_records(tm
   assert (tmp_path / "records3" / "small_tied" / "results.json").exists()
 
 
+@pytest.mark.slow  # (whole driver runs: training processes)
 def test_dry_run_trains_a_members_job_and_its_record_imports_member_by_member(tmp_path, shared_data_root,
                                                                              monkeypatch):
   """A members job through the whole path on the CPU — Inan et al.'s medium VD-LSTM and +AL rows, two seeds
@@ -677,6 +680,7 @@ def test_dry_run_trains_a_members_job_and_its_record_imports_member_by_member(tm
   assert (tmp_path / "records2" / label / "members" / "3" / "results.json").exists()
 
 
+@pytest.mark.slow  # (whole driver runs: training processes)
 def test_gpu_window_script_leaves_the_driver_running_past_its_call_and_later_calls_collect_and_start_anew(
     tmp_path, shared_data_root):
   """experiments/gpu/window.sh as a lent machine runs it (tiny shapes on the CPU, allowed by WT_GPU_BACKEND).

@@ -56,8 +56,9 @@ def test_reused_embeddings_drop_the_output_bias():
   assert tying.count_params(p_tied) - tying.count_params(p_re) == 31
 
 
-@pytest.mark.parametrize("tying_mode,which,ce_weight", [("untied", "input", 1.0), ("untied", "output", 1.0),
-                                                        ("tied", "input", 1.0), ("untied", "input", 0.25)])
+@pytest.mark.parametrize("tying_mode,which,ce_weight", [
+    ("untied", "input", 1.0), pytest.param("untied", "output", 1.0, marks=pytest.mark.slow), ("tied", "input", 1.0),
+    pytest.param("untied", "input", 0.25, marks=pytest.mark.slow)])
 def test_train_step_adds_alpha_times_the_augmented_loss(tying_mode, which, ce_weight):
   """One SGD step (lr 1, no clipping) must equal params − ∇(w·Σ_t mean_b NLL + α·Σ_t mean_b KL), w the
   CE weight (1, or 1 − β in the Section-6.2 mixture)."""
@@ -75,7 +76,7 @@ def test_train_step_adds_alpha_times_the_augmented_loss(tying_mode, which, ce_we
     kl = losses.augmented_kl(logits, y, p["words"][name], 5.0)
     return (ce_weight * losses.token_nll(logits, y).sum() + 3.5 * kl.sum()) / B
 
-  expected = jax.tree_util.tree_map(lambda p, g: p - g, params, jax.grad(reference_cost)(params))
+  expected = jax.tree_util.tree_map(lambda p, g: p - g, params, jax.jit(jax.grad(reference_cost))(params))
   tx = optim.make_optimizer(config, steps_per_epoch=100)
   fresh = jax.tree_util.tree_map(jnp.copy, params)
   state = {"params": fresh, "opt_state": tx.init(fresh), "step": jnp.zeros((), jnp.int32),
@@ -97,12 +98,16 @@ def test_augmented_loss_settings_validate():
     losses.make_lm_cost(tiny_config(al=dict(alpha=0.5, ce_weight=-0.1)))
 
 
+@pytest.mark.slow
 def test_fit_with_augmented_loss_and_reused_embeddings(tmp_path):
   corpus = ptb.load(str(write_corpus(tmp_path / "data" / "ptb").parent), download=False)
   res = lm.fit(tiny_config(words=dict(mode="tied", output_bias=False), al=dict(alpha=16.0, tau=20.0)), corpus,
                tmp_path)
-  first, last = res["history"][0], res["history"][-1]
-  assert np.isfinite(last["valid_ppl"]) and last["valid_ppl"] < first["train_ppl"]
+  # The tiny corpus's unigram perplexity is 27.3 on its valid split; the two epochs measured 24.7 and 17.2. Below
+  # 21 the model predicts a word from the one before it (each sentence counts up), which the augmented loss and
+  # the reused embedding must not prevent; the margin is for another CPU's rounding.
+  valid = [h["valid_ppl"] for h in res["history"]]
+  assert valid[-1] < min(21.0, valid[0]), valid
 
 
 def test_vd_lstm_uses_one_mask_per_state_across_and_up():
@@ -180,8 +185,8 @@ def test_train_max_tokens_trains_on_a_prefix(tmp_path):
     lm.fit(tiny_config(train_max_tokens=10), corpus, tmp_path / "run2")
 
 
-def test_section_6_2_sweep_grid_configs_and_runs(tmp_path):
-  """Inan Section 6.2: the two sweeps' grid, each point's loss, a tiny end-to-end sweep, and resumption."""
+def test_section_6_2_sweep_grid_and_each_points_loss():
+  """Inan Section 6.2: the two sweeps' grid and each point's loss (its α, τ and cross-entropy weight)."""
   from wt_jax.analysis import al_sweep
   pts = al_sweep.grid([0, 0.5, 1], [5, 20], fixed_tau=20, fixed_proportion=0.5, kl_scale="tau")
   assert [p.name for p in pts] == ["beta0_tau20", "beta0.5_tau20", "beta1_tau20", "beta0.5_tau5"]
@@ -215,6 +220,13 @@ def test_section_6_2_sweep_grid_configs_and_runs(tmp_path):
     al_sweep.point_config(base, al_sweep.Point(0.5, 20.0, "tau2v", base.vocab_size + 1))
   assert {p.alpha for p in al_sweep.grid([1], [10], 10, 1, "tau2v", 100)} == {1 * 10.0 ** 2 * 100}
 
+
+@pytest.mark.slow
+def test_section_6_2_sweep_runs_end_to_end_and_resumes(tmp_path):
+  """A tiny Section 6.2 sweep: each point trained and measured, its rows in sweep.json; a finished point is not
+  trained again, a damaged record is moved aside and rebuilt."""
+  from wt_jax.analysis import al_sweep
+  base = tiny_config(train_max_tokens=400, num_epochs=1)
   corpus = ptb.load(str(write_corpus(tmp_path / "data" / "ptb").parent), download=False)
   pts = al_sweep.grid([0, 1], [5], fixed_tau=20, fixed_proportion=1, kl_scale="tau")
   rows = al_sweep.run(base, corpus, tmp_path / "sweep", pts, frequent_words=20)
@@ -383,6 +395,7 @@ def test_logit_gradients_measure_each_cost_term():
     al_sweep.logit_gradients(c, params, tokens, windows=3)
 
 
+@pytest.mark.slow
 def test_sweep_entry_point_tables_the_workdirs_whole_sweep(tmp_path):
   """experiments.inan_sweep: a second command over other points writes sweep.md and the figure from every point
   the workdir has measured with its KL weighting, the first command's among them."""

@@ -92,8 +92,8 @@ def test_custom_vjp_matches_autodiff():
     hs, c, h = fn(*args)
     return jnp.sum(hs * wy) + jnp.sum(c * wc) + jnp.sum(h ** 2)
 
-  ours = jax.grad(lambda *a: loss(lstm_lm.lstm_recurrence, *a), argnums=(0, 1, 2, 3))(xw, w_hh, c0, h0)
-  ref = jax.grad(lambda *a: loss(_autodiff_recurrence, *a), argnums=(0, 1, 2, 3))(xw, w_hh, c0, h0)
+  ours = jax.jit(jax.grad(lambda *a: loss(lstm_lm.lstm_recurrence, *a), argnums=(0, 1, 2, 3)))(xw, w_hh, c0, h0)
+  ref = jax.jit(jax.grad(lambda *a: loss(_autodiff_recurrence, *a), argnums=(0, 1, 2, 3)))(xw, w_hh, c0, h0)
   np.testing.assert_allclose(loss(lstm_lm.lstm_recurrence, xw, w_hh, c0, h0),
                              loss(_autodiff_recurrence, xw, w_hh, c0, h0), rtol=1e-5)
   for a, b in zip(ours, ref):

@@ -10,26 +10,20 @@ member (another member's dropout rate, α, learning rate, key) moves parameters 
 outside it.
 """
 import json
-import math
-import subprocess
-import sys
 
 import jax
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, tiny_config, write_corpus
+from tests.conftest import STEPS_PER_EPOCH, tiny_config
 from wt_jax import members
-from wt_jax.data import ptb
 from wt_jax.train import lm, trainer
 from wt_jax.train.checkpoint import Checkpoints
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-  root = tmp_path_factory.mktemp("data")
-  write_corpus(root / "ptb")
-  return ptb.load(str(root), download=False)
+def corpus(tiny_corpus):
+  return tiny_corpus[0]
 
 
 # One config per model family; member_values gives the two members different values of keys that enter the
@@ -77,7 +71,9 @@ def _assert_same_training(got, want):
   np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * np.abs(w).max())
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+# (one family in the fast tier: the others repeat the check on other models)
+@pytest.mark.parametrize("family", [f if f == "lstm" else pytest.param(f, marks=pytest.mark.slow)
+                                    for f in sorted(FAMILIES)])
 def test_member_k_trains_what_a_run_of_its_config_trains_alone(corpus, family):
   overrides = dict(FAMILIES[family])
   config = _config(corpus, seed=3, **overrides)
@@ -146,7 +142,7 @@ def test_combine_spells_configs_that_share_every_shape_as_one_runs_members():
   members of the first config, and `parse` gives back exactly each config; a tied and an untied model, or
   two schedules' lengths, cannot share a program."""
   from configs import inan, large_bd_tied, large_bd_wd
-  from wt_jax.train import runtime
+  from wt_jax.train import record
   configs = []
   for variant in ("vd", "al"):
     for seed in (0, 1):
@@ -161,7 +157,7 @@ def test_combine_spells_configs_that_share_every_shape_as_one_runs_members():
   group = members.parse(run)
   assert group.seeds == [0, 1, 0, 1] and group.varying == {"al.alpha": [0.0, 0.0, 13.0, 13.0]}  # (names: labels)
   for got, want in zip(group.configs, configs):
-    assert runtime.config_changes(got.to_dict(), want.to_dict()) == {}
+    assert record.config_changes(got.to_dict(), want.to_dict()) == {}
   assert group.template().al.alpha == 13.0  # the program holds the AL; member 0 computes it times 0
   with pytest.raises(ValueError, match="differ in 'words.mode'"):
     members.combine([large_bd_tied.get_config(), large_bd_wd.get_config()])
@@ -223,19 +219,32 @@ def test_a_run_stops_when_every_member_diverged(corpus, tmp_path):
     lm.fit(config, corpus, tmp_path)
 
 
-def test_a_members_run_resumed_mid_epoch_ends_with_the_same_numbers(corpus, tmp_path):
-  overrides = dict(num_epochs=3, dropout=0.3, member_values="dropout=0.2,0.4", test_params="best")
-  config = _config(corpus, **overrides)
-  spe = (len(corpus.train) // config.batch_size - 1) // config.bptt
-  full = lm.fit(config, corpus, tmp_path / "full")
-  lm.fit(_config(corpus, max_steps=spe + spe // 2, **overrides), corpus, tmp_path / "resumed")
-  resumed = lm.fit(config, corpus, tmp_path / "resumed")
+# A members run of two configs (a learning rate and a dropout rate each; the second config twice, by seed), 2
+# epochs, tested with each member's best parameters: trained once, without a stop, for the tests below.
+MEMBERS_RUN = dict(num_epochs=2, dropout=0.3, test_params="best",
+                   member_values="learning_rate=1,0.5,0.5;dropout=0.2,0.4,0.4;name=small_lr1,small_lr05,small_lr05")
+
+
+@pytest.fixture(scope="module")
+def members_run(corpus, tmp_path_factory):
+  """(summary.json of MEMBERS_RUN trained without a stop, its workdir)."""
+  workdir = tmp_path_factory.mktemp("members_run")
+  return lm.fit(_config(corpus, **MEMBERS_RUN), corpus, workdir), workdir
+
+
+def test_a_members_run_resumed_mid_epoch_ends_with_the_same_numbers(corpus, members_run, tmp_path):
+  """Stopped in the middle of epoch 2 and resumed, each member ends with the numbers, history and tested
+  parameters it has in the run that was never stopped."""
+  whole, whole_dir = members_run
+  stop = STEPS_PER_EPOCH + STEPS_PER_EPOCH // 2
+  lm.fit(_config(corpus, max_steps=stop, **MEMBERS_RUN), corpus, tmp_path)
+  resumed = lm.fit(_config(corpus, **MEMBERS_RUN), corpus, tmp_path)
   for key in ("train_ppl", "valid_ppl", "test_ppl", "test_ppl_batched", "best_valid_ppl"):
-    assert resumed["stats"][key]["each"] == pytest.approx(full["stats"][key]["each"], rel=1e-5), key
-  for k in range(2):
-    r = json.loads((tmp_path / "resumed" / "members" / str(k) / "results.json").read_text())
-    f = json.loads((tmp_path / "full" / "members" / str(k) / "results.json").read_text())
-    assert r["resumed_from_step"] == spe + spe // 2
+    assert resumed["stats"][key]["each"] == pytest.approx(whole["stats"][key]["each"], rel=1e-5), key
+  for k in range(3):
+    r = json.loads((tmp_path / "members" / str(k) / "results.json").read_text())
+    f = json.loads((whole_dir / "members" / str(k) / "results.json").read_text())
+    assert r["resumed_from_step"] == stop
     assert [h["valid_ppl"] for h in r["history"]] == pytest.approx([h["valid_ppl"] for h in f["history"]], rel=1e-5)
     assert r["test_params"] == f["test_params"]
 
@@ -243,11 +252,10 @@ def test_a_members_run_resumed_mid_epoch_ends_with_the_same_numbers(corpus, tmp_
 def test_a_resume_is_recorded_in_each_members_run_json_and_a_lost_one_rebuilt(corpus, tmp_path):
   """Each member's run.json follows the run's: a resume and its changes are appended to it as to the run's
   own; one that is missing or damaged (moved aside, kept) is rebuilt from the member's config."""
-  overrides = dict(members=3, num_epochs=2, member_values="learning_rate=1.0,0.5,0.5")
-  lm.fit(_config(corpus, max_steps=3, **overrides), corpus, tmp_path)
+  lm.fit(_config(corpus, **{**MEMBERS_RUN, "max_steps": 3}), corpus, tmp_path)
   (tmp_path / "members" / "1" / "run.json").unlink()
   (tmp_path / "members" / "2" / "run.json").write_text('{"config": {"lear')
-  lm.fit(_config(corpus, max_steps=5, **overrides), corpus, tmp_path)
+  lm.fit(_config(corpus, **{**MEMBERS_RUN, "max_steps": 5}), corpus, tmp_path)
   records = [json.loads((tmp_path / "members" / str(k) / "run.json").read_text()) for k in range(3)]
   assert [r["resumes"][-1]["step"] for r in records] == [3, 3, 3]
   assert records[0]["resumes"][-1]["changed"] == {"max_steps": [3, 5]} and "rebuilt" not in records[0]
@@ -259,20 +267,19 @@ def test_a_resume_is_recorded_in_each_members_run_json_and_a_lost_one_rebuilt(co
   assert (tmp_path / "members" / "2" / "run.json.damaged").read_text() == '{"config": {"lear'
 
 
-def test_each_member_folder_is_a_run_folder(corpus, tmp_path):
+def test_each_member_folder_is_a_run_folder(corpus, members_run, tmp_path):
   """A member's folder holds what a run alone writes — run.json with the member's own config, vocab.txt,
   metrics.jsonl, results.json, checkpoints — and export reads it; the run's summary has mean and sd."""
-  config = _config(corpus, members=3, num_epochs=2)
-  summary = lm.fit(config, corpus, tmp_path / "run")
+  from wt_jax import export
+  summary, workdir = members_run
   assert summary["members"] == 3 and summary["seeds"] == [0, 1, 2]
-  tests = [json.loads((tmp_path / "run" / "members" / str(k) / "results.json").read_text())["test_ppl"]
-           for k in range(3)]
+  tests = [json.loads((workdir / "members" / str(k) / "results.json").read_text())["test_ppl"] for k in range(3)]
   assert summary["stats"]["test_ppl"]["each"] == tests
   assert summary["stats"]["test_ppl"]["mean"] == pytest.approx(np.mean(tests))
   assert summary["stats"]["test_ppl"]["sd"] == pytest.approx(np.std(tests, ddof=1))
-  assert json.loads((tmp_path / "run" / "summary.json").read_text())["stats"] == summary["stats"]
+  assert json.loads((workdir / "summary.json").read_text())["stats"] == summary["stats"]
   for k in range(3):
-    folder = tmp_path / "run" / "members" / str(k)
+    folder = workdir / "members" / str(k)
     run = json.loads((folder / "run.json").read_text())
     assert run["config"]["seed"] == k and run["config"]["members"] == 0 and run["member"]["index"] == k
     assert (folder / "vocab.txt").read_text().split() == list(corpus.vocab.words)
@@ -281,38 +288,26 @@ def test_each_member_folder_is_a_run_folder(corpus, tmp_path):
     result = json.loads((folder / "results.json").read_text())
     assert result["seed"] == k and result["epochs"] == 2
     assert result["num_params"] == summary["stats"]["num_params"]["each"][0]
-  out = subprocess.run([sys.executable, "-m", "experiments.export", f"--workdir={tmp_path / 'run' / 'members' / '1'}",
-                        f"--out={tmp_path / 'export'}"], cwd=REPO, capture_output=True, text=True, timeout=300)
-  assert out.returncode == 0, out.stderr[-2000:]
-  manifest = json.loads((tmp_path / "export" / "manifest.json").read_text())
+  out, manifest = export.export_run(workdir / "members" / "1", tmp_path / "export")
   assert manifest["step"] == summary["stats"]["steps"]["each"][1]
-  member_state, _ = Checkpoints(tmp_path / "run" / "members" / "1" / "checkpoints", read_only=True).restore_saved()
-  exported = np.load(tmp_path / "export" / "embeddings.npz")
+  member_state, _ = Checkpoints(workdir / "members" / "1" / "checkpoints", read_only=True).restore_saved()
+  exported = np.load(out / "embeddings.npz")
   np.testing.assert_array_equal(exported[sorted(k for k in exported.files if k != "words")[0]].shape,
                                 member_state["params"]["words"]["embedding"].shape)
 
 
-def test_members_run_through_the_entry_point(tmp_path):
-  root = tmp_path / "data"
-  write_corpus(root / "ptb")
-  corpus = ptb.load(str(root), download=False)
-  cmd = [sys.executable, "-m", "experiments.ptb", "--config=configs/small_tied.py", f"--workdir={tmp_path / 'run'}",
-         f"--config.data_dir={root}", f"--config.vocab_size={corpus.vocab_size}", "--config.hidden_size=8",
-         "--config.num_epochs=1", "--config.max_steps=6", "--config.batch_size=4", "--config.bptt=5",
-         "--config.member_values=learning_rate=1,0.5,0.5;name=small_lr1,small_lr05,small_lr05", "--config.plot=false"]
-  out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
-  assert out.returncode == 0, out.stderr[-3000:]
-  assert "3 members of 2 configs, 0 diverged: small_lr1 (1); test_ppl " in out.stderr
-  assert "members 3 (0 diverged)  | small_lr1: train_ppl " in out.stderr  # progress lines: each config apart
-  assert "  | small_lr05: train_ppl " in out.stderr
-  runs = [json.loads((tmp_path / "run" / "members" / k / "run.json").read_text())["config"] for k in "012"]
-  assert [(c["learning_rate"], c["name"], c["seed"]) for c in runs] == [(1.0, "small_lr1", 0),
-                                                                         (0.5, "small_lr05", 1), (0.5, "small_lr05", 2)]
-  results = [json.loads((tmp_path / "run" / "members" / k / "results.json").read_text()) for k in "012"]
+def test_a_members_run_of_several_configs_records_each_under_its_own_name(members_run):
+  """member_values with a `name` per member: each member's run.json and results.json carry its own config and
+  name, and the summary gives each config's members, seeds and statistics apart."""
+  summary, workdir = members_run
+  assert summary["line"].startswith("3 members of 2 configs, 0 diverged: small_lr1 (1); test_ppl ")
+  runs = [json.loads((workdir / "members" / k / "run.json").read_text())["config"] for k in "012"]
+  assert [(c["learning_rate"], c["dropout"], c["name"], c["seed"]) for c in runs] == [
+      (1.0, 0.2, "small_lr1", 0), (0.5, 0.4, "small_lr05", 1), (0.5, 0.4, "small_lr05", 2)]
+  results = [json.loads((workdir / "members" / k / "results.json").read_text()) for k in "012"]
   assert [r["config"] for r in results] == ["small_lr1", "small_lr05", "small_lr05"]  # each under its own name
-  summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-  assert math.isfinite(summary["stats"]["test_ppl"]["mean"]) and summary["config"] == "small_tied"
-  assert summary["configs"] == ["small_lr1", "small_lr05", "small_lr05"]
+  assert summary["config"] == "small" and summary["configs"] == ["small_lr1", "small_lr05", "small_lr05"]
+  assert summary["stats"]["test_ppl"]["mean"] == pytest.approx(np.mean([r["test_ppl"] for r in results]))
   own = summary["by_config"]["small_lr05"]
   assert own["members"] == [1, 2] and own["seeds"] == [1, 2]
   assert own["stats"]["test_ppl"]["mean"] == pytest.approx((results[1]["test_ppl"] + results[2]["test_ppl"]) / 2)

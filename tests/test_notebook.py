@@ -3,6 +3,8 @@ import pytest
 
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.slow  # a Jupyter kernel training on PTB; tests/test_update_rules.py checks its functions
+
 NOTEBOOK = REPO / "experiments" / "notebooks" / "update_rules.ipynb"
 
 

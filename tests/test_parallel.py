@@ -22,6 +22,11 @@ RUNS = ["lstm:1", "lstm:2", "lstm:4", "lstm:8", "rhn:1", "rhn:4", "w2v:1", "w2v:
 # (mlstm, mbd: 4 members of a run, wt_jax.members; 2 and 4 devices hold 2 and 1 member each, 8 devices
 # 1 member each on a [4, 2] mesh, the batch over 2)
 TIMEOUT_S = 600
+FAST = {"lstm:2"}  # the fast tier's comparison (it trains lstm:1 and lstm:2); every other run is the slow tier's
+
+
+def _tier(runs):
+  return [pytest.param(r, marks=() if r in FAST else pytest.mark.slow) for r in runs]
 
 
 def _env(devices: int, **extra) -> dict:
@@ -53,13 +58,38 @@ def data(tmp_path_factory):
   return root
 
 
+def _reads(item) -> list[str]:
+  """The single-process runs (of RUNS) a test of this module compares: its `run` and that model's one-device
+  run (`lstm:0`, two processes, is not one of them)."""
+  run = item.callspec.params.get("run") if hasattr(item, "callspec") else None
+  if run is None:
+    return []
+  return [r for r in (f"{run.split(':')[0]}:1", run) if r in RUNS]
+
+
+class _Trained:
+  """The single-process runs, each trained once, on first use, by a helper process with 8 simulated devices.
+  The first use trains every run that the session's selected tests of this module compare, in one helper
+  process (one JAX start-up for them all), so `-k lstm` or `-m "not slow"` trains only what it compares; a run
+  not foreseen trains when it is asked for."""
+
+  def __init__(self, data, folder, foreseen):
+    self._data, self._folder, self._foreseen, self._done = data, folder, foreseen, {}
+
+  def __getitem__(self, run):
+    if run not in self._done:
+      runs = [r for r in RUNS if r == run or (r in self._foreseen and r not in self._done)]
+      out = self._folder / f"out{len(self._done)}.json"
+      _wait([_worker([f"--data={self._data}", f"--workdir={self._folder}", f"--out={out}",
+                      f"--runs={','.join(runs)}"], _env(8))])
+      self._done.update(json.loads(out.read_text()))
+    return self._done[run]
+
+
 @pytest.fixture(scope="module")
-def single_process(data, tmp_path_factory):
-  tmp = tmp_path_factory.mktemp("dp")
-  out = tmp / "out.json"
-  _wait([_worker([f"--data={data}", f"--workdir={tmp}", f"--out={out}", f"--runs={','.join(RUNS)}"],
-                 _env(8))])
-  return json.loads(out.read_text())
+def single_process(data, tmp_path_factory, request):
+  foreseen = {r for item in request.session.items if item.module is request.module for r in _reads(item)}
+  return _Trained(data, tmp_path_factory.mktemp("dp"), foreseen)
 
 
 def _assert_same_training(got, want):
@@ -83,7 +113,7 @@ def _assert_same_training(got, want):
     assert got["test_ppl"] == pytest.approx(want["test_ppl"], rel=1e-5)
 
 
-@pytest.mark.parametrize("run", [r for r in RUNS if not r.endswith(":1") and not r.startswith("m")])
+@pytest.mark.parametrize("run", _tier(r for r in RUNS if not r.endswith(":1") and not r.startswith("m")))
 def test_devices_reproduce_single_device(single_process, run):
   name, n = run.split(":")
   got, want = single_process[run], single_process[f"{name}:1"]
@@ -93,7 +123,7 @@ def test_devices_reproduce_single_device(single_process, run):
   _assert_same_training(got, want)
 
 
-@pytest.mark.parametrize("run", [r for r in RUNS if not r.endswith(":1") and r.startswith("m")])
+@pytest.mark.parametrize("run", _tier(r for r in RUNS if not r.endswith(":1") and r.startswith("m")))
 def test_members_sharded_over_devices_reproduce_one_device(single_process, run):
   """The member axis split over the devices (and, with 8 devices for 4 members, the batch over the rest)
   trains each member as the one-device members run does."""
@@ -107,36 +137,26 @@ def test_members_sharded_over_devices_reproduce_one_device(single_process, run):
   assert len({round(m["test_ppl"], 6) for m in got["members"]}) == 4  # four different models
 
 
-def test_two_processes_reproduce_single_process(single_process, data, tmp_path):
-  """Two processes on loopback (gloo collectives), 2 simulated devices each: 4 devices in all."""
+@pytest.mark.parametrize("run", _tier(["lstm:0", "mlstm:0"]))
+def test_two_processes_reproduce_single_process(single_process, data, tmp_path, run):
+  """Two processes on loopback (gloo collectives), 2 simulated devices each: 4 devices in all. With 4 members
+  (mlstm) each process holds two members' state."""
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
   out = tmp_path / "out.json"
-  procs = [_worker([f"--data={data}", f"--workdir={tmp_path}", f"--out={out}", "--runs=lstm:0"],
+  procs = [_worker([f"--data={data}", f"--workdir={tmp_path}", f"--out={out}", f"--runs={run}"],
                    _env(2, WT_JAX_COORDINATOR=f"127.0.0.1:{port}", WT_JAX_NUM_PROCESSES="2",
                         WT_JAX_PROCESS_ID=str(i)))
            for i in range(2)]
   _wait(procs)
-  got = json.loads(out.read_text())["lstm:0"]
+  got, want = json.loads(out.read_text())[run], single_process[f"{run.split(':')[0]}:1"]
   assert got["num_devices"] == 4 and got["num_processes"] == 2
-  _assert_same_training(got, single_process["lstm:1"])
-
-
-def test_two_processes_train_members_as_one(single_process, data, tmp_path):
-  """4 members over two processes (2 simulated devices each): each process holds two members' state."""
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-  out = tmp_path / "out.json"
-  procs = [_worker([f"--data={data}", f"--workdir={tmp_path}", f"--out={out}", "--runs=mlstm:0"],
-                   _env(2, WT_JAX_COORDINATOR=f"127.0.0.1:{port}", WT_JAX_NUM_PROCESSES="2",
-                        WT_JAX_PROCESS_ID=str(i)))
-           for i in range(2)]
-  _wait(procs)
-  got = json.loads(out.read_text())["mlstm:0"]
-  assert got["num_devices"] == 4 and got["num_processes"] == 2
-  for g, w in zip(got["members"], single_process["mlstm:1"]["members"]):
+  if "members" not in want:
+    _assert_same_training(got, want)
+    return
+  assert len(got["members"]) == len(want["members"]) == 4
+  for g, w in zip(got["members"], want["members"]):
     _assert_same_training(g, w)
 
 

@@ -40,6 +40,7 @@ def test_low_precision_dot_forward_and_backward_use_bf16_inputs():
   assert all(d == ("float32", "float32") for d in _dot_input_dtypes(jax.grad(loss(None)), x, w))
 
 
+@pytest.mark.slow  # (whole models; the fast tier proves the bfloat16 dots in the test above)
 @pytest.mark.parametrize("model_name,extra", [
     ("lstm_lm", dict(words=dict(mode="tied_projection"))),
     ("rhn_lm", dict(words=dict(mode="tied"), num_layers=1, depth=2, dropout_x=0.0, dropout_i=0.0, dropout_h=0.0,

@@ -54,7 +54,7 @@ def _value_and_grads(fn, args, weights, dtype, with_mask):
     y, s = fn(xw, r, b, s0, mask if with_mask else None, dtype)
     return jnp.sum(y * wy) + jnp.sum(s * ws)
 
-  return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))(*args)
+  return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4)))(*args)
 
 
 def _assert_close(ours, ref, rtol, atol_scale):
@@ -62,9 +62,14 @@ def _assert_close(ours, ref, rtol, atol_scale):
   np.testing.assert_allclose(ours, ref, rtol=rtol, atol=atol_scale * float(np.max(np.abs(ref))))
 
 
-@pytest.mark.parametrize("depth", [1, 10])
-@pytest.mark.parametrize("with_mask", [False, True])
-@pytest.mark.parametrize("remat", [False, True])
+# (remat, with_mask, depth) in the fast tier: the mask at depth 10, and remat with the mask at depth 1 (one
+# micro-layer); the other combinations repeat those paths.
+_F32_FAST = {(False, True, 10), (True, True, 1)}
+
+
+@pytest.mark.parametrize("remat,with_mask,depth", [
+    pytest.param(remat, with_mask, depth, marks=() if (remat, with_mask, depth) in _F32_FAST else pytest.mark.slow)
+    for remat in (False, True) for with_mask in (False, True) for depth in (1, 10)])
 def test_matches_autodiff_float32(depth, with_mask, remat):
   args, weights = _inputs(T=5, B=3, H=6, d=depth)
   fn = rhn_lm.rhn_recurrence_remat if remat else rhn_lm.rhn_recurrence
@@ -87,6 +92,7 @@ def test_outputs_match_the_plain_recurrence():
   np.testing.assert_array_equal(y[-1], s)
 
 
+@pytest.mark.slow  # (the fast tier: the bfloat16 gradient's matmuls, test_bfloat16_gradient_runs_every_matmul_…)
 @pytest.mark.parametrize("with_mask", [False, True])
 def test_matches_autodiff_bfloat16(with_mask):
   """bfloat16 matmul inputs: against autodiff of the plain cell with the same bfloat16 matmuls (loose: the
@@ -110,6 +116,7 @@ def test_bfloat16_gradient_runs_every_matmul_on_bfloat16():
     assert len(dots) >= 6 and all(d == ("bfloat16", "bfloat16") for d in dots), dots
 
 
+@pytest.mark.slow  # (the recurrence's own gradient against autodiff: the fast tier's test_matches_autodiff_float32)
 def test_model_training_steps_match_the_plain_recurrence(monkeypatch):
   """A few SGD steps of a small RHN LM with all four dropout masks: the same losses and parameters with the
   custom-VJP recurrence as with autodiff of the plain cell (float32 reassociation only)."""

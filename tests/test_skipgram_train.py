@@ -46,14 +46,20 @@ def test_learning_rate_schedule():
   assert skipgram.learning_rate(0.025, 1.0) == pytest.approx(0.025e-4)
 
 
-def test_ptb_sentences_and_entry_point(tmp_path):
-  import subprocess
-  import sys
+def test_ptb_sentences(tmp_path):
   from tests.conftest import write_corpus
   from wt_jax.data import ptb
   write_corpus(tmp_path / "ptb", gz=True)
   sents = ptb.sentences("train", str(tmp_path), download=False)
   assert all(3 <= len(s) <= 8 for s in sents) and "<eos>" not in sents[0]
+
+
+@pytest.mark.slow
+def test_entry_point(tmp_path):
+  import subprocess
+  import sys
+  from tests.conftest import write_corpus
+  write_corpus(tmp_path / "ptb", gz=True)
   run = lambda *a: subprocess.run([sys.executable, "-m", "experiments.word2vec", "--config=configs/w2v_tied.py",
                                    f"--workdir={tmp_path / 'run'}", f"--config.data_dir={tmp_path}", *a],
                                   cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -197,8 +197,9 @@ def test_class_cost_clamps_the_window_of_a_class_near_the_end():
   def exact(z, w, b):
     return -jnp.sum(softmax.class_log_probs(z, w, b, c, cb, bounds)[jnp.arange(N), y])
 
-  np.testing.assert_allclose(cost(z, w, b), exact(z, w, b), rtol=1e-5)
-  for g, e in zip(jax.grad(cost, argnums=(0, 1, 2))(z, w, b), jax.grad(exact, argnums=(0, 1, 2))(z, w, b)):
+  np.testing.assert_allclose(jax.jit(cost)(z, w, b), jax.jit(exact)(z, w, b), rtol=1e-5)
+  grads = [jax.jit(jax.grad(f, argnums=(0, 1, 2)))(z, w, b) for f in (cost, exact)]
+  for g, e in zip(*grads):
     assert np.all(np.isfinite(np.asarray(g)))
     np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-6)
 
@@ -216,8 +217,8 @@ def _rows(grad):
   return set(np.flatnonzero(np.any(np.asarray(grad) != 0, axis=1)).tolist())
 
 
-@pytest.mark.parametrize("kind", ["sampled", "nce", "class"])
-@pytest.mark.parametrize("mode", ["tied", "untied"])
+@pytest.mark.parametrize("kind", ["sampled", pytest.param("nce", marks=pytest.mark.slow), "class"])  # (NCE: as sampled)
+@pytest.mark.parametrize("mode", ["tied", pytest.param("untied", marks=pytest.mark.slow)])
 def test_the_gradient_reaches_only_the_scored_rows(kind, mode):
   """Of the output matrix only the sampled and target rows (class: the rows of the targets' classes) get a
   gradient; a tied matrix also gets the batch's input rows. A tied model keeps one word matrix leaf."""
@@ -235,7 +236,7 @@ def test_the_gradient_reaches_only_the_scored_rows(kind, mode):
     z, _ = model.apply({"params": p}, x, model.initial_carry(2), features=True)
     return cost(p, z, y, {}, key)[0]
 
-  grads = jax.grad(total)(params)
+  grads = jax.jit(jax.grad(total))(params)
   targets = set(np.asarray(y).ravel().tolist())
   if kind == "class":
     cls, bounds = softmax.class_index(config.softmax.class_bounds), config.softmax.class_bounds

@@ -28,11 +28,19 @@ def _model(**kw):
 
 def _params(model, batch=2, bptt=5):
   ids = jnp.zeros((batch, bptt), jnp.int32)
-  return model.init(jax.random.key(1), ids, model.initial_carry(batch))["params"]
+  return jax.jit(model.init)(jax.random.key(1), ids, model.initial_carry(batch))["params"]
+
+
+_COMPILED = {}  # id(model) → (the model, kept so that its id is not reused; its apply, compiled)
 
 
 def _apply(model, params, ids, carry=None):
-  return model.apply({"params": params}, ids, model.initial_carry(ids.shape[0]) if carry is None else carry)
+  """model.apply, compiled once per model and shape (op by op, a call of these 2 blocks takes most of a second,
+  and the tests call it many times over)."""
+  if id(model) not in _COMPILED:
+    _COMPILED[id(model)] = (model, jax.jit(model.apply))
+  carry = model.initial_carry(ids.shape[0]) if carry is None else carry
+  return _COMPILED[id(model)][1]({"params": params}, ids, carry)
 
 
 def test_no_future_token_changes_a_past_logit():
@@ -46,7 +54,8 @@ def test_no_future_token_changes_a_past_logit():
     assert moved.tolist() == [False] * t + [True] * (9 - t), t  # positions < t untouched, ≥ t moved
 
 
-@pytest.mark.parametrize("memory", [0, 3, 7])
+@pytest.mark.parametrize("memory", [pytest.param(0, marks=pytest.mark.slow), 3,
+                                    pytest.param(7, marks=pytest.mark.slow)])  # (none; more than a window: padded)
 def test_the_carry_is_the_last_memory_tokens_and_nothing_older(memory):
   """A window sees the previous window's last `memory` tokens (its carry) and no earlier one."""
   model = _model(memory=memory)
@@ -100,8 +109,8 @@ def test_tied_gradient_is_the_sum_of_both_uses():
   def loss(model, p):
     return jnp.sum(jax.nn.log_softmax(_apply(model, p, ids)[0])[..., 3])
   np.testing.assert_allclose(loss(tied, params), loss(untied, copies), rtol=1e-6)
-  g_tied = jax.grad(lambda p: loss(tied, p))(params)["words"]
-  g_two = jax.grad(lambda p: loss(untied, p))(copies)["words"]
+  g_tied = jax.jit(jax.grad(lambda p: loss(tied, p)))(params)["words"]
+  g_two = jax.jit(jax.grad(lambda p: loss(untied, p)))(copies)["words"]
   assert set(g_tied) == {"embedding", "out_bias"}
   np.testing.assert_allclose(g_tied["embedding"], g_two["embedding"] + g_two["out_embedding"], rtol=1e-5, atol=1e-6)
   assert np.abs(np.asarray(g_two["embedding"])).max() > 1e-4  # both shares are there to be summed
@@ -174,6 +183,7 @@ def _tiny(c, **kw):
   return c
 
 
+@pytest.mark.slow
 def test_fit_on_a_tiny_corpus(tmp_path):
   corpus = ptb.load(str(write_corpus(tmp_path / "data" / "ptb").parent), download=False)
   res = lm.fit(_tiny(transformer.get_config("tied,sqrt_d")), corpus, tmp_path / "run")
@@ -182,6 +192,7 @@ def test_fit_on_a_tiny_corpus(tmp_path):
   assert res["history"][-1]["valid_ppl"] < res["history"][0]["valid_ppl"]
 
 
+@pytest.mark.slow
 def test_entry_point_runs_the_transformer(tmp_path):
   root = write_corpus(tmp_path / "data" / "ptb").parent
   env = dict(os.environ, WT_JAX_DATA=str(root), JAX_PLATFORMS="cpu")
@@ -209,7 +220,8 @@ def test_t5_scale_draws_the_embedding_at_std_1():
   c = transformer.get_config("tied,t5")
   assert c.words.logit_scale and not c.words.input_scale and c.words.init_scale == pytest.approx(math.sqrt(3))
   model = models.build(c)
-  params = model.init(jax.random.PRNGKey(0), jnp.zeros((2, 4), jnp.int32), model.initial_carry(2))["params"]
+  init = jax.jit(model.init)  # (one compiled program: op by op, the init of this 4-block model takes seconds)
+  params = init(jax.random.PRNGKey(0), jnp.zeros((2, 4), jnp.int32), model.initial_carry(2))["params"]
   E = np.asarray(params["words"]["embedding"])
   assert 0.95 < E.std() < 1.05 and np.abs(E).max() <= math.sqrt(3)
   assert np.abs(np.asarray(params["block_0"]["qkv"]["kernel"])).max() <= c.init_scale

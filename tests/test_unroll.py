@@ -36,6 +36,7 @@ def _shrink(config, **kw):
   return config
 
 
+@pytest.mark.slow  # (the fast tier unrolls the LSTM's whole window in the last test of this file)
 @pytest.mark.parametrize("family", ["lstm_lm", "bd_lstm_lm", "rhn_lm"])
 @pytest.mark.parametrize("unroll", [2, 7])
 def test_unrolled_loops_train_the_same(family, unroll):
