@@ -139,11 +139,18 @@ def orbax_threads_joined(timeout: float = SETTLE_S) -> None:
 
 
 def tensorboard_writer_died(summary_writer) -> bool:
-  """Whether one of tensorboardX's event writer threads has ended while its file is still open (a write failed)."""
+  """Whether one of tensorboardX's event writer threads has ended while its file is open (a write it failed). Waits
+  first, while a live thread's queue is full, until it has room: `add_scalar` puts into that queue, and a put into a
+  full queue whose thread then dies would block for ever (this thread being the queue's only producer, a queue with
+  room stays so until the put)."""
   for w in (getattr(summary_writer, "all_writers", None) or {}).values():
     events = getattr(w, "event_writer", None)
-    worker = getattr(events, "_worker", None)
-    if not getattr(events, "_closed", True) and worker is not None and not worker.is_alive():
+    worker, queue = getattr(events, "_worker", None), getattr(events, "_event_queue", None)
+    if getattr(events, "_closed", True) or worker is None or queue is None:
+      continue
+    while queue.full() and worker.is_alive():
+      time.sleep(0.01)
+    if not worker.is_alive():
       return True
   return False
 
