@@ -722,7 +722,7 @@ _TB = textwrap.dedent("""
     writer.write(kind="train", step=0, loss=2.0)  # (tensorboardX flushes its first event at once)
     time.sleep(0.2)
     for w in writer._tb.all_writers.values():  # the events file's disk is full from now on
-      w.event_writer._ev_writer._py_recordio_writer._writer = open("/dev/full", "wb")
+      w.event_writer._ev_writer._py_recordio_writer._writer = open("/dev/full", "wb", buffering=0)
     for step in range(1, 1 + int(sys.argv[2])):
       writer.write(kind="train", step=step, loss=2.0)
       if step == 1:
