@@ -59,9 +59,9 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from experiments import run_main
-from wt_jax import losses, members, models, precision, softmax, tying
+from wt_jax import lm_eval, losses, members, models, precision, softmax, tying
 from wt_jax.data import batching, lm_corpora, paths, ptb, translation, vocab
-from wt_jax.train import evaluate, lm, nmt, optim, record, skipgram, trainer
+from wt_jax.train import lm, nmt, optim, record, skipgram, trainer
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
 _STEPS = flags.DEFINE_integer("steps", 200, "Timed train steps per repeat.")
@@ -488,13 +488,13 @@ def _main(config):
 
   ev, eval_s = {"tokens": 0}, None
   if _EVAL_WINDOWS.value > 0:  # (0: train steps only)
-    eval_window = evaluate.make_eval_window(model)
+    eval_window = lm_eval.make_eval_window(model)
     n_eval = min(_EVAL_WINDOWS.value, (len(valid_stream) // config.eval_batch_size - 1) // T)
     stream = valid_stream[: (n_eval * T + 1) * config.eval_batch_size]
     place = dict(dp=task.dp, members=K) if group else {}
-    evaluate.evaluate(model, eval_window, state["params"], stream, config.eval_batch_size, T, True, **place)
+    lm_eval.evaluate(model, eval_window, state["params"], stream, config.eval_batch_size, T, True, **place)
     t0 = time.perf_counter()  # (the first call compiled)
-    ev = evaluate.evaluate(model, eval_window, state["params"], stream, config.eval_batch_size, T, True, **place)
+    ev = lm_eval.evaluate(model, eval_window, state["params"], stream, config.eval_batch_size, T, True, **place)
     eval_s = time.perf_counter() - t0
     ev["tokens"] *= max(K, 1)  # (every member read them)
 

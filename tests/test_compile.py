@@ -18,7 +18,7 @@ import pytest
 from configs import nmt_multi30k, rhn_tied
 from tests.conftest import REPO, tiny_config
 from wt_jax import aot, batch_search, models
-from wt_jax.train import evaluate
+from wt_jax import lm_eval
 
 try:
   import libtpu  # noqa: F401
@@ -80,7 +80,7 @@ def test_the_cpu_trap_is_caught(dp):
   carry = jax.eval_shape(lambda: model.initial_carry(config.eval_batch_size))
   ids = jax.ShapeDtypeStruct((config.eval_batch_size, config.bptt), jnp.int32)
   mask = jax.ShapeDtypeStruct(ids.shape, jnp.float32)
-  window = evaluate.make_eval_window(model)
+  window = lm_eval.make_eval_window(model)
   compiled = window.lower(params, carry, ids, ids, mask).compile()  # no sharding, no mesh set: the CPU
   assert aot.platforms(compiled) == {"cpu"}
   with pytest.raises(aot.NotCompiledForTPU, match="cpu"):

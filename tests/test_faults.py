@@ -17,9 +17,9 @@ import pytest
 
 from tests.conftest import (REPO, RESUMED, STEPS_PER_EPOCH, assert_same_numbers, entry_args, resumed_config,
                             run_entry, start_entry, tiny_config)
-from wt_jax import files
+from wt_jax import files, lm_eval
 from wt_jax.errors import InputError
-from wt_jax.train import evaluate, lm, trainer
+from wt_jax.train import lm, trainer
 
 # tiny_corpus, uninterrupted: tests/conftest.py
 
@@ -301,7 +301,7 @@ def test_a_diverged_run_stops_with_an_error_and_keeps_the_last_finite_checkpoint
       state, meta = ck.restore_saved(kind, step)
       assert all(np.isfinite(x).all() for x in jax.tree_util.tree_leaves(state["params"])), (kind, step)
       sums = meta["epoch_sums"] or {"nll": 0.0, "tokens": 0}
-      assert math.isfinite(evaluate.perplexity(sums["nll"], int(sums["tokens"]))), (kind, step, sums)
+      assert math.isfinite(lm_eval.perplexity(sums["nll"], int(sums["tokens"]))), (kind, step, sums)
   ck.close()
   assert (tmp_path / "results.json").read_text() == results
   for line in (tmp_path / "metrics.jsonl").read_text().splitlines():  # valid JSON for every reader

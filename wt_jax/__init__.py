@@ -27,9 +27,9 @@ _API = {
     "make_train_step": ("wt_jax.train.lm", "make_train_step"),
     "fit": ("wt_jax.train.lm", "fit"),
     "lm_windows": ("wt_jax.data.batching", "lm_windows"),
-    "evaluate": ("wt_jax.train.evaluate", "evaluate"),
-    "make_eval_window": ("wt_jax.train.evaluate", "make_eval_window"),
-    "perplexity": ("wt_jax.train.evaluate", "perplexity"),
+    "evaluate": ("wt_jax.lm_eval", "evaluate"),
+    "make_eval_window": ("wt_jax.lm_eval", "make_eval_window"),
+    "perplexity": ("wt_jax.lm_eval", "perplexity"),
 }
 __all__ = sorted(_API)
 

@@ -25,7 +25,7 @@ devices (`platforms`).
 
 Which programs: for a language model, the train step `lm.train_step_for` (global batch
 `config.batch_size`, window `config.bptt`, the recurrent state sharded along the batch) and the evaluation
-window `evaluate.make_eval_window` (`config.eval_batch_size` streams); for NMT, `nmt.make_train_step` on the
+window `lm_eval.make_eval_window` (`config.eval_batch_size` streams); for NMT, `nmt.make_train_step` on the
 longest training bucket and `decode.beam_search` on an evaluation batch of that length. Only the public step
 builders are used; the optimiser's schedule needs a number of steps per epoch, which changes no shape.
 
@@ -51,6 +51,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
 from wt_jax import decode, models, parallel
+from wt_jax import lm_eval as eval_lib
 from wt_jax.batch_search import DoesNotFit  # raised by compile_program
 
 GIB = 1024 ** 3
@@ -256,10 +257,9 @@ def compile_lm_train(config, dp: parallel.DataParallel, batch_size: int | None =
 
 
 def compile_lm_eval(config, dp: parallel.DataParallel) -> Program:
-  """`evaluate.make_eval_window(model)` compiled for dp's mesh on config.eval_batch_size streams of
-  config.bptt tokens, placed as `evaluate.evaluate` places them (split over the chips when the batch
+  """`lm_eval.make_eval_window(model)` compiled for dp's mesh on config.eval_batch_size streams of
+  config.bptt tokens, placed as `lm_eval.evaluate` places them (split over the chips when the batch
   divides, else replicated)."""
-  from wt_jax.train import evaluate as eval_lib
   model, _ = _lm_setup(config)
   B, T = config.eval_batch_size, config.bptt
   params = jax.eval_shape(lambda k: models.init_params(model, config, k), jax.random.key(0))
@@ -307,11 +307,10 @@ def compile_lm(config, dp: parallel.DataParallel) -> dict[str, Program]:
 def nmt_shapes(config) -> tuple[int, int, int]:
   """(vocabulary size, longest training length, longest decode) of an NMT config: the BPE size bounds
   both side vocabularies; training pairs have at most max_len subwords + </s>, padded to their bucket; a
-  decode is at most `nmt.decode_max_len` of that length."""
+  decode is at most `decode.decode_max_len` of that length."""
   from wt_jax.data import translation as tr
-  from wt_jax.train import nmt
   S = tr.bucket_length(config.max_len + 1, tuple(config.buckets))
-  return config.bpe_vocab_size, S, nmt.decode_max_len(S, config.decode_max_len)
+  return config.bpe_vocab_size, S, decode.decode_max_len(S, config.decode_max_len)
 
 
 def _nmt_setup(config):
@@ -343,7 +342,7 @@ def compile_nmt_train(config, dp: parallel.DataParallel, batch_size: int | None 
 
 def compile_nmt_beam(config, dp: parallel.DataParallel) -> Program:
   """`decode.beam_search` (beam config.beam_size) on config.eval_batch_size sources of the longest training
-  length, compiled for dp's mesh as `nmt.Translator` jits it (rows split over the chips)."""
+  length, compiled for dp's mesh as `decode.Translator` jits it (rows split over the chips)."""
   model, _, params = _nmt_setup(config)
   B = config.eval_batch_size
   _, S, L = nmt_shapes(config)

@@ -2,6 +2,8 @@
 
     tokens[B, L], scores[B] = beam_search(model, params, src[B, S], beam=5, max_len=L, length_alpha=1.0)
     tokens[B, L], scores[B] = greedy(model, params, src[B, S], max_len=L)
+    Translator(model, subwords, dp, batch_size).text(params, src_ids, beam)   id lists in, detokenised text out
+    bleu(hypotheses, references) → (sacrebleu corpus BLEU, its signature)
 
 `tokens` are target ids ending with </s> (then <pad>); a hypothesis that reaches `max_len` without </s>
 ends there. Beam search is DL4MT's (`gen_sample`): at each step the best `beam − finished` extensions of
@@ -15,7 +17,11 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from wt_jax import parallel
+from wt_jax.data import subwords as sw_lib
+from wt_jax.data import translation as tr
 from wt_jax.data.subwords import BOS, EOS, PAD
 
 
@@ -95,3 +101,44 @@ def beam_search(model, params, src_BxS, beam: int, max_len: int, length_alpha: f
           jnp.full((B, K, max_len), PAD, jnp.int32), jnp.full((B, K), neg), jnp.zeros((B,), jnp.int32))
   *_, fin_seq, fin_score, _ = jax.lax.while_loop(cond, body, init)
   return fin_seq[:, 0], fin_score[:, 0]
+
+
+def decode_max_len(src_len: int, cap: int) -> int:
+  """Longest output for a padded source of `src_len` positions: 2·src_len + 10, at most `cap`."""
+  return min(2 * src_len + 10, cap)
+
+
+class Translator:
+  """Jit-compiled greedy / beam decoding of id sequences, batched and sharded over `dp`'s devices."""
+
+  def __init__(self, model, subwords: sw_lib.Subwords, dp: parallel.DataParallel, batch_size: int,
+               max_len_cap: int = 128, buckets=tr.DEFAULT_BUCKETS):
+    self.sw, self.dp, self.B, self.buckets = subwords, dp, batch_size, buckets
+    rows = dp.batch_sharding(0)
+
+    def run(params, src, beam, alpha):
+      L = decode_max_len(src.shape[1], max_len_cap)
+      if beam <= 1:
+        return greedy(model, params, src, L)[0]
+      return beam_search(model, params, src, beam, L, alpha)[0]
+
+    self._run = jax.jit(run, static_argnums=(2, 3), in_shardings=(dp.replicated, rows), out_shardings=rows)
+
+  def ids(self, params, src_ids: list[np.ndarray], beam: int = 1, length_alpha: float = 1.0) -> list[np.ndarray]:
+    out: list = [None] * len(src_ids)
+    for b in tr.eval_batches(src_ids, src_ids, self.B, self.buckets):
+      toks = np.asarray(jax.device_get(self._run(params, self.dp.shard_batch(b.src), beam, length_alpha)))
+      for r, i in enumerate(b.index):
+        if i >= 0:
+          out[i] = toks[r]
+    return out
+
+  def text(self, params, src_ids, beam: int = 1, length_alpha: float = 1.0) -> list[str]:
+    return [self.sw.decode(t, "target") for t in self.ids(params, src_ids, beam, length_alpha)]
+
+
+def bleu(hypotheses: list[str], references: list[str]) -> tuple[float, str]:
+  """sacrebleu corpus BLEU (default: 13a tokenisation, mixed case, exp smoothing) and its signature."""
+  from sacrebleu.metrics import BLEU
+  metric = BLEU()
+  return float(metric.corpus_score(hypotheses, [references]).score), str(metric.get_signature())

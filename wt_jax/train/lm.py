@@ -8,7 +8,7 @@ the optimiser (with any parameter constraint) from `wt_jax.train.optim.make_opti
 gradients, optax update. The recurrent state ("carry") is part of the training state: carried across
 windows, reset at the start of each epoch, checkpointed with the rest, so a resumed run ends with the same
 numbers. Validation every epoch (batched, `config.eval_batch_size` streams); the test protocol is
-`wt_jax.train.evaluate.test_perplexities`. Checkpoints, resume, signals and the non-finite policy are the
+`wt_jax.lm_eval.test_perplexities`. Checkpoints, resume, signals and the non-finite policy are the
 skeleton's (`wt_jax.train.trainer`).
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from wt_jax import convert, files, losses, models, parallel, precision, softmax,
 from wt_jax import members as members_lib
 from wt_jax.data import batching
 from wt_jax.errors import InputError, require_counts
-from wt_jax.train import evaluate as eval_lib
+from wt_jax import lm_eval as eval_lib
 from wt_jax.train import optim, trainer
 
 
@@ -258,7 +258,7 @@ class LMTask:
     return {**shown, **{k: v / steps for k, v in sums.items() if k.startswith(("norm/", "rows/"))}}
 
   def _ppls(self, params, stream, batch_size, bptt, drop_remainder) -> list[float]:
-    """Each lane's perplexity on `stream` (`evaluate.evaluate`, the members in one program)."""
+    """Each lane's perplexity on `stream` (`lm_eval.evaluate`, the members in one program)."""
     out = eval_lib.evaluate(self.model, self.eval_window, params, stream, batch_size, bptt,
                             drop_remainder=drop_remainder, dp=self.dp, members=self.members)
     return out["ppl"] if self.group else [out["ppl"]]
@@ -269,7 +269,7 @@ class LMTask:
                                                        True)]
 
   def final(self, state, best_state, lanes, sums):
-    """Each lane's results: the test protocol (`evaluate.test_perplexities`) on its tested parameters (the final
+    """Each lane's results: the test protocol (`lm_eval.test_perplexities`) on its tested parameters (the final
     ones, or its best by validation with `test_params='best'`), its last train and valid perplexity."""
     c = self.config
     use_best = [c.test_params == "best" and best_state is not None and lane["best_epoch"] is not None

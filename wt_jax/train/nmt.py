@@ -25,12 +25,12 @@ import numpy as np
 import optax
 from absl import logging
 
-from wt_jax import decode, files, parallel
+from wt_jax import decode, files, lm_eval, parallel
 from wt_jax.data import subwords as sw_lib
 from wt_jax.data import translation as tr
 from wt_jax.errors import InputError, require_counts
 from wt_jax.models import nmt
-from wt_jax.train import evaluate, trainer
+from wt_jax.train import trainer
 
 SPLITS = ("train", "valid", "test")
 
@@ -112,54 +112,13 @@ def make_train_step(model, tx, dropout_key, dp: parallel.DataParallel):
   return jax.jit(step, donate_argnums=(0,), in_shardings=(rep, rows, rows, rows), out_shardings=(rep, rep))
 
 
-def decode_max_len(src_len: int, cap: int) -> int:
-  """Longest output for a padded source of `src_len` positions: 2·src_len + 10, at most `cap`."""
-  return min(2 * src_len + 10, cap)
-
-
-class Translator:
-  """Jit-compiled greedy / beam decoding of id sequences, batched and sharded over `dp`'s devices."""
-
-  def __init__(self, model, subwords: sw_lib.Subwords, dp: parallel.DataParallel, batch_size: int,
-               max_len_cap: int = 128, buckets=tr.DEFAULT_BUCKETS):
-    self.sw, self.dp, self.B, self.buckets = subwords, dp, batch_size, buckets
-    rows = dp.batch_sharding(0)
-
-    def run(params, src, beam, alpha):
-      L = decode_max_len(src.shape[1], max_len_cap)
-      if beam <= 1:
-        return decode.greedy(model, params, src, L)[0]
-      return decode.beam_search(model, params, src, beam, L, alpha)[0]
-
-    self._run = jax.jit(run, static_argnums=(2, 3), in_shardings=(dp.replicated, rows), out_shardings=rows)
-
-  def ids(self, params, src_ids: list[np.ndarray], beam: int = 1, length_alpha: float = 1.0) -> list[np.ndarray]:
-    out: list = [None] * len(src_ids)
-    for b in tr.eval_batches(src_ids, src_ids, self.B, self.buckets):
-      toks = np.asarray(jax.device_get(self._run(params, self.dp.shard_batch(b.src), beam, length_alpha)))
-      for r, i in enumerate(b.index):
-        if i >= 0:
-          out[i] = toks[r]
-    return out
-
-  def text(self, params, src_ids, beam: int = 1, length_alpha: float = 1.0) -> list[str]:
-    return [self.sw.decode(t, "target") for t in self.ids(params, src_ids, beam, length_alpha)]
-
-
-def bleu(hypotheses: list[str], references: list[str]) -> tuple[float, str]:
-  """sacrebleu corpus BLEU (default: 13a tokenisation, mixed case, exp smoothing) and its signature."""
-  from sacrebleu.metrics import BLEU
-  metric = BLEU()
-  return float(metric.corpus_score(hypotheses, [references]).score), str(metric.get_signature())
-
-
 def evaluate_nll(eval_fn, params, src, tgt, batch_size: int, dp, buckets=tr.DEFAULT_BUCKETS) -> dict:
   total, tokens = 0.0, 0
   for b in tr.eval_batches(src, tgt, batch_size, buckets):
     nll, n = eval_fn(params, *dp.shard_batch((b.src, b.tgt_in, b.tgt_out)))
     total += float(nll)
     tokens += int(n)
-  return {"nll": total, "tokens": tokens, "ppl": evaluate.perplexity(total, tokens)}
+  return {"nll": total, "tokens": tokens, "ppl": lm_eval.perplexity(total, tokens)}
 
 
 class NMTTask:
@@ -206,7 +165,7 @@ class NMTTask:
     self.eval_fn = jax.jit(lambda p, s, ti, to: batch_nll(self.model, p, s, ti, to)[:2],
                            in_shardings=(self.dp.replicated, rows, rows, rows), out_shardings=self.dp.replicated)
     self.buckets = tuple(config.buckets)
-    self.translator = Translator(self.model, subwords, self.dp, config.eval_batch_size, config.decode_max_len,
+    self.translator = decode.Translator(self.model, subwords, self.dp, config.eval_batch_size, config.decode_max_len,
                                  self.buckets)
     self.num_epochs, self.max_steps, self.tokens_per_step = config.num_epochs, 0, None
     self.members, self.lane_configs = 0, [config]  # one model
@@ -239,14 +198,14 @@ class NMTTask:
     return state, {"nll": nll, "tokens": tokens}
 
   def train_metrics(self, sums, step, lane: int = 0):
-    return {"train_ppl": evaluate.perplexity(sums.get("nll", 0.0), int(sums.get("tokens", 0))),
+    return {"train_ppl": lm_eval.perplexity(sums.get("nll", 0.0), int(sums.get("tokens", 0))),
             "target_tokens": sums.get("tokens", 0.0)}
 
   def validate(self, state, epoch):
     c = self.config
     val_src, val_tgt = self.ids["valid"]
     valid = evaluate_nll(self.eval_fn, state["params"], val_src, val_tgt, c.eval_batch_size, self.dp, self.buckets)
-    val_bleu, _ = bleu(self.translator.text(state["params"], val_src), self.data["valid"][1])
+    val_bleu, _ = decode.bleu(self.translator.text(state["params"], val_src), self.data["valid"][1])
     return [{"valid_ppl": valid["ppl"], "valid_bleu_greedy": val_bleu}]
 
   def final(self, state, best_state, lanes, sums):
@@ -261,7 +220,7 @@ class NMTTask:
       s_ids, t_ids = self.ids[key]
       t0 = time.time()
       hyps = self.translator.text(params, s_ids, c.beam_size, c.length_alpha)
-      score, signature = bleu(hyps, self.data[key][1])
+      score, signature = decode.bleu(hyps, self.data[key][1])
       results[f"{key}_bleu"] = score
       results[f"{key}_decode_s"] = time.time() - t0
       results[f"{key}_ppl"] = evaluate_nll(self.eval_fn, params, s_ids, t_ids, c.eval_batch_size, self.dp,
