@@ -38,10 +38,20 @@ def start(argv, workdir, config) -> None:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   check_folder(workdir, "--workdir")
   from wt_jax import parallel  # (imported here: this package's light tools, report and the GPU queue, load no JAX)
-  from wt_jax.train import metrics
   apply_determinism(config)
   parallel.initialize_distributed()
-  metrics.quiet_library_logs()
+  quiet_library_logs()
+
+
+def quiet_library_logs() -> None:
+  """Drop orbax's INFO chatter from the absl log (warnings and errors still pass)."""
+  import logging as std_logging
+
+  class _Filter(std_logging.Filter):
+    def filter(self, record):
+      return record.levelno >= std_logging.WARNING or "orbax" not in record.pathname
+
+  std_logging.getLogger("absl").addFilter(_Filter())
 
 
 def apply_determinism(config) -> None:
@@ -57,7 +67,15 @@ def apply_determinism(config) -> None:
     raise RuntimeError(f"config.deterministic needs XLA_FLAGS={record.DETERMINISTIC_FLAG}=true before JAX starts its "
                        "backends; they have started: set it in the environment, or call "
                        "experiments.apply_determinism(config) before the first JAX computation.")
-  os.environ["XLA_FLAGS"] = record.xla_flags_with_determinism(flags, True)
+  os.environ["XLA_FLAGS"] = xla_flags_with_determinism(flags, True)
+
+
+def xla_flags_with_determinism(flags: str, deterministic: bool) -> str:
+  """`flags` (an XLA_FLAGS value) with `record.DETERMINISTIC_FLAG` set on or off: any earlier setting of it replaced,
+  every other flag kept in order."""
+  from wt_jax.train import record
+  kept = [f for f in flags.split() if f.split("=", 1)[0] != record.DETERMINISTIC_FLAG]
+  return " ".join(kept + [f"{record.DETERMINISTIC_FLAG}={'true' if deterministic else 'false'}"])
 
 
 class Stopped(KeyboardInterrupt):

@@ -40,6 +40,7 @@ from experiments import check_folder, run_main
 from wt_jax import tying
 from wt_jax.analysis import embeddings as emb
 from wt_jax.data import paths, ptb, wikitext2
+from wt_jax.data import vocab as vocab_lib
 from wt_jax.errors import InputError
 from wt_jax.train.checkpoint import CheckpointUnreadableError, Checkpoints
 
@@ -154,7 +155,7 @@ def three_embeddings(untied_dir, tied_dir, family: str | None = None, corpus: st
 
 def run_vocab(workdir) -> dict[str, int]:
   """word → id from a run's vocab.txt (one word per line in id order, "<TAB>count" after it for word2vec)."""
-  words = [line.split("\t")[0] for line in (Path(workdir) / "vocab.txt").read_text().splitlines() if line]
+  words = vocab_lib.read_file(Path(workdir) / vocab_lib.FILE)
   return {w: i for i, w in enumerate(words)}
 
 
@@ -318,7 +319,7 @@ def build_tables(w2v: tuple | None, lm: tuple | None, lm_corpus: str = "ptb", da
                                     "vocab": len(mats["tied"])}
   if lm:
     mats = three_embeddings(*lm, family="lm", corpus=lm_corpus)
-    own = [Path(d) / "vocab.txt" for d in lm]
+    own = [Path(d) / vocab_lib.FILE for d in lm]
     if all(p.is_file() for p in own):  # the runs' own vocabularies (written at their first start)
       vocabs = [run_vocab(d) for d in lm]
       if vocabs[0] != vocabs[1]:

@@ -20,10 +20,9 @@ import sys
 
 from absl import app, flags
 
-from experiments import check_folder, run_main
+from experiments import check_folder, quiet_library_logs, run_main
 from wt_jax import convert, export
 from wt_jax.data import paths
-from wt_jax.train import metrics
 from wt_jax.train.checkpoint import CheckpointUnreadableError
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The trained run's folder (holds checkpoints/).")
@@ -48,7 +47,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   check_folder(_OUT.value, "--out")
-  metrics.quiet_library_logs()
+  quiet_library_logs()
   try:
     if _CONVERT.value:
       out, manifest = convert.convert_run(_WORKDIR.value, _OUT.value, _CONVERT.value, _KEEP.value,

@@ -24,10 +24,10 @@ from pathlib import Path
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from experiments import check_folder, run_main
+from experiments import check_folder, quiet_library_logs, run_main
 from wt_jax.analysis import al_sweep
 from wt_jax.data import ptb
-from wt_jax.train import metrics, trainer
+from wt_jax.train import trainer
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/inan_sec62.py", "The base config of every point.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the points' runs and the sweep's outputs.")
@@ -52,7 +52,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   check_folder(_WORKDIR.value, "--workdir")
-  metrics.quiet_library_logs()
+  quiet_library_logs()
   config = _CONFIG.value
   try:
     points = al_sweep.grid([float(b) for b in _PROPORTIONS.value], [float(t) for t in _TEMPERATURES.value],

@@ -123,18 +123,19 @@ def test_one_train_step_on_the_gpu_matches_the_cpu(family, matmul_precision):
 
 # --- run-to-run determinism on the GPU ----------------------------------------------------------------------
 # XLA:GPU's scatter-adds (the embedding gradient: many tokens add into the same rows) and some reductions use
-# atomics by default, whose order varies run to run. With `config.deterministic` (runtime.apply_determinism:
+# atomics by default, whose order varies run to run. With `config.deterministic` (experiments.apply_determinism:
 # XLA_FLAGS=--xla_gpu_deterministic_ops=true, read once per process, so each run is its own process) two runs
 # of the same steps must give the same bits.
 _DETERMINISM_RUN = """
 import hashlib, sys
 import numpy as np
 from configs import large_bd_tied
-from wt_jax.train import runtime
+import experiments
+from wt_jax.train import record
 c = large_bd_tied.get_config()
 c.hidden_size, c.batch_size, c.bptt, c.vocab_size = 256, 20, 35, 97
 c.matmul_precision, c.deterministic = "tensorfloat32", sys.argv[1] == "1"
-runtime.apply_determinism(c)  # (before JAX starts its backends)
+experiments.apply_determinism(c)  # (before JAX starts its backends)
 import jax
 from jax.sharding import Mesh
 from wt_jax import models, parallel
@@ -152,7 +153,7 @@ for _ in range(5):
 digest = hashlib.sha256()
 for leaf in jax.tree_util.tree_leaves(jax.device_get(state["params"])):
   digest.update(np.asarray(leaf).tobytes())
-print(runtime.determinism_in(__import__("os").environ.get("XLA_FLAGS", "")), digest.hexdigest())
+print(record.determinism_in(__import__("os").environ.get("XLA_FLAGS", "")), digest.hexdigest())
 """
 
 

@@ -81,7 +81,7 @@ def test_member_k_trains_what_a_run_of_its_config_trains_alone(corpus, family):
   assert task.members == 2 and [c.seed for c in task.group.configs] == [3, 4]
   state, sums = _train(task)
   for k in range(2):
-    alone_config = task.member_config(k)
+    alone_config = task.lane_configs[k]
     assert alone_config.members == 0 and alone_config.member_values == ""
     alone = lm.LMTask(alone_config, corpus)
     assert alone.members == 0
@@ -102,7 +102,7 @@ def test_the_members_values_reach_the_members(corpus):
   state, _ = _train(task, 3)
   p0, p1 = (_flat(members.member(state["params"], k)) for k in range(2))
   assert np.linalg.norm(p0 - p1) > 1e-3 * np.linalg.norm(p0)
-  alone, _ = _train(lm.LMTask(task.member_config(0), corpus), 3)  # α = 0: a run without the AL at all
+  alone, _ = _train(lm.LMTask(task.lane_configs[0], corpus), 3)  # α = 0: a run without the AL at all
   _assert_same_training(members.member(state["params"], 0), alone["params"])
 
 

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import experiments
 from tests.conftest import (REPO, RESUMED, STEPS_PER_EPOCH, assert_same_numbers, entry_args, entry_config,
                             resumed_config, sigint_in_step, start_entry, tiny_config)
 from wt_jax import losses, models, softmax, tying
@@ -151,7 +152,6 @@ def test_a_signal_in_the_training_steps_saves_last_there_and_the_run_resumes_to_
   with as one line (`one_line` with the trainer's STOPS); the same config then resumes from that step and ends
   with the numbers of the uninterrupted run. (The signal from outside, to the entry point's process:
   test_a_signal_to_the_entry_point_saves_a_checkpoint_and_the_run_resumes.)"""
-  import experiments
   corpus, _ = tiny_corpus
   stop = STEPS_PER_EPOCH + STEPS_PER_EPOCH // 2
   with sigint_in_step(lm.LMTask, stop) as not_deferred, pytest.raises(SystemExit) as ended:
@@ -293,7 +293,7 @@ def test_entry_point_end_to_end_with_deterministic_kernels(tiny_corpus, tmp_path
     assert res["versions"]["wt_jax_commit"].split("+")[0] == head.stdout.strip()
   assert res["host"]["cpu_count"] >= 1 and res["host"]["platform"] == "cpu"
   assert run["config"]["deterministic"] is True
-  flags = record.xla_flags_with_determinism("--xla_force_host_platform_device_count=1", True)
+  flags = experiments.xla_flags_with_determinism("--xla_force_host_platform_device_count=1", True)
   assert [r["host"]["xla_flags"] for r in (run, res)] == [flags, flags]  # (the caller's flags kept)
 
 
@@ -353,7 +353,6 @@ def test_a_missing_corpus_ends_the_tool_with_one_line_naming_the_variable(tmp_pa
   """The corpus a language-model tool reads (`lm_corpora.load_corpus`, as experiments.ptb and bench do) is not
   under $WT_JAX_DATA and may not be downloaded: `one_line` with the trainer's STOPS ends the tool with one line
   that names the variable. (Each tool's own process: test_every_entry_point_that_reads_a_corpus_stops_...)"""
-  import experiments
   from wt_jax.data import lm_corpora
   monkeypatch.setenv("WT_JAX_DATA", str(tmp_path / "empty"))
   config = entry_config(download=False)
@@ -447,8 +446,8 @@ def test_a_run_folder_describes_itself_and_a_changed_config_does_not_resume(tiny
 
 def test_the_determinism_flag_is_set_replaced_and_read_as_xla_reads_it():
   from wt_jax.train import record
-  assert record.xla_flags_with_determinism("", True) == "--xla_gpu_deterministic_ops=true"
-  assert record.xla_flags_with_determinism(
+  assert experiments.xla_flags_with_determinism("", True) == "--xla_gpu_deterministic_ops=true"
+  assert experiments.xla_flags_with_determinism(
       "--xla_gpu_deterministic_ops=false --xla_gpu_autotune_level=0", True) == \
       "--xla_gpu_autotune_level=0 --xla_gpu_deterministic_ops=true"
   assert record.determinism_in("--xla_gpu_deterministic_ops=true --xla_gpu_deterministic_ops=0") is False
@@ -460,7 +459,6 @@ def test_a_deterministic_run_whose_backend_started_without_the_flag_stops(tiny_c
   """In this process JAX's backends have started (XLA has read XLA_FLAGS): asking for determinism now is an
   error with one line, not a silently non-deterministic run; a config that does not ask leaves XLA_FLAGS alone.
   (Where the backends start after it, the flag reaches XLA: test_entry_point_end_to_end_with_deterministic_...)"""
-  import experiments
   jnp.zeros(1).block_until_ready()
   monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
   with pytest.raises(RuntimeError, match="before JAX starts"):

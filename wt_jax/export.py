@@ -35,6 +35,7 @@ from etils import epath
 
 from wt_jax.convert import tying_mode, words_params
 from wt_jax.data import lm_corpora, paths
+from wt_jax.data import vocab as vocab_lib
 from wt_jax.errors import InputError
 
 FORMATS = ("word2vec", "npz")
@@ -152,22 +153,16 @@ def read_npz(path: str | Path) -> tuple[list[str], dict[str, np.ndarray]]:
     return [str(w) for w in z["words"]], {k: z[k] for k in z.files if k != "words"}
 
 
-def read_vocab_file(path: str | Path) -> list[str]:
-  """Words of a vocabulary file, one per line, in id order; anything after a tab (a count) is ignored."""
-  lines = epath.Path(path).read_text(encoding="utf-8").splitlines()
-  return [line.split("\t")[0] for line in lines if line]
-
-
 def run_vocabulary(run: Run, data_dir: str | None = None, vocab_file: str | Path | None = None,
                    download: bool = False) -> tuple[list[str], str]:
   """(words in id order, where they came from) for `run`: `vocab_file` if given, else the run's own
   `vocab.txt`, else (older LM runs) the run's corpus rebuilt from its stored config. `data_dir` overrides
   the config's data folder; `download` lets the reader fetch a missing corpus."""
   if vocab_file:
-    return read_vocab_file(vocab_file), f"vocabulary file {vocab_file}"
-  own = run.workdir / "vocab.txt"
+    return vocab_lib.read_file(vocab_file), f"vocabulary file {vocab_file}"
+  own = run.workdir / vocab_lib.FILE
   if own.is_file():
-    return read_vocab_file(own), f"the run's {own}"
+    return vocab_lib.read_file(own), f"the run's {own}"
   config = run.config
   dataset = config.get("dataset")
   if not dataset:

@@ -133,10 +133,24 @@ class Subwords:
     target = source if meta["joint"] else SideVocab.from_global_ids(meta["target"], n)
     return cls(model, source, target, meta["joint"])
 
-  @staticmethod
-  def exists(folder) -> bool:
+  @classmethod
+  def of_run(cls, folder, src_texts: Sequence[str], tgt_texts: Sequence[str], vocab_size: int, joint: bool,
+             write: bool = True) -> "Subwords":
+    """The subword model a run folder holds, or one learned from the texts and saved there (`write`: this process
+    writes the run's files), so that a resumed run and a later decode use the same one. A folder holding a model of
+    the other kind (joint or separate vocabularies) is an `InputError`."""
     folder = epath.Path(folder)
-    return (folder / "subwords.model").is_file() and (folder / "subwords.json").is_file()
+    if not ((folder / "subwords.model").is_file() and (folder / "subwords.json").is_file()):
+      subwords = cls.learn(src_texts, tgt_texts, vocab_size, joint)
+      if write:
+        subwords.save(folder)
+      return subwords
+    subwords = cls.load(folder)
+    if subwords.joint != joint:
+      kinds = lambda j: "joint" if j else "separate"
+      raise InputError(f"{folder} holds a {kinds(subwords.joint)}-vocabulary subword model but this config wants "
+                       f"{kinds(joint)} vocabularies; use a new --workdir.")
+    return subwords
 
 
 def overlap(sp_model: bytes, src_texts: Sequence[str], tgt_texts: Sequence[str]) -> dict:

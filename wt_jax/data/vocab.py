@@ -1,13 +1,18 @@
 """A word vocabulary: ids by decreasing training-set frequency (ties broken alphabetically), as the
-TensorFlow PTB reader builds it."""
+TensorFlow PTB reader builds it; and a run folder's vocabulary file, `vocab.txt` (one word per line in id order, so
+row i of the embeddings is word i; word2vec's runs add "<TAB>count"), which makes the folder enough to export,
+analyse or use the run without its corpus."""
 from __future__ import annotations
 
 import collections
 from typing import Iterable, Sequence
 
 import numpy as np
+from etils import epath
 
 from wt_jax.errors import InputError
+
+FILE = "vocab.txt"  # <run folder>/vocab.txt
 
 
 class Vocab:
@@ -44,3 +49,30 @@ class Vocab:
 
   def decode(self, ids: Iterable[int]) -> list[str]:
     return [self.words[int(i)] for i in ids]
+
+
+def write_file(path, words: Sequence[str], counts: Sequence[int] | None = None) -> None:
+  """A vocabulary file: `words` one per line in id order, each with "<TAB>count" when `counts` are given."""
+  from wt_jax import files
+  lines = words if counts is None else (f"{w}\t{c}" for w, c in zip(words, counts))
+  files.write_whole(path, "".join(f"{line}\n" for line in lines))
+
+
+def read_file(path, errors: str = "strict") -> list[str]:
+  """The words of a vocabulary file, in id order (anything after a tab, a count, ignored). `errors`: how bytes
+  that are not UTF-8 are decoded (`bytes.decode`)."""
+  lines = epath.Path(path).read_bytes().decode("utf-8", errors=errors).splitlines()
+  return [line.split("\t")[0] for line in lines if line]
+
+
+def check_file(path, words: Sequence[str], corpus: str) -> None:
+  """`InputError` if the vocabulary file at `path` lists other words than `words` (those of `corpus`): a resumed
+  run whose checkpoint's rows would go on training as other words. Names the first word that differs."""
+  saved, words = read_file(path, errors="replace"), list(words)
+  if saved == words:
+    return
+  at = next((i for i, (a, b) in enumerate(zip(saved, words)) if a != b), min(len(saved), len(words)))
+  was, now = (repr(w[at]) if at < len(w) else "nothing" for w in (saved, words))
+  raise InputError(f"{path} lists another vocabulary than this corpus's ({corpus}): word {at} was {was}, is {now}. "
+                   f"Resume with the corpus the run started with, or move {FILE} aside if this corpus is the one to "
+                   "go on with.")

@@ -40,11 +40,6 @@ class CheckpointUnreadableError(PermissionError):
   """A checkpoint's files exist but this process is not permitted to read them."""
 
 
-def _paths(tree) -> set[str]:
-  return {jax.tree_util.keystr(p, simple=True, separator="/")
-          for p, _ in jax.tree_util.tree_leaves_with_path(tree)}
-
-
 def _shapes(tree) -> dict[str, tuple]:
   return {jax.tree_util.keystr(p, simple=True, separator="/"): tuple(getattr(x, "shape", ()))
           for p, x in jax.tree_util.tree_leaves_with_path(tree)}
@@ -115,12 +110,15 @@ class Checkpoints:
           f"builds: parameters only in the checkpoint: {only_saved or 'none'}; only in the model: "
           f"{only_want or 'none'}; different shapes: {reshaped or 'none'}. A tied checkpoint cannot be "
           f"restored into an untied model or the reverse: use the config that wrote it, or a new --workdir.")
-    if _paths(saved) != _paths(target):
+    if set(_shapes(saved)) != set(_shapes(target)):
       raise CheckpointMismatchError(
           f"The checkpoint in {self.directory / kind} (step {step}) has a different training-state tree "
           f"(optimizer or recurrent state) from this config's; use the config that wrote it or a new "
           f"--workdir.")
-    abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, target)
+    return self._read(mngr, kind, step, jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, target))
+
+  def _read(self, mngr: ocp.CheckpointManager, kind: str, step: int, abstract: Any) -> tuple[Any, dict]:
+    """(state, meta) of `kind`'s `step`, the state read into `abstract` (shapes, dtypes and shardings)."""
     with self._permission_named(kind, step):
       restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
                                                             meta=ocp.args.JsonRestore()))
@@ -195,11 +193,9 @@ class Checkpoints:
     """(state, meta) exactly as saved, as host arrays, without a target tree: for analyses that only read
     the parameters of a finished run (`experiments.embeddings`)."""
     mngr, step, saved = self._saved_metadata(kind, step)
-    abstract = jax.tree_util.tree_map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), saved)
-    with self._permission_named(kind, step):
-      restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
-                                                            meta=ocp.args.JsonRestore()))
-    return jax.device_get(restored["state"]), restored["meta"]
+    state, meta = self._read(mngr, kind, step,
+                             jax.tree_util.tree_map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), saved))
+    return jax.device_get(state), meta
 
   def close(self) -> None:
     for m in self._managers.values():

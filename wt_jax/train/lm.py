@@ -24,9 +24,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from wt_jax import convert, files, losses, models, parallel, precision, softmax, tying
+from wt_jax import convert, losses, models, parallel, precision, softmax, tying
 from wt_jax import members as members_lib
 from wt_jax.data import batching
+from wt_jax.data import vocab as vocab_lib
 from wt_jax.errors import InputError, require_counts
 from wt_jax import lm_eval as eval_lib
 from wt_jax.train import optim, trainer
@@ -192,27 +193,17 @@ class LMTask:
                                            counts) if self.group else
                     train_step_for(config, self.model, self.tx, self.step_keys[0], self.dp, counts))
 
-  def member_config(self, k: int):
-    """Member k's whole config: what a run of it alone would be given (`wt_jax.members`)."""
-    return self.lane_configs[k]
-
   def write_run_files(self, folder, resumed: bool) -> None:
     """<folder>/vocab.txt: the vocabulary, one word per line in id order (row i of the embeddings is word i), so
     the folder alone is enough to export or analyse the run (`wt_jax.export`). At a resume (`resumed`) the file is
     compared with this corpus's vocabulary: another list (a corpus of the same size whose words differ) stops the
     run with one line, since the checkpoint's rows would go on training as other words; a lost file is written
     again."""
-    words, path = list(self.corpus.vocab.words), folder / "vocab.txt"
-    if not (resumed and path.exists()):
-      files.write_whole(path, "".join(f"{w}\n" for w in words))
-      return
-    saved = path.read_bytes().decode("utf-8", errors="replace").splitlines()
-    if saved != words:
-      at = next((i for i, (a, b) in enumerate(zip(saved, words)) if a != b), min(len(saved), len(words)))
-      was, now = (repr(w[at]) if at < len(w) else "nothing" for w in (saved, words))
-      raise InputError(f"{path} lists another vocabulary than this corpus's ({self.config.dataset}): word {at} was "
-                       f"{was}, is {now}. Resume with the corpus the run started with, or move vocab.txt aside if "
-                       f"this corpus is the one to go on with.")
+    path = folder / vocab_lib.FILE
+    if resumed and path.exists():
+      vocab_lib.check_file(path, self.corpus.vocab.words, self.config.dataset)
+    else:
+      vocab_lib.write_file(path, self.corpus.vocab.words)
 
   def _initial(self, config, key):
     """One lane's state before its first step, on the default device: random parameters from `key`, or converted
@@ -295,8 +286,8 @@ class LMTask:
                        else float("nan"), "valid_ppl": valid[k]}
       tested = (f"best (epoch {lane['best_epoch']})" if use_best[k] else
                 "final (test_params='best', but no epoch has ended yet)" if c.test_params == "best" else "final")
-      out.append({**self._results(self.lane_configs[k], lane, step, last["train_ppl"], last["valid_ppl"], tested, tests[k]),
-                  **({"train_ppl_eval": train_eval[k]} if c.eval_train else {})})
+      out.append({**self._results(self.lane_configs[k], lane, step, last["train_ppl"], last["valid_ppl"], tested,
+                                  tests[k]), **({"train_ppl_eval": train_eval[k]} if c.eval_train else {})})
     return out
 
   def _results(self, c, lane, step, train_ppl, valid_ppl, tested, test) -> dict:

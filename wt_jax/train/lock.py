@@ -83,6 +83,15 @@ def _who(other: dict) -> str:
   return f"PID {other.get('pid')} on {other.get('host')} (since {other.get('started')})"
 
 
+def _remove_mine(lock, me: dict) -> None:
+  """Remove the lock file if it still names this process (a file that is gone or unreadable is left as it is)."""
+  try:
+    if _read_lock(lock).get("pid") == me["pid"]:
+      epath.Path(lock).unlink()
+  except OSError:
+    pass
+
+
 @contextlib.contextmanager
 def _local_lock(lock: Path, me: dict, wait_s: float):
   """The kernel's advisory lock (flock) on `lock`, held for the body; see `workdir_lock`."""
@@ -101,11 +110,8 @@ def _local_lock(lock: Path, me: dict, wait_s: float):
       if (not other or same_host and _dying(other.get("pid"))) and time.monotonic() < t_end:
         time.sleep(0.1)
         continue
-      if same_host or not other:
-        raise WorkdirBusyError(f"{lock.parent} is in use by {_who(other)}; stop that run or use another "
-                               f"--workdir.") from None
-      raise WorkdirBusyError(f"{lock.parent} is locked by {_who(other)}; stop that run or use another "
-                             f"--workdir.") from None
+      raise WorkdirBusyError(f"{lock.parent} is {'in use' if same_host or not other else 'locked'} by "
+                             f"{_who(other)}; stop that run or use another --workdir.") from None
     try:
       same_file = os.path.samestat(os.fstat(fd), os.stat(lock))
     except FileNotFoundError:
@@ -126,11 +132,7 @@ def _local_lock(lock: Path, me: dict, wait_s: float):
       raise OSError(e.errno, e.strerror, str(lock)) from None
     yield
   finally:
-    try:
-      if _read_lock(lock).get("pid") == me["pid"]:
-        lock.unlink()
-    except OSError:
-      pass
+    _remove_mine(lock, me)
     os.close(fd)  # (releases the lock; a killed process's is released the same way, by the kernel)
 
 
@@ -164,8 +166,4 @@ def workdir_lock(workdir: epath.Path, wait_s: float = LOCK_WAIT_S):
   try:
     yield
   finally:
-    try:
-      if _read_lock(lock).get("pid") == me["pid"]:
-        lock.unlink()
-    except (OSError, ValueError):
-      pass
+    _remove_mine(lock, me)

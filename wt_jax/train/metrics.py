@@ -14,17 +14,6 @@ from etils import epath
 from wt_jax import files, workarounds
 
 
-def quiet_library_logs() -> None:
-  """Drop orbax's INFO chatter from the absl log (warnings and errors still pass)."""
-  import logging as std_logging
-
-  class _Filter(std_logging.Filter):
-    def filter(self, record):
-      return record.levelno >= std_logging.WARNING or "orbax" not in record.pathname
-
-  std_logging.getLogger("absl").addFilter(_Filter())
-
-
 class MetricsWriter:
   """Appends one JSON object per line to `path` (never truncates: safe across resumes) and, with
   `tensorboard_dir`, writes the same numbers as TensorBoard scalars (tensorboardX: no TensorFlow needed)
@@ -136,7 +125,8 @@ class Clock:
   evaluation and checkpoints are left out), and when the next progress line is due."""
 
   def __init__(self, train_s: float, step: int, line_every_s: float):
-    self.train_s, self.t0, self.step0, self.last_line, self.line_every_s = train_s, time.time(), step, None, line_every_s
+    self.train_s, self.t0, self.step0, self.line_every_s = train_s, time.time(), step, line_every_s
+    self.last_line = None
 
   def tick(self, step: int) -> float:
     """Close the current stretch at `step`; returns its steps/s."""
@@ -188,8 +178,7 @@ class Profiler:
     self.left -= 1
     if self.left == 0:
       jax.block_until_ready(state)
-      jax.profiler.stop_trace()
-      self.on = False
+      self.close()
       logging.info("Wrote a profile of %d steps to %s.", self.steps, self.directory)
 
   def close(self) -> None:

@@ -135,17 +135,8 @@ class NMTTask:
     if config.tying == "three_way" and not config.joint_vocab:
       logging.info("three_way tying: using one joint vocabulary for source and target.")
     src_train, tgt_train = data["train"]
-    if sw_lib.Subwords.exists(workdir):
-      subwords = sw_lib.Subwords.load(workdir)
-      if subwords.joint != joint:
-        raise ValueError(f"{workdir} holds a {'joint' if subwords.joint else 'separate'}-vocabulary subword "
-                         f"model but this config wants {'joint' if joint else 'separate'} vocabularies; "
-                         f"use a new --workdir.")
-    else:
-      subwords = sw_lib.Subwords.learn(src_train, tgt_train, config.bpe_vocab_size, joint)
-      if parallel.is_writer():
-        workdir.mkdir(parents=True, exist_ok=True)
-        subwords.save(workdir)
+    subwords = sw_lib.Subwords.of_run(workdir, src_train, tgt_train, config.bpe_vocab_size, joint,
+                                      write=parallel.is_writer())
     self.table1 = sw_lib.overlap(subwords.model, src_train, tgt_train)
     self.ids = {s: (subwords.encode(a, "source"), subwords.encode(b, "target")) for s, (a, b) in data.items()}
     self.train_src, self.train_tgt = tr.filter_long(*self.ids["train"], config.max_len)

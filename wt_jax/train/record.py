@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import flax
+from flax import traverse_util
 import jax
 import optax
 from absl import logging
@@ -85,13 +86,6 @@ def determinism_in(flags: str) -> bool | None:
   return value
 
 
-def xla_flags_with_determinism(flags: str, deterministic: bool) -> str:
-  """`flags` (an XLA_FLAGS value) with DETERMINISTIC_FLAG set on or off: any earlier setting of it replaced,
-  every other flag kept in order."""
-  kept = [f for f in flags.split() if f.split("=", 1)[0] != DETERMINISTIC_FLAG]
-  return " ".join(kept + [f"{DETERMINISTIC_FLAG}={'true' if deterministic else 'false'}"])
-
-
 def check_determinism(config) -> None:
   """A run asked to be deterministic (`config.deterministic`) stops with one line when its process's XLA_FLAGS
   do not ask XLA for it, instead of running non-deterministically (the entry points set it: `experiments.start`)."""
@@ -114,19 +108,10 @@ def _utc() -> str:
   return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-  out = {}
-  for k, v in d.items():
-    if isinstance(v, dict):
-      out.update(_flat(v, f"{prefix}{k}."))
-    else:
-      out[f"{prefix}{k}"] = json.loads(json.dumps(files.finite(v)))  # tuples → lists, NaN → None
-  return out
-
-
 def config_changes(before: dict, after: dict) -> dict[str, list]:
-  """{key: [value before, value after]} for every key of two (nested) configs that differs."""
-  a, b = _flat(before), _flat(after)
+  """{key: [value before, value after]} for every key of two (nested) configs that differs (values as run.json
+  holds them: tuples as lists, NaN as None)."""
+  a, b = (json.loads(json.dumps(files.finite(traverse_util.flatten_dict(d, sep=".")))) for d in (before, after))
   return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 

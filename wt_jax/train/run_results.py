@@ -158,19 +158,14 @@ def members_summary(workdir, per_member: list[dict], run_config: str) -> dict:
              "seeds": [r["seed"] for r in per_member],
              "diverged": [r["member"]["index"] for r in per_member if r["member"]["diverged"] is not None],
              "stats": stats, "line": f"{len(per_member)} members, {len(per_member) - len(live)} diverged" + line}
-  names = list(dict.fromkeys(r["config"] for r in per_member))
-  if len(names) > 1:
+  names = dict.fromkeys(r["config"] for r in per_member)
+  groups = {name: [r for r in per_member if r["config"] == name] for name in names}
+  if len(groups) > 1:
     summary["configs"] = [r["config"] for r in per_member]
-    summary["by_config"] = {}
-    lines = []
-    for name in names:
-      mine = [r for r in per_member if r["config"] == name]
-      own_stats, own_line = _stats(mine)
-      summary["by_config"][name] = {"members": [r["member"]["index"] for r in mine],
-                                    "seeds": [r["seed"] for r in mine], "stats": own_stats}
-      lines.append(f"{name} ({len(mine)}){own_line}")
-    summary["line"] = f"{len(per_member)} members of {len(names)} configs, " \
-                      f"{len(per_member) - len(live)} diverged: " + " | ".join(lines)
+    summary["by_config"] = {name: {"members": [r["member"]["index"] for r in mine], "seeds": [r["seed"] for r in mine],
+                                   "stats": _stats(mine)[0]} for name, mine in groups.items()}
+    summary["line"] = (f"{len(per_member)} members of {len(groups)} configs, {len(per_member) - len(live)} diverged: "
+                       + " | ".join(f"{name} ({len(mine)}){_stats(mine)[1]}" for name, mine in groups.items()))
   if parallel.is_writer():
     files.write_json(workdir / SUMMARY_FILE, summary)
   logging.info("%s", summary["line"])

@@ -22,8 +22,9 @@ import numpy as np
 import optax
 from absl import logging
 
-from wt_jax import files, parallel
+from wt_jax import parallel
 from wt_jax.data import skipgram as sg
+from wt_jax.data import vocab as vocab_lib
 from wt_jax.errors import InputError, require_counts
 from wt_jax.models.skipgram import SkipGram, negative_sampling_loss
 from wt_jax.train import trainer
@@ -139,7 +140,7 @@ class SkipGramTask:
 
   def write_run_files(self, folder, resumed: bool) -> None:
     """<folder>/vocab.txt: each word and its count, in id order (row i of the embeddings is word i)."""
-    files.write_whole(folder / "vocab.txt", "".join(f"{w}\t{c}\n" for w, c in zip(self.vocab.words, self.counts)))
+    vocab_lib.write_file(folder / vocab_lib.FILE, self.vocab.words, self.counts)
 
   def batches(self, epoch, start):
     """K steps (batches i0 .. i0+k−1 of the epoch's shuffled pairs) per item; at most steps_per_epoch."""
