@@ -30,9 +30,10 @@ setup(
         # nbclient/nbformat/ipykernel: the test suite executes experiments/notebooks/*.ipynb;
         # pytest-xdist: the suite runs on every core (`-n auto`), one test file per worker;
         # gensim: tests/test_export.py reads exported embeddings with gensim's word2vec loader (4.4: numpy 2,
-        # wheels for CPython 3.10-3.13); tensorboard: the tests read the event files back with its reader
+        # wheels for CPython 3.10-3.13); tensorboard: the tests read the event files back with its reader;
+        # filelock: the test processes share one XLA compilation cache, which jax locks with it (tests/conftest.py)
         "test": ["pytest>=7", "pytest-xdist>=3.0", "nbclient>=0.7", "nbformat>=5.7", "ipykernel>=6",
-                 "gensim>=4.4", "tensorboard>=2.15"],
+                 "gensim>=4.4", "tensorboard>=2.15", "filelock>=3"],
         # WMT14/15 for NMT through tensorflow-datasets, whose translation builders need TensorFlow
         "wmt": ["tensorflow-datasets>=4.9", "tensorflow>=2.15"],
         # Accelerators: jax's own extras (libtpu / the CUDA 12 wheels). jax[tpu] requires the libtpu (and jaxlib)

@@ -1,10 +1,12 @@
 """Shared test fixtures: tiny configs and corpora, and the location of the real shared data.
 
-Importing this module also gives the test process a fresh persistent XLA compilation cache (a temporary
-folder, removed at exit). Many tests compile the same function more than once — a run and its resumption, an
-entry point in a subprocess and again in a second one — and on this CPU compilation is most of a tiny test's
-time. The cache returns the executable XLA built for the same program, so results are unchanged. Child
-processes inherit the folder through JAX_COMPILATION_CACHE_DIR; each pytest-xdist worker makes its own.
+Importing this module also gives the test session one fresh persistent XLA compilation cache (a temporary
+folder, removed when the process that made it exits). Many tests compile the same program more than once — a run
+and its resumption, the tiny model of one test file and of another, an entry point in a subprocess — and on this
+CPU compilation is most of a tiny test's time. The cache returns the executable XLA built for the same program,
+so results are unchanged. The first process of the session (pytest, or pytest-xdist's controller) makes the folder
+and names it in WT_JAX_TEST_XLA_CACHE; its xdist workers and every child process inherit it. A size limit turns
+on the cache's file lock (`jax._src.lru_cache`), so that processes never read an entry another is still writing.
 """
 import atexit
 import contextlib
@@ -28,16 +30,19 @@ from wt_jax.data import paths
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _private_compilation_cache() -> None:
-  folder = tempfile.mkdtemp(prefix="wt_jax_test_xla_cache_")
-  atexit.register(shutil.rmtree, folder, ignore_errors=True)
-  os.environ["JAX_COMPILATION_CACHE_DIR"] = folder
-  os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.1"
-  jax.config.update("jax_compilation_cache_dir", folder)
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+def _session_compilation_cache() -> None:
+  folder = os.environ.get("WT_JAX_TEST_XLA_CACHE")
+  if folder is None:
+    folder = os.environ["WT_JAX_TEST_XLA_CACHE"] = tempfile.mkdtemp(prefix="wt_jax_test_xla_cache_")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+  settings = {"jax_compilation_cache_dir": folder, "jax_persistent_cache_min_compile_time_secs": 0.1,
+              "jax_compilation_cache_max_size": 8 << 30}
+  for name, value in settings.items():
+    os.environ[name.upper()] = str(value)  # (child processes)
+    jax.config.update(name, value)
 
 
-_private_compilation_cache()
+_session_compilation_cache()
 
 
 @pytest.fixture(scope="session")

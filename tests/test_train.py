@@ -62,7 +62,7 @@ def test_train_step_uses_sum_over_time_mean_over_batch():
     penalty = config.words.pr_lambda * 0.5 * jnp.sum(p["words"]["proj_kernel"] ** 2)
     return per_sequence.mean() + penalty / B
 
-  ref_grads = jax.grad(reference_cost)(params)
+  ref_grads = jax.jit(jax.grad(reference_cost))(params)
   expected = jax.tree_util.tree_map(lambda p, g: p - g, params, ref_grads)
   tx = optim.make_optimizer(config, steps_per_epoch=100)
   fresh = jax.tree_util.tree_map(jnp.copy, params)  # the step donates its inputs

@@ -145,16 +145,9 @@ class Clock:
 
 
 class NoWriter:
-  """Stands in for the metrics writer in processes other than 0."""
+  """Stands in for the metrics writer in processes other than 0: writes nothing."""
 
-  def write(self, **record):
-    pass
-
-  def flush(self):
-    pass
-
-  def close(self):
-    pass
+  write = flush = close = lambda self, **record: None
 
 
 class Profiler:
