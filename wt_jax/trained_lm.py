@@ -1,0 +1,421 @@
+"""Using a trained language model from its run folder alone: sample continuations of a prompt, score any text.
+
+    lm = load(workdir, checkpoint="best", member=None)        → TrainedLM (config, model, params, vocabulary)
+    sample(lm, prompt, num_samples, max_len, temperature, top_k, top_p, seed)  → {'samples': [...], ...}
+    score(lm, text, per_token=False)                          → {'ppl', 'tokens', 'oov', 'oov_words', ...}
+    score_split(lm, "test")                                   → the same for the run's own corpus split
+
+The folder says what it is: the checkpoint's saved config (the model is `wt_jax.models.build` of it, its float32
+matmuls at `config.matmul_precision`), `vocab.txt` (row i of the embeddings is word i) and the parameters of
+checkpoint `best` or `last`. A members run (`wt_jax.members`) is read member by member: member k's folder,
+`<workdir>/members/<k>/`, is a run folder of its own (its config, vocabulary and checkpoints, written when the
+run ends).
+
+Text is tokenised as the run's corpus reader tokenises its files (`wt_jax.data.text`).
+
+**Scoring** is the run's test protocol (`wt_jax.lm_eval.test_perplexities`' `test_ppl`): the text's N tokens
+read as one stream at batch 1 in windows of `config.test_window`, the model's carry (recurrent state, the
+Transformer's memory, the n-gram context) kept across windows, every one of the N − 1 targets scored; the first
+token is context only. With `per_token`, each target's log-probability (natural log) and rank (1 + the number of
+words the model finds strictly likelier) from a second pass over the same windows.
+
+**Sampling** reads `<eos>` and the prompt, then draws `max_len` words per sample: all samples one batch, the
+prompt and the draws one compiled `lax.scan` (a prompt token is forced where the prompt has one, as flax's lm1b
+`temperature_sample` forces its prefix). The recurrent and feed-forward models step one token at a time with
+their carry, which is exact: their prediction depends on the stream only through it. The Transformer's
+prediction also depends on where its window starts, so it is stepped through the scoring protocol's windows: a
+buffer of `test_window` token slots after `memory` tokens of context, each step writing its token at slot j and
+reading the logits there (causal attention: the later, stale slots are not seen), the memory moved on when the
+window fills. Every family thus draws token i + 1 from exactly the distribution `score` gives target i + 1 of the
+same text. The prompt is read after `<eos>`: it starts a sentence, and an empty prompt samples one from its
+first word. A prompt with words but none in the vocabulary is refused (there would be nothing to continue).
+
+Choosing a word from the next-word logits z[B, V]: temperature 0 takes the argmax; otherwise the draw is from
+softmax(z / temperature) restricted to the `top_k` likeliest words (0: all; Fan et al. 2018) and then to the
+nucleus (Holtzman et al. 2020): the fewest likeliest of those words whose probability, renormalised over them,
+reaches `top_p` (1: all).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import io
+import json
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from etils import epath
+
+from wt_jax import export, lm_eval, models, precision
+from wt_jax.data import batching, lm_corpora, paths, ptb
+from wt_jax.data import text as text_lib
+from wt_jax.data.vocab import Vocab
+from wt_jax.errors import InputError
+from wt_jax.models import transformer_lm
+
+CHECKPOINTS = export.KINDS  # 'last', 'best'
+SPLITS = ptb.SPLITS
+MEMBERS_DIR = "members"  # (as `wt_jax.train.run_results.MEMBERS_DIR`, not imported: that module loads the trainer)
+
+
+@dataclasses.dataclass
+class TrainedLM:
+  """A trained language model read from its run folder (`load`)."""
+
+  folder: epath.Path   # the run folder read: the workdir, or a members run's member folder
+  checkpoint: str      # 'best' or 'last'
+  step: int            # the checkpoint's training step
+  config: Any          # the run's config (ml_collections.ConfigDict), as its checkpoint saved it
+  model: Any           # `models.build(config)`
+  params: Any          # the checkpoint's parameters (host arrays)
+  vocab: Vocab         # the run's vocab.txt
+  meta: dict           # the checkpoint's meta (epoch, best_epoch, history, …)
+  results: dict        # the folder's results.json ({} while the run has not ended)
+  commit: str | None   # the code the run was trained with (run.json's versions.wt_jax_commit)
+  member: int | None   # the member index of a members run, None for a plain run
+
+  def describe(self) -> dict:
+    """What was used, for output records: folder, checkpoint, step, member, config name, commit."""
+    return {"workdir": str(self.folder), "checkpoint": self.checkpoint, "step": self.step, "member": self.member,
+            "config": self.config.get("name"), "model": self.config.model, "dataset": self.config.dataset,
+            "commit": self.commit}
+
+
+def run_folder(workdir, member: int | None) -> epath.Path:
+  """The folder of the run to read: `workdir`, or member `member`'s folder of a members run; an `InputError` for
+  a member of a plain run, a members run without `member`, or a member it does not have."""
+  workdir = epath.Path(workdir)
+  if not workdir.is_dir():
+    raise InputError(f"No run folder at {workdir}.")
+  members_dir = workdir / MEMBERS_DIR
+  have = sorted(int(p.name) for p in members_dir.iterdir() if p.name.isdigit()) if members_dir.is_dir() else []
+  if member is None:
+    if have:
+      raise InputError(f"{workdir} is a members run ({len(have)} members): choose one with --member=k "
+                       f"(k in 0..{max(have)}).")
+    return workdir
+  if not have:
+    raise InputError(f"{workdir} is not a members run (no {members_dir}): leave out --member.")
+  if member not in have:
+    raise InputError(f"{workdir} has no member {member} (members 0..{max(have)}).")
+  return members_dir / str(member)
+
+
+def _commit(folder: epath.Path, results: dict) -> str | None:
+  record = folder / "run.json"
+  try:
+    versions = json.loads(record.read_text()).get("versions", {}) if record.is_file() else {}
+  except ValueError:
+    versions = {}
+  return versions.get("wt_jax_commit") or results.get("versions", {}).get("wt_jax_commit")
+
+
+def _checkpoint(folder: epath.Path, checkpoint: str | None) -> export.Run:
+  if checkpoint is not None:
+    return export.load_run(folder, checkpoint)
+  try:
+    return export.load_run(folder, "best")
+  except export.ExportError:  # (no best yet: the run has not ended an epoch)
+    return export.load_run(folder, "last")
+
+
+def load(workdir, checkpoint: str | None = None, member: int | None = None) -> TrainedLM:
+  """The trained LM of run folder `workdir` (a members run: its member `member`) at `checkpoint` (None: `best`, or
+  `last` while the run has no best yet). Refuses with one line (`InputError`) a folder that is no run, has no such
+  checkpoint or no vocab.txt, or whose vocabulary does not fit its config."""
+  folder = run_folder(workdir, member)
+  vocab_file = folder / "vocab.txt"
+  if not vocab_file.is_file():
+    raise InputError(f"{folder} has no vocab.txt (a language-model run writes it at its first start); without it "
+                     f"the model's word ids cannot be read.")
+  run = _checkpoint(folder, checkpoint)
+  if not run.config.get("model"):
+    raise InputError(f"The {checkpoint!r} checkpoint in {folder} stores no language-model config.")
+  config = ml_collections.ConfigDict(run.config)
+  vocab = Vocab(export.read_vocab_file(vocab_file))
+  if len(vocab) != config.vocab_size:
+    raise InputError(f"{vocab_file} lists {len(vocab)} words but the run's config has vocab_size "
+                     f"{config.vocab_size}: not this run's vocabulary.")
+  return TrainedLM(folder=folder, checkpoint=run.kind, step=run.step, config=config, model=models.build(config),
+                   params=run.params, vocab=vocab, meta=run.meta, results=run.results,
+                   commit=_commit(folder, run.results), member=member)
+
+
+def tested_checkpoint(workdir, member: int | None = None) -> str:
+  """The checkpoint a run's own test used: results.json's `test_params` ("best (epoch N)" → best, "final" → last),
+  else (a run not ended) its config's test_params."""
+  folder = run_folder(workdir, member)
+  results_file = folder / "results.json"
+  tested = json.loads(results_file.read_text()).get("test_params", "") if results_file.is_file() else ""
+  if tested:
+    return "best" if tested.startswith("best") else "last"
+  saved = export.load_run(folder, "last").config
+  return "best" if saved.get("test_params") == "best" else "last"
+
+
+# --- choosing the next word --------------------------------------------------------------------------------
+
+def choose(logits_BxV, key, temperature, top_k: int, top_p: float):
+  """The next ids[B] from the logits z[B, V] (module docstring): argmax at temperature 0, else a draw from
+  softmax(z / temperature) within the `top_k` likeliest (0: all) and their `top_p` nucleus (≥ 1: all).
+  `temperature` may be traced; `top_k` and `top_p` are Python numbers (they fix the program)."""
+  V = logits_BxV.shape[-1]
+  greedy = jnp.argmax(logits_BxV, axis=-1)
+  scaled = logits_BxV / jnp.where(temperature > 0, temperature, 1.0)
+  k = top_k if 0 < top_k < V else V
+  if k == V and top_p >= 1.0:
+    drawn = jax.random.categorical(key, scaled, axis=-1)
+  else:
+    vals_BxK, idx_BxK = jax.lax.top_k(scaled, k)  # likeliest first
+    if top_p < 1.0:
+      p = jax.nn.softmax(vals_BxK, axis=-1)
+      before = jnp.cumsum(p, axis=-1) - p  # mass of the likelier words: a word is in while it is below top_p
+      vals_BxK = jnp.where(before < top_p, vals_BxK, -jnp.inf)
+    pick = jax.random.categorical(key, vals_BxK, axis=-1)
+    drawn = jnp.take_along_axis(idx_BxK, pick[:, None], axis=-1)[:, 0]
+  return jnp.where(temperature > 0, drawn, greedy).astype(jnp.int32)
+
+
+# --- stepping a model one token at a time ----------------------------------------------------------------------
+
+def window_of(model, config) -> int:
+  """0 for a model stepped by its carry alone (recurrent, feed-forward), `config.test_window` for the Transformer,
+  stepped through the scoring protocol's windows (module docstring)."""
+  return config.test_window if isinstance(model, transformer_lm.TransformerLM) else 0
+
+
+def initial_state(model, window: int, batch_size: int):
+  """The stepping state before the first token: the model's carry, with a window: (carry, ids[B, W], slot 0)."""
+  carry = model.initial_carry(batch_size)
+  if not window:
+    return carry
+  return carry, jnp.zeros((batch_size, window), jnp.int32), jnp.zeros((), jnp.int32)
+
+
+def next_logits(model, window: int, params, state, ids_B):
+  """Feed ids[B] (the current tokens) → (the next word's logits[B, V], the state after them)."""
+  if not window:
+    logits_Bx1xV, carry = model.apply({"params": params}, ids_B[:, None], state, train=False)
+    return logits_Bx1xV[:, 0], carry
+  carry, win_BxW, j = state
+  win_BxW = win_BxW.at[:, j].set(ids_B)
+  logits_BxWxV, filled = model.apply({"params": params}, win_BxW, carry, train=False)
+  logits_BxV = jax.lax.dynamic_index_in_dim(logits_BxWxV, j, axis=1, keepdims=False)
+  full = j == window - 1  # the window is complete: the next token starts a new one after its memory
+  carry = jax.tree_util.tree_map(lambda a, b: jnp.where(full, a, b), filled, carry)
+  return logits_BxV, (carry, win_BxW, jnp.where(full, 0, j + 1))
+
+
+@functools.partial(jax.jit, static_argnames=("model", "window", "num_samples", "max_len", "top_k", "top_p"))
+def decode(params, prompt_P, key, temperature, *, model, window: int, num_samples: int, max_len: int, top_k: int,
+           top_p: float):
+  """prompt ids[P] (P ≥ 1) → (ids[B, max_len], logp[B, max_len]): B = num_samples continuations, each token's
+  log-probability under the model (before temperature and truncation). One `lax.scan` over P − 1 + max_len steps:
+  step i feeds token i and takes token i + 1 from the prompt while it has one, else from `choose` with key
+  fold_in(key, i)."""
+  P = prompt_P.shape[0]
+  forced = jnp.concatenate([prompt_P[1:], jnp.full((max_len,), -1, jnp.int32)])
+
+  def body(acc, xs):
+    state, ids_B = acc
+    i, force = xs
+    logits_BxV, state = next_logits(model, window, params, state, ids_B)
+    logits_BxV = logits_BxV.astype(jnp.float32)
+    drawn = choose(logits_BxV, jax.random.fold_in(key, i), temperature, top_k, top_p)
+    nxt = jnp.where(force >= 0, force, drawn)
+    logp = jnp.take_along_axis(jax.nn.log_softmax(logits_BxV), nxt[:, None], axis=-1)[:, 0]
+    return (state, nxt), (nxt, logp)
+
+  start = (initial_state(model, window, num_samples), jnp.full((num_samples,), prompt_P[0], jnp.int32))
+  _, (ids_SxB, logp_SxB) = jax.lax.scan(body, start, (jnp.arange(P - 1 + max_len), forced))
+  return ids_SxB[P - 1:].T, logp_SxB[P - 1:].T
+
+
+# --- sampling -------------------------------------------------------------------------------------------------
+
+def check_sampling(num_samples: int, max_len: int, temperature: float, top_k: int, top_p: float) -> None:
+  """`InputError` for settings no draw can use: counts below 1, a temperature below 0 (or NaN), a negative
+  top_k, top_p outside (0, 1]."""
+  for name, value in (("num_samples", num_samples), ("max_len", max_len)):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+      raise InputError(f"{name} must be an integer ≥ 1, not {value!r}.")
+  if not temperature >= 0:
+    raise InputError(f"temperature must be ≥ 0 (0: the likeliest word at each step), not {temperature!r}.")
+  if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+    raise InputError(f"top_k must be an integer ≥ 0 (0: no limit), not {top_k!r}.")
+  if not 0 < top_p <= 1:
+    raise InputError(f"top_p must be in (0, 1] (1: no nucleus), not {top_p!r}.")
+
+
+def render(words: list[str]) -> str:
+  """Tokens as text: words joined by spaces, each `<eos>` a line end."""
+  lines, line = [], []
+  for w in words:
+    if w == ptb.EOS:
+      lines.append(" ".join(line))
+      line = []
+    else:
+      line.append(w)
+  return "\n".join([*lines, " ".join(line)])
+
+
+def prompt_tokens(lm: TrainedLM, prompt: str) -> tuple[np.ndarray, list[str], text_lib.Encoded]:
+  """(ids[P]: `<eos>` then the prompt's tokens; those tokens; their encoding). The prompt is tokenised as the run's
+  corpus (its last line has no `<eos>` unless the prompt ends with a line end). Refuses a prompt with text but no
+  word, and one whose words are all outside the vocabulary."""
+  if ptb.EOS not in lm.vocab:
+    raise InputError(f"The run's vocabulary has no {ptb.EOS}, which sampling starts from.")
+  tokens = text_lib.words(_lines(prompt), lm.config.dataset)
+  if tokens and tokens[-1] == ptb.EOS and not prompt.endswith(("\n", "\r")):
+    tokens = tokens[:-1]
+  enc = text_lib.encode(tokens, lm.vocab)
+  words = [t for t in tokens if t != ptb.EOS]
+  if prompt.strip() and not words:
+    raise InputError(f"The prompt {prompt!r} has no word once tokenised as {lm.config.dataset} is.")
+  if words and enc.oov == len(words):
+    raise InputError(f"No word of the prompt {prompt!r} is in the run's vocabulary ({len(lm.vocab)} words; e.g. "
+                     f"{', '.join(lm.vocab.words[:5])}); give a prompt with at least one known word, or none.")
+  return np.concatenate([[lm.vocab.index[ptb.EOS]], enc.ids]).astype(np.int32), tokens, enc
+
+
+def sample(lm: TrainedLM, prompt: str = "", num_samples: int = 1, max_len: int = 20, temperature: float = 1.0,
+           top_k: int = 0, top_p: float = 1.0, seed: int = 0) -> dict:
+  """`num_samples` continuations of `prompt`, `max_len` tokens each (module docstring). Returns {'samples': [{
+  'tokens', 'text', 'logp' (each token's log-probability under the model), 'log_prob' (their sum)}], 'prompt',
+  'prompt_tokens', 'oov', 'oov_words', 'settings', 'run'}."""
+  check_sampling(num_samples, max_len, temperature, top_k, top_p)
+  ids, tokens, enc = prompt_tokens(lm, prompt)
+  with precision.matmul_precision(lm.config.matmul_precision):
+    out_ids, logp = decode(lm.params, jnp.asarray(ids), jax.random.key(seed), jnp.float32(temperature),
+                           model=lm.model, window=window_of(lm.model, lm.config), num_samples=num_samples,
+                           max_len=max_len, top_k=top_k, top_p=float(top_p))
+  out_ids, logp = np.asarray(out_ids), np.asarray(logp, np.float64)
+  samples = []
+  for row, lp in zip(out_ids, logp):
+    words = lm.vocab.decode(row)
+    samples.append({"tokens": words, "text": render(words), "logp": lp.tolist(), "log_prob": float(lp.sum())})
+  settings = {"num_samples": num_samples, "max_len": max_len, "temperature": float(temperature), "top_k": top_k,
+              "top_p": float(top_p), "seed": seed}
+  return {"samples": samples, "prompt": prompt, "prompt_tokens": tokens, "oov": enc.oov, "oov_words": enc.oov_words,
+          "settings": settings, "run": lm.describe()}
+
+
+# --- scoring --------------------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=16)
+def eval_window(model):
+  """`lm_eval.make_eval_window(model)`, one per model: the compiled stream evaluation is reused across calls."""
+  return lm_eval.make_eval_window(model)
+
+
+@functools.partial(jax.jit, static_argnames=("model",))
+def token_scores(params, xs_NxT, ys_NxT, *, model):
+  """Windows x, y[N, T] of one stream (batch 1), the carry kept across them → (logp[N·T], rank[N·T]) of every
+  target: its log-probability and 1 + the number of words with a strictly higher one."""
+
+  def body(carry, xy):
+    logits_1xTxV, carry = model.apply({"params": params}, xy[0][None], carry, train=False)
+    logp_TxV = jax.nn.log_softmax(logits_1xTxV[0].astype(jnp.float32))
+    target_T = jnp.take_along_axis(logp_TxV, xy[1][:, None], axis=-1)[:, 0]
+    return carry, (target_T, 1 + jnp.sum(logp_TxV > target_T[:, None], axis=-1))
+
+  _, (logp_NxT, rank_NxT) = jax.lax.scan(body, model.initial_carry(1), (xs_NxT, ys_NxT))
+  return logp_NxT.reshape(-1), rank_NxT.reshape(-1)
+
+
+def score_ids(lm: TrainedLM, ids: np.ndarray, per_token: bool = False) -> dict:
+  """The test protocol's perplexity of the stream ids[N] (module docstring): {'ppl', 'nll' (Σ over the targets,
+  nats), 'tokens' (N − 1 targets), 'protocol'}; with `per_token`, 'per_token': [{'token', 'logp', 'rank'}] for
+  targets 2..N."""
+  ids = np.asarray(ids, np.int32)
+  if ids.size < 2:
+    raise InputError(f"Scoring needs at least 2 tokens (the first is context only); the text has {ids.size}.")
+  W = lm.config.test_window
+  with precision.matmul_precision(lm.config.matmul_precision):
+    out = lm_eval.evaluate(lm.model, eval_window(lm.model), lm.params, ids, 1, W, drop_remainder=False)
+    result = {"ppl": out["ppl"], "nll": out["nll"], "tokens": out["tokens"],
+              "protocol": f"one stream at batch 1 in windows of {W} (test_window), the carry kept across them; "
+                          f"all N-1 targets (the first token is context only)"}
+    if per_token:
+      w = batching.lm_windows(ids, 1, W, drop_remainder=False)
+      logp, rank = token_scores(lm.params, w.x[:, 0], w.y[:, 0], model=lm.model)
+      n, words = ids.size - 1, lm.vocab.decode(ids[1:])
+      result["per_token"] = [{"token": t, "logp": float(lp), "rank": int(r)}
+                             for t, lp, r in zip(words, np.asarray(logp)[:n], np.asarray(rank)[:n])]
+  return result
+
+
+def _lines(text: str) -> list[str]:
+  """The lines of `text` as a file opened in text mode gives them (universal newlines)."""
+  return io.StringIO(text, newline=None).readlines()
+
+
+def score(lm: TrainedLM, text: str, per_token: bool = False) -> dict:
+  """`score_ids` of `text` tokenised as the run's corpus, with 'oov' (words outside the vocabulary, each scored as
+  `<unk>`) and 'oov_words' (the first of them). A text with no word is refused."""
+  tokens = text_lib.words(_lines(text), lm.config.dataset)
+  if all(t == ptb.EOS for t in tokens):
+    raise InputError("The text is empty: it has no word to score.")
+  enc = text_lib.encode(tokens, lm.vocab)
+  return {**score_ids(lm, enc.ids, per_token), "oov": enc.oov, "oov_words": enc.oov_words, "run": lm.describe()}
+
+
+def read_text(path) -> str:
+  """A text file's contents; an `InputError` for a missing file or one that is not UTF-8."""
+  path = epath.Path(path)
+  if not path.is_file():
+    raise InputError(f"No text file at {path}.")
+  data = path.read_bytes()
+  try:
+    return data.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise InputError(f"{path} is not UTF-8 text (byte {e.start}: {data[e.start:e.start + 4]!r}); convert it to "
+                     f"UTF-8 first.") from None
+
+
+def split_stream(lm: TrainedLM, split: str, data_dir: str | None = None) -> np.ndarray:
+  """The run's own `split` of its corpus as its run read it (valid and test cut to `eval_max_tokens`, train to
+  `train_max_tokens`), from `data_dir`, else the config's data_dir, else $WT_JAX_DATA; the corpus's vocabulary
+  must be the run's."""
+  if split not in SPLITS:
+    raise InputError(f"Unknown split {split!r}; expected one of {', '.join(SPLITS)}.")
+  c = ml_collections.ConfigDict({"dataset": lm.config.dataset, "data_dir": data_dir or lm.config.get("data_dir", ""),
+                                 "download": False})
+  try:
+    corpus = lm_corpora.load_corpus(c)
+  except paths.DataUnavailableError as e:
+    raise InputError(str(e)) from None
+  if list(corpus.vocab.words) != lm.vocab.words:
+    raise InputError(f"The {lm.config.dataset} corpus in {paths.data_root(c.data_dir or None)} has another "
+                     f"vocabulary than the run's vocab.txt: not the corpus the run was trained on.")
+  cut = lm.config.train_max_tokens if split == "train" else lm.config.eval_max_tokens
+  stream = getattr(corpus, split)
+  return stream[:cut] if cut else stream
+
+
+def not_the_runs_test(lm: TrainedLM) -> str | None:
+  """Why `lm`'s checkpoint is not the parameters the run's test used (results.json's test_params: "best (epoch N)"
+  is the best checkpoint of epoch N, "final" the last), or None when it is (or the run has not been tested)."""
+  tested = lm.results.get("test_params", "")
+  if not tested:
+    return None
+  want = "best" if tested.startswith("best") else "last"
+  if lm.checkpoint != want:
+    return f"the run's test used its {tested!r} parameters, checkpoint {want!r}; this is {lm.checkpoint!r}"
+  epoch = tested.partition("(epoch ")[2].rstrip(")")
+  if want == "best" and epoch.isdigit() and lm.meta.get("best_epoch") != int(epoch):
+    return (f"the run's test used its best parameters of epoch {epoch}, but the best checkpoint holds epoch "
+            f"{lm.meta.get('best_epoch')}'s")
+  return None
+
+
+def score_split(lm: TrainedLM, split: str = "test", data_dir: str | None = None, per_token: bool = False) -> dict:
+  """`score_ids` of the run's own `split` (`split_stream`). For 'test' with the checkpoint the run's own test used,
+  'ppl' is results.json's test_ppl; with another, 'not_the_runs_test' says why not (`not_the_runs_test`)."""
+  out = {**score_ids(lm, split_stream(lm, split, data_dir), per_token), "split": split, "oov": 0, "oov_words": [],
+         "run": lm.describe()}
+  why = not_the_runs_test(lm) if split == "test" else None
+  return {**out, "not_the_runs_test": why} if why else out
