@@ -12,6 +12,9 @@ The names a notebook needs, for a language model from a config (`configs/*.py`):
     lm_windows(stream, B, T)                         a token stream as [B, T] input/target windows
     evaluate(model, make_eval_window(model), params, stream, B, T, drop_remainder)   → {'ppl', ...}
     fit(config, corpus, workdir)                     the whole run: checkpoints, metrics, results.json
+    load_trained_lm(workdir, checkpoint, member)     a trained LM from its run folder (`wt_jax.trained_lm`)
+    sample(lm, prompt, num_samples, max_len, ...)    its continuations of a prompt (temperature, top_k, top_p)
+    score(lm, text, per_token)                       a text's perplexity under the run's test protocol
 
 Imported on first use, so `wt_jax.data` stays importable without JAX.
 """
@@ -30,6 +33,9 @@ _API = {
     "evaluate": ("wt_jax.lm_eval", "evaluate"),
     "make_eval_window": ("wt_jax.lm_eval", "make_eval_window"),
     "perplexity": ("wt_jax.lm_eval", "perplexity"),
+    "load_trained_lm": ("wt_jax.trained_lm", "load"),
+    "sample": ("wt_jax.trained_lm", "sample"),
+    "score": ("wt_jax.trained_lm", "score"),
 }
 __all__ = sorted(_API)
 
