@@ -62,8 +62,8 @@ def main(argv):
     print(f"{out['oov']} token(s) outside the vocabulary, scored as <unk>: {', '.join(out['oov_words'])}")
   if per_token:
     print(f"wrote {out['tokens']} per-token scores to {_PER_TOKEN.value}")
-  print(json.dumps({"ppl": out["ppl"], "tokens": out["tokens"], "oov": out["oov"], "oov_words": out["oov_words"],
-                    "nll": out["nll"], **({"split": out["split"]} if "split" in out else {}), **run}))
+  last = {key: out[key] for key in ("ppl", "tokens", "oov", "oov_words", "nll", "split") if key in out}
+  print(json.dumps(files.finite({**last, **run})))  # (a diverged model's inf perplexity as null: valid JSON)
 
 
 if __name__ == "__main__":

@@ -171,8 +171,8 @@ def _stepwise_greedy(model_lm, prompt_ids, max_len):
 
 @pytest.mark.parametrize("family", _slow_but("transformer"))
 def test_temperature_zero_is_the_argmax_path_of_the_models_own_steps(corpus, family):
-  """At initial parameters drawn wide and untied (init_scale 0.5 or more: no near-ties in the argmax, and a path that moves:
-  tied at init, a word's likeliest successor is itself); 12 words after a 3-word prompt run across the
+  """At initial parameters drawn wide and untied (init_scale 0.5 or more: no near-ties in the argmax, and a path
+  that moves: tied at init, a word's likeliest successor is itself); 12 words after a 3-word prompt run across the
   Transformer's windows of 5 (and memory 3) twice, where stepping it token by token with its carry alone would
   take another path."""
   scale = 2.0 if family == "vd_lstm" else 0.5  # (its greedy path at smaller scales repeats one word)
@@ -308,7 +308,8 @@ def test_bad_input_is_one_line(runs, tmp_path):
   shutil.copytree(workdir, no_vocab)
   (no_vocab / "vocab.txt").unlink()
   members_run = tmp_path / "members_run"
-  (members_run / "members" / "0").mkdir(parents=True)
+  (members_run / "members" / "0").mkdir(parents=True)  # (a members run still training: no member checkpoints yet)
+  shutil.copy(workdir / "vocab.txt", members_run / "members" / "0" / "vocab.txt")
   latin1, empty, blank = tmp_path / "latin1.txt", tmp_path / "empty.txt", tmp_path / "blank.txt"
   latin1.write_bytes("caf\xe9 w1 w2\n".encode("latin-1"))
   empty.write_text("")
@@ -330,6 +331,8 @@ def test_bad_input_is_one_line(runs, tmp_path):
       "Give one of --text": score(),
       "is a members run (1 members): choose one with --member": score(workdir=str(members_run), split="test"),
       "is not a members run": generate(member=0),
+      "has no member 3": generate(workdir=str(members_run), member=3),
+      "writes its members' checkpoints when it ends": generate(workdir=str(members_run), member=0),
   }
   for expected, line in cases.items():
     assert line is not None and "\n" not in line and expected.strip() in line, (expected, line)

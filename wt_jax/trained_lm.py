@@ -1,6 +1,6 @@
 """Using a trained language model from its run folder alone: sample continuations of a prompt, score any text.
 
-    lm = load(workdir, checkpoint="best", member=None)        → TrainedLM (config, model, params, vocabulary)
+    lm = load(workdir, checkpoint=None, member=None)          → TrainedLM (config, model, params, vocabulary)
     sample(lm, prompt, num_samples, max_len, temperature, top_k, top_p, seed)  → {'samples': [...], ...}
     score(lm, text, per_token=False)                          → {'ppl', 'tokens', 'oov', 'oov_words', ...}
     score_split(lm, "test")                                   → the same for the run's own corpus split
@@ -131,6 +131,9 @@ def load(workdir, checkpoint: str | None = None, member: int | None = None) -> T
   if not vocab_file.is_file():
     raise InputError(f"{folder} has no vocab.txt (a language-model run writes it at its first start); without it "
                      f"the model's word ids cannot be read.")
+  if member is not None and not (folder / "checkpoints").is_dir():
+    raise InputError(f"Member {member}'s folder {folder} has no checkpoints yet: a members run writes its members' "
+                     f"checkpoints when it ends.")
   run = _checkpoint(folder, checkpoint)
   if not run.config.get("model"):
     raise InputError(f"The {checkpoint!r} checkpoint in {folder} stores no language-model config.")
@@ -288,7 +291,7 @@ def sample(lm: TrainedLM, prompt: str = "", num_samples: int = 1, max_len: int =
   'prompt_tokens', 'oov', 'oov_words', 'settings', 'run'}."""
   check_sampling(num_samples, max_len, temperature, top_k, top_p)
   ids, tokens, enc = prompt_tokens(lm, prompt)
-  with precision.matmul_precision(lm.config.matmul_precision):
+  with precision.matmul_precision(lm.config.get("matmul_precision", "default")):
     out_ids, logp = decode(lm.params, jnp.asarray(ids), jax.random.key(seed), jnp.float32(temperature),
                            model=lm.model, window=window_of(lm.model, lm.config), num_samples=num_samples,
                            max_len=max_len, top_k=top_k, top_p=float(top_p))
@@ -334,7 +337,7 @@ def score_ids(lm: TrainedLM, ids: np.ndarray, per_token: bool = False) -> dict:
   if ids.size < 2:
     raise InputError(f"Scoring needs at least 2 tokens (the first is context only); the text has {ids.size}.")
   W = lm.config.test_window
-  with precision.matmul_precision(lm.config.matmul_precision):
+  with precision.matmul_precision(lm.config.get("matmul_precision", "default")):
     out = lm_eval.evaluate(lm.model, eval_window(lm.model), lm.params, ids, 1, W, drop_remainder=False)
     result = {"ppl": out["ppl"], "nll": out["nll"], "tokens": out["tokens"],
               "protocol": f"one stream at batch 1 in windows of {W} (test_window), the carry kept across them; "
