@@ -332,7 +332,7 @@ def test_bad_input_is_one_line(runs, tmp_path):
       "is a members run (1 members): choose one with --member": score(workdir=str(members_run), split="test"),
       "is not a members run": generate(member=0),
       "has no member 3": generate(workdir=str(members_run), member=3),
-      "writes its members' checkpoints when it ends": generate(workdir=str(members_run), member=0),
+      f"No 'last' checkpoint in {members_run}": generate(workdir=str(members_run), member=0),
   }
   for expected, line in cases.items():
     assert line is not None and "\n" not in line and expected.strip() in line, (expected, line)
@@ -353,3 +353,11 @@ def test_a_members_runs_member_is_scored_with_its_own_parameters(corpus, data_ro
     scores.append(trained_lm.score_split(member, "test", str(data_root))["ppl"])
     assert scores[-1] == pytest.approx(results["test_ppl"], rel=1e-5)
   assert scores[0] != pytest.approx(scores[1], rel=1e-3)  # (each member's own parameters, not one model's twice)
+  # A run still training has no member checkpoints yet: member k is then slice k of the run's own checkpoint, with
+  # its config from the run's. Both are member 1's own, as its folder has them once the run has ended.
+  own = trained_lm.load(tmp_path, "last", member=1)
+  shutil.rmtree(tmp_path / "members" / "1" / "checkpoints")
+  stacked = trained_lm.load(tmp_path, "last", member=1)
+  assert stacked.config.to_dict() == own.config.to_dict() and stacked.step == own.step
+  jax.tree_util.tree_map(np.testing.assert_array_equal, stacked.params, own.params)
+  assert trained_lm.tested_checkpoint(tmp_path, 1) == "last"

@@ -8,8 +8,9 @@
 The folder says what it is: the checkpoint's saved config (the model is `wt_jax.models.build` of it, its float32
 matmuls at `config.matmul_precision`), `vocab.txt` (row i of the embeddings is word i) and the parameters of
 checkpoint `best` or `last`. A members run (`wt_jax.members`) is read member by member: member k's folder,
-`<workdir>/members/<k>/`, is a run folder of its own (its config, vocabulary and checkpoints, written when the
-run ends).
+`<workdir>/members/<k>/`, is a run folder of its own (its config, vocabulary and, once the run has ended, its
+checkpoints); until then member k is the slice k of the run's own checkpoint, whose every leaf has a leading
+member axis, with its config from `members.parse` of the run's.
 
 Text is tokenised as the run's corpus reader tokenises its files (`wt_jax.data.text`).
 
@@ -49,7 +50,7 @@ import ml_collections
 import numpy as np
 from etils import epath
 
-from wt_jax import export, lm_eval, models, precision
+from wt_jax import export, lm_eval, members, models, precision
 from wt_jax.data import batching, lm_corpora, paths, ptb
 from wt_jax.data import text as text_lib
 from wt_jax.data.vocab import Vocab
@@ -122,19 +123,33 @@ def _checkpoint(folder: epath.Path, checkpoint: str | None) -> export.Run:
     return export.load_run(folder, "last")
 
 
+def _stacked_member(workdir: epath.Path, member: int, checkpoint: str | None) -> export.Run:
+  """Member `member` of a members run from the run's own checkpoint, whose leaves are [K, ...] (`wt_jax.members`):
+  its slice of the parameters, its config (`members.parse` of the run's: seed + k, its values) and its lane's
+  record. For a run that has not ended: its members' folders get checkpoints of their own when it ends."""
+  run = _checkpoint(workdir, checkpoint)
+  group = members.parse(ml_collections.ConfigDict(run.config)) if run.config else None
+  if group is None or member >= group.size:
+    raise InputError(f"The {run.kind!r} checkpoint in {workdir} holds no member {member} "
+                     f"({group.size if group else 'no'} members).")
+  lane = (run.meta.get("members") or [{}] * group.size)[member]
+  meta = {**run.meta, **lane, "config": group.configs[member].to_dict()}
+  params = jax.tree_util.tree_map(lambda x: np.asarray(x)[member], run.params)
+  return dataclasses.replace(run, params=params, meta=meta, results={})
+
+
 def load(workdir, checkpoint: str | None = None, member: int | None = None) -> TrainedLM:
-  """The trained LM of run folder `workdir` (a members run: its member `member`) at `checkpoint` (None: `best`, or
-  `last` while the run has no best yet). Refuses with one line (`InputError`) a folder that is no run, has no such
+  """The trained LM of run folder `workdir` (a members run: its member `member`, from the member's folder, or while
+  the run has not ended, from the run's own checkpoint) at `checkpoint` (None: `best`, or `last` while the run has no
+  best yet). Refuses with one line (`InputError`) a folder that is no run, has no such
   checkpoint or no vocab.txt, or whose vocabulary does not fit its config."""
   folder = run_folder(workdir, member)
   vocab_file = folder / "vocab.txt"
   if not vocab_file.is_file():
     raise InputError(f"{folder} has no vocab.txt (a language-model run writes it at its first start); without it "
                      f"the model's word ids cannot be read.")
-  if member is not None and not (folder / "checkpoints").is_dir():
-    raise InputError(f"Member {member}'s folder {folder} has no checkpoints yet: a members run writes its members' "
-                     f"checkpoints when it ends.")
-  run = _checkpoint(folder, checkpoint)
+  own = member is None or (folder / "checkpoints").is_dir()
+  run = _checkpoint(folder, checkpoint) if own else _stacked_member(epath.Path(workdir), member, checkpoint)
   if not run.config.get("model"):
     raise InputError(f"The {checkpoint!r} checkpoint in {folder} stores no language-model config.")
   config = ml_collections.ConfigDict(run.config)
@@ -155,7 +170,8 @@ def tested_checkpoint(workdir, member: int | None = None) -> str:
   tested = json.loads(results_file.read_text()).get("test_params", "") if results_file.is_file() else ""
   if tested:
     return "best" if tested.startswith("best") else "last"
-  saved = export.load_run(folder, "last").config
+  own = (folder / "checkpoints").is_dir()  # (a members run's member: not until the run has ended)
+  saved = export.load_run(folder if own else epath.Path(workdir), "last").config
   return "best" if saved.get("test_params") == "best" else "last"
 
 
