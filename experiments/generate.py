@@ -33,9 +33,10 @@ _OUTPUT = flags.DEFINE_string("output", None, "Also write the samples to this fi
 
 
 def records(out: dict) -> list[dict]:
-  """One JSON object per sample: its text and tokens, the prompt, the settings and the run."""
-  return [{"sample": k, "text": s["text"], "tokens": s["tokens"], "log_prob": s["log_prob"], "prompt": out["prompt"],
-           "prompt_tokens": out["prompt_tokens"], **out["settings"], **out["run"]}
+  """One JSON object per sample: its text and tokens (each with its log-probability under the model), the prompt,
+  the settings and the run."""
+  return [{"sample": k, "text": s["text"], "tokens": s["tokens"], "logp": s["logp"], "log_prob": s["log_prob"],
+           "prompt": out["prompt"], "prompt_tokens": out["prompt_tokens"], **out["settings"], **out["run"]}
           for k, s in enumerate(out["samples"])]
 
 
@@ -53,11 +54,8 @@ def main(argv):
     raise InputError(str(e)) from None
   out = trained_lm.sample(lm, _PROMPT.value, _NUM_SAMPLES.value, _MAX_LEN.value, _TEMPERATURE.value, _TOP_K.value,
                           _TOP_P.value, _SEED.value)
-  run = out["run"]
-  print(f"{run['workdir']}: {run['config']} ({run['model']}, {run['dataset']}), checkpoint {run['checkpoint']} "
-        f"step {run['step']}" + (f", member {run['member']}" if run["member"] is not None else "")
-        + (f"; prompt words outside the vocabulary (read as <unk>): {', '.join(out['oov_words'])}"
-           if out["oov"] else ""))
+  print(trained_lm.heading(out["run"]) + (f"; prompt words outside the vocabulary (read as <unk>): "
+                                           f"{', '.join(out['oov_words'])}" if out["oov"] else ""))
   head = trained_lm.render(out["prompt_tokens"])
   for k, s in enumerate(out["samples"]):
     print(f"--- sample {k} (log p = {s['log_prob']:.2f})")

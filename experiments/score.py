@@ -53,9 +53,7 @@ def main(argv):
   if per_token:
     files.write_whole(_PER_TOKEN.value, "".join(json.dumps(t) + "\n" for t in out.pop("per_token")))
   run = out["run"]
-  print(f"{run['workdir']}: {run['config']} ({run['model']}, {run['dataset']}), checkpoint {run['checkpoint']} "
-        f"step {run['step']}" + (f", member {run['member']}" if run["member"] is not None else "")
-        + f"; {_TEXT.value or 'the ' + _SPLIT.value + ' split'}: {out['protocol']}")
+  print(f"{trained_lm.heading(run)}; {_TEXT.value or 'the ' + _SPLIT.value + ' split'}: {out['protocol']}")
   if out.get("not_the_runs_test"):
     print(f"note: not results.json's test_ppl: {out['not_the_runs_test']}.")
   if out["oov"]:

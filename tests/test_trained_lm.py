@@ -293,7 +293,8 @@ def test_generate_prints_samples_and_writes_them_as_jsonl(runs, capsys, tmp_path
   rows = [json.loads(line) for line in out.read_text().splitlines()]
   assert [r["sample"] for r in rows] == [0, 1, 2]
   for r in rows:
-    assert len(r["tokens"]) == 7 and r["text"] == trained_lm.render(r["tokens"])
+    assert len(r["tokens"]) == len(r["logp"]) == 7 and r["text"] == trained_lm.render(r["tokens"])
+    assert r["log_prob"] == pytest.approx(sum(r["logp"])) and max(r["logp"]) <= 0
     assert r["prompt_tokens"] == ["w3", "zz", "w4"] and r["checkpoint"] == "best"
     assert (r["temperature"], r["top_k"], r["top_p"], r["seed"], r["max_len"]) == (0.8, 5, 0.9, 2, 7)
     assert r["commit"] == results["versions"]["wt_jax_commit"] and r["workdir"] == str(workdir)

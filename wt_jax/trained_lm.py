@@ -85,6 +85,13 @@ class TrainedLM:
             "commit": self.commit}
 
 
+def heading(run: dict) -> str:
+  """`TrainedLM.describe()` as a line: folder, config, model, corpus, checkpoint and step (and member)."""
+  member = f", member {run['member']}" if run["member"] is not None else ""
+  return (f"{run['workdir']}: {run['config']} ({run['model']}, {run['dataset']}), checkpoint {run['checkpoint']} "
+          f"step {run['step']}{member}")
+
+
 def run_folder(workdir, member: int | None) -> epath.Path:
   """The folder of the run to read: `workdir`, or member `member`'s folder of a members run; an `InputError` for
   a member of a plain run, a members run without `member`, or a member it does not have."""
