@@ -139,8 +139,8 @@ def get_config():
   c.checkpoint_every_steps = 500  # mid-epoch checkpoints (0: only at epoch ends)
   c.allow_resume_changes = False  # ours: resume with a config that differs from the folder's run.json (the
   #                                   changes are recorded there); otherwise such a resume stops with one line
-  c.checkpoint_every_epochs = 1  # `last` at every N-th epoch end and the final one; 0: the final one only, and
-  #                               `best` kept in device memory, not on disk (runs that must finish in one window)
+  c.checkpoint_every_epochs = 1  # `last` (and `best`, if it changed) at every N-th epoch end and the final one;
+  #                               0: the final one only (runs that must finish in one window)
   c.profile_steps = 0         # >0: trace this many steps (after the first) into <workdir>/profile
   c.plot = True
   c.deterministic = False     # ours: XLA:GPU's deterministic kernels (XLA_FLAGS --xla_gpu_deterministic_ops=true,

@@ -16,10 +16,9 @@ from pathlib import Path
 from absl import app, flags
 from absl import logging as absl_logging
 
-from experiments import check_folder, lm_run_flags, run_main
+from experiments import check_folder, lm_run_flags, quiet_library_logs, run_main
 from wt_jax import files, trained_lm
 from wt_jax.errors import InputError
-from wt_jax.train import metrics
 from wt_jax.train.checkpoint import CheckpointUnreadableError
 
 _PROMPT = flags.DEFINE_string("prompt", "", "The text to continue (empty: a sentence from its start).")
@@ -45,7 +44,7 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   if _OUTPUT.value:
     check_folder(Path(_OUTPUT.value).parent, "--output")
-  metrics.quiet_library_logs()
+  quiet_library_logs()
   absl_logging.set_verbosity(absl_logging.ERROR)  # (orbax's notes on opening a checkpoint read-only)
   trained_lm.check_sampling(_NUM_SAMPLES.value, _MAX_LEN.value, _TEMPERATURE.value, _TOP_K.value, _TOP_P.value)
   try:

@@ -18,10 +18,9 @@ from pathlib import Path
 from absl import app, flags
 from absl import logging as absl_logging
 
-from experiments import check_folder, lm_run_flags, run_main
+from experiments import check_folder, lm_run_flags, quiet_library_logs, run_main
 from wt_jax import files, trained_lm
 from wt_jax.errors import InputError
-from wt_jax.train import metrics
 from wt_jax.train.checkpoint import CheckpointUnreadableError
 
 _TEXT = flags.DEFINE_string("text", None, "A UTF-8 text file to score.")
@@ -37,7 +36,7 @@ def main(argv):
     raise app.UsageError("Give one of --text=FILE and --split=test|valid|train.")
   if _PER_TOKEN.value:
     check_folder(Path(_PER_TOKEN.value).parent, "--per_token")
-  metrics.quiet_library_logs()
+  quiet_library_logs()
   absl_logging.set_verbosity(absl_logging.ERROR)  # (orbax's notes on opening a checkpoint read-only)
   workdir, member = lm_run_flags.WORKDIR.value, lm_run_flags.MEMBER.value
   text = trained_lm.read_text(_TEXT.value) if _TEXT.value is not None else None

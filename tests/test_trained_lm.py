@@ -106,6 +106,19 @@ def test_score_of_the_test_split_is_the_runs_test_ppl(runs, corpus, data_root, f
   assert "test used" in other["not_the_runs_test"]
 
 
+def test_the_best_parameters_a_run_tested_are_its_best_checkpoint(corpus, data_root, tmp_path):
+  """With test_params='best' the run tests the best state it holds on the devices; its `best` checkpoint is written
+  whenever `last` is and that state changed since, so the folder holds what was tested even when no epoch end
+  writes a checkpoint (checkpoint_every_epochs=0: the final one only)."""
+  config = tiny_config(vocab_size=corpus.vocab_size, test_params="best", checkpoint_every_epochs=0, **RUN,
+                       **FAMILIES["lstm"])
+  results = lm.fit(config, corpus, tmp_path)
+  assert results["test_params"] == f"best (epoch {results['best_epoch']})"
+  out = trained_lm.score_split(trained_lm.load(tmp_path, trained_lm.tested_checkpoint(tmp_path)), "test",
+                               str(data_root))
+  assert out["ppl"] == pytest.approx(results["test_ppl"], rel=1e-6) and "not_the_runs_test" not in out
+
+
 def test_a_text_is_read_as_the_corpus_reads_its_files(runs, corpus, data_root):
   """The corpus's own test file given as a text scores as its split; PTB's case and numbers are folded, and a word
   outside the vocabulary is scored as <unk>, counted and named."""

@@ -53,7 +53,7 @@ from etils import epath
 from wt_jax import export, lm_eval, members, models, precision
 from wt_jax.data import batching, lm_corpora, paths, ptb
 from wt_jax.data import text as text_lib
-from wt_jax.data.vocab import Vocab
+from wt_jax.data import vocab as vocab_lib
 from wt_jax.errors import InputError
 from wt_jax.models import transformer_lm
 
@@ -72,7 +72,7 @@ class TrainedLM:
   config: Any          # the run's config (ml_collections.ConfigDict), as its checkpoint saved it
   model: Any           # `models.build(config)`
   params: Any          # the checkpoint's parameters (host arrays)
-  vocab: Vocab         # the run's vocab.txt
+  vocab: vocab_lib.Vocab  # the run's vocab.txt
   meta: dict           # the checkpoint's meta (epoch, best_epoch, history, …)
   results: dict        # the folder's results.json ({} while the run has not ended)
   commit: str | None   # the code the run was trained with (run.json's versions.wt_jax_commit)
@@ -151,7 +151,7 @@ def load(workdir, checkpoint: str | None = None, member: int | None = None) -> T
   best yet). Refuses with one line (`InputError`) a folder that is no run, has no such
   checkpoint or no vocab.txt, or whose vocabulary does not fit its config."""
   folder = run_folder(workdir, member)
-  vocab_file = folder / "vocab.txt"
+  vocab_file = folder / vocab_lib.FILE
   if not vocab_file.is_file():
     raise InputError(f"{folder} has no vocab.txt (a language-model run writes it at its first start); without it "
                      f"the model's word ids cannot be read.")
@@ -160,7 +160,7 @@ def load(workdir, checkpoint: str | None = None, member: int | None = None) -> T
   if not run.config.get("model"):
     raise InputError(f"The {checkpoint!r} checkpoint in {folder} stores no language-model config.")
   config = ml_collections.ConfigDict(run.config)
-  vocab = Vocab(export.read_vocab_file(vocab_file))
+  vocab = vocab_lib.Vocab(vocab_lib.read_file(vocab_file))
   if len(vocab) != config.vocab_size:
     raise InputError(f"{vocab_file} lists {len(vocab)} words but the run's config has vocab_size "
                      f"{config.vocab_size}: not this run's vocabulary.")

@@ -72,6 +72,7 @@ class Run:
   wall_before: float = 0.0  # wall seconds of the processes before this one
   t_start: float = dataclasses.field(default_factory=time.time)
   best_state: Any = None  # each lane's best state so far, on the devices
+  best_unsaved: bool = False  # `best_state` changed since checkpoint `best` was written
   sums: Any = None  # the epoch's step sums on device since this process started (or resumed) it; before: `bases`
   bases: list = None
   resumed_from: int | None = None
@@ -154,7 +155,7 @@ def _train_epoch(r: Run, interrupted: threading.Event) -> bool:
     before, r.step, r.pos = r.step, r.step + k, r.pos + k
     if interrupted.is_set():  # keep what was trained since the last checkpoint, then stop
       r.clock.tick(r.step)
-      _save(r, "last")
+      _save(r)
       raise Interrupted(f"Interrupted at step {r.step} by {signal.Signals(interrupted.signum).name}; saved a "
                         f"checkpoint in {r.ckpts.directory / 'last'}. Re-run the same command to resume.")
     crossed = before // every_line != r.step // every_line
@@ -166,7 +167,7 @@ def _train_epoch(r: Run, interrupted: threading.Event) -> bool:
       return False
     if every_save and before // every_save != r.step // every_save:
       r.clock.tick(r.step)
-      _save(r, "last")
+      _save(r)
       r.clock.restart(r.step)
   return True
 
@@ -190,12 +191,10 @@ def _end_epoch(r: Run) -> None:
     improved.append(run_results.improves(r.task.selection, lane, record))
   r.epoch, r.pos = r.epoch + 1, 0
   if any(improved):
-    r.best_state = run_results.keep_best(r.state, r.best_state, improved)
+    r.best_state, r.best_unsaved = run_results.keep_best(r.state, r.best_state, improved), True
   every = r.config.get("checkpoint_every_epochs", 1)
   if every and ((r.epoch - 1) % every == 0 or _done(r)):
-    _save(r, "last")
-    if any(improved):
-      _save(r, "best")
+    _save(r)
   r.clock.restart(r.step)
 
 
@@ -264,13 +263,17 @@ def _progress_meta(r: Run) -> dict:
           "wall_s": r.wall_before + time.time() - r.t_start}
 
 
-def _save(r: Run, kind: str) -> None:
-  """Checkpoint `kind` ('last': the state; 'best': each lane's best) with the lanes' records, once the non-finite
-  policy has passed them."""
+def _save(r: Run) -> None:
+  """Checkpoint `last` (the state) and, when it changed since it was written, `best` (each lane's best state), with
+  the lanes' records, once the non-finite policy has passed them: the folder's `best` is always the one a test with
+  `test_params='best'` uses, and a resume restores it."""
   for lane, total in zip(r.lanes, _shown(r)[0]):
     lane["epoch_sums"] = total
   meta = run_results.with_lanes(_progress_meta(r), r.lanes, r.task.members)
-  r.ckpts.save(kind, r.step, r.best_state if kind == "best" else r.state, meta)
+  r.ckpts.save("last", r.step, r.state, meta)
+  if r.best_unsaved:
+    r.ckpts.save("best", r.step, r.best_state, meta)
+    r.best_unsaved = False
   for w in r.writers:
     w.flush()
 
@@ -280,7 +283,7 @@ def _finish(r: Run) -> dict:
   and summary.json)."""
   totals = _shown(r)[0]
   if r.ckpts.latest_step() != r.step:  # stopped mid-epoch: keep the final state too
-    _save(r, "last")
+    _save(r)
   lane_metas = [{**_progress_meta(r), **lane} for lane in r.lanes]
   finals = r.task.final(r.state, r.best_state, lane_metas, totals)
   num_params = sum(x.size for x in jax.tree_util.tree_leaves(r.state["params"])) // len(r.lanes)  # (per lane)
