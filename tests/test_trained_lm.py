@@ -255,7 +255,8 @@ def test_top_k_and_top_p_draw_only_from_their_set(runs, top_k, top_p):
 def _bernstein_radius(n, p, words, false_failure):
   """t with P(|X − n·p| ≥ t) ≤ false_failure / words for X ~ Binomial(n, p), by Bernstein's inequality
   P(|X − np| ≥ t) ≤ 2·exp(−t² / (2(np(1 − p) + t/3))): solving t² = 2L(np(1 − p) + t/3), L = ln(2·words /
-  false_failure). Over all words (a union bound) every count is within its t with probability ≥ 1 − false_failure."""
+  false_failure). Over all words (a union bound) every count is within its t with probability
+  ≥ 1 − false_failure."""
   L = math.log(2 * words / false_failure)
   return L / 3 + np.sqrt(L * L / 9 + 2 * L * n * p * (1 - p))
 
