@@ -39,6 +39,13 @@ times interleaved, and prints one JSON line: the median ms per step of each K an
 trained alone ("K models in X times the time of one").
 
     python -m experiments.bench --config=configs/small_tied.py --members_sweep=0,1,2,4,8 --rounds=2
+
+With `--sample_len=N`, a language-model config's sampling speed instead (`wt_jax.trained_lm`): `--sample_batch`
+sequences of N drawn tokens, `trained_lm.decode`'s one compiled `lax.scan` beside a Python loop of one jitted step
+per token over the same model and the same draws; both from random initial parameters (a token's arithmetic does
+not depend on their values).
+
+    python -m experiments.bench --config=configs/small_tied.py --sample_len=200 --sample_batch=1
 """
 import json
 import os
@@ -59,7 +66,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from experiments import run_main
-from wt_jax import lm_eval, losses, members, models, precision, softmax, tying
+from wt_jax import lm_eval, losses, members, models, precision, softmax, trained_lm, tying
 from wt_jax.data import batching, lm_corpora, paths, ptb, translation, vocab
 from wt_jax.train import lm, nmt, optim, record, skipgram, trainer
 
@@ -85,6 +92,8 @@ _NMT_EPOCHS = flags.DEFINE_integer("nmt_epochs", 2, "Translation configs: epochs
 _NMT_EVAL = flags.DEFINE_integer("nmt_eval_sentences", 200,
                                  "Translation configs: validation and test sentences decoded.")
 _PEAK = flags.DEFINE_bool("peak", True, "Measure the float32 matmul peak and report the fraction reached.")
+_SAMPLE_LEN = flags.DEFINE_integer("sample_len", 0, "Time sampling this many tokens per sequence instead (0: off).")
+_SAMPLE_BATCH = flags.DEFINE_integer("sample_batch", 1, "With --sample_len: sequences drawn as one batch.")
 _MEMBERS_SWEEP = flags.DEFINE_list("members_sweep", [], "Numbers of members K (0: one plain run) to time, each in "
                                    "its own process, --rounds times interleaved; prints their ratios to K = 0.")
 flags.mark_flag_as_required("config")
@@ -192,6 +201,50 @@ def _xla_flops(compiled) -> float | None:
     return None
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   return (cost or {}).get("flops")
+
+
+def bench_sampling(config, max_len: int, num_samples: int, repeats: int) -> dict:
+  """Sampled tokens per second (module docstring): `num_samples` sequences of `max_len` tokens after a one-token
+  prompt, at temperature 1, by `trained_lm.decode` (one compiled scan) and by a Python loop of one jitted step per
+  token (`trained_lm.next_logits`, then `choose` with the same keys: the same tokens). The median of `repeats`
+  timings of each, the two interleaved."""
+  model = models.build(config)
+  params = jax.jit(lambda k: models.init_params(model, config, k))(jax.random.key(0))
+  window, key, temperature = trained_lm.window_of(model, config), jax.random.key(1), jnp.float32(1.0)
+  prompt = jnp.zeros((1,), jnp.int32)
+
+  def scan():
+    return trained_lm.decode(params, prompt, key, temperature, model=model, window=window, num_samples=num_samples,
+                             max_len=max_len, top_k=0, top_p=1.0)[0]
+
+  @jax.jit
+  def one(params, state, ids_B, i):
+    logits_BxV, state = trained_lm.next_logits(model, window, params, state, ids_B)
+    return state, trained_lm.choose(logits_BxV.astype(jnp.float32), jax.random.fold_in(key, i), temperature, 0, 1.0)
+
+  def loop():
+    state, ids_B, out = trained_lm.initial_state(model, window, num_samples), prompt.repeat(num_samples), []
+    for i in range(max_len):
+      state, ids_B = one(params, state, ids_B, i)
+      out.append(ids_B)
+    return jnp.stack(out, axis=1)
+
+  t0 = time.perf_counter()
+  first = np.asarray(scan())
+  compile_s = time.perf_counter() - t0
+  same = bool(np.array_equal(first, np.asarray(loop())))
+  seconds = {scan: [], loop: []}
+  for _ in range(repeats):
+    for f, times in seconds.items():
+      t0 = time.perf_counter()
+      jax.block_until_ready(f())
+      times.append(time.perf_counter() - t0)
+  rate = lambda f: num_samples * max_len / statistics.median(seconds[f])
+  return {"bench": "sampling", "config": config.name, "model": config.model, "num_samples": num_samples,
+          "max_len": max_len, "repeats": repeats, "compile_s": round(compile_s, 2),
+          "scan_tokens_per_s": round(rate(scan), 1), "step_loop_tokens_per_s": round(rate(loop), 1),
+          "same_tokens": same, "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
+          "host": record.host(), "wt_jax_commit": record.code_revision()}
 
 
 def _median_ms(f, *args, repeats: int = 30) -> float:
@@ -435,6 +488,8 @@ def _main(config):
     return
   if _MEMBERS_SWEEP.value:
     return members_sweep(config, [int(k) for k in _MEMBERS_SWEEP.value])
+  if _SAMPLE_LEN.value > 0:
+    return print(json.dumps(bench_sampling(config, _SAMPLE_LEN.value, max(_SAMPLE_BATCH.value, 1), _REPEATS.value)))
   if _TORCH_PYTHON.value:
     return compare_with_torch(config)
   if _SYNTHETIC.value:

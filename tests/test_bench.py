@@ -206,3 +206,13 @@ def test_members_profile_splits_a_members_step_into_products_and_the_rest():
     logits = [op for op in line["top_ops"] if op["product"] and op["source"].endswith("words.logits/dot_general")
               and "transpose" not in op["source"]]
     assert logits and all(op["shape"].startswith("f32[2," if K else "f32[20,") for op in logits), logits
+
+
+@pytest.mark.parametrize("model", ["lstm_lm", "transformer_lm"])
+def test_sampling_speed_times_the_scan_and_the_step_loop_on_the_same_draws(model):
+  """`--sample_len`'s two loops draw the same tokens (the comparison is of one computation), and each is timed."""
+  from tests.conftest import tiny_config
+  extra = dict(num_heads=2, mlp_size=32, memory=3, test_window=5) if model == "transformer_lm" else {}
+  out = bench.bench_sampling(tiny_config(model=model, **extra), max_len=12, num_samples=3, repeats=2)
+  assert out["same_tokens"] is True and out["max_len"] == 12 and out["num_samples"] == 3
+  assert out["scan_tokens_per_s"] > 0 and out["step_loop_tokens_per_s"] > 0
