@@ -21,4 +21,5 @@ def test_update_rules_notebook_executes(shared_data_root, monkeypatch):
   text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
   assert "TINY=True" in text and "steps of each model" in text
   assert "with a sampled softmax" in text
+  assert "--- untied: 'the company said" in text and "--- tied: 'the company said" in text  # section 4's samples
   assert sum("image/png" in o.get("data", {}) for o in outputs) == 4  # the four figures were drawn

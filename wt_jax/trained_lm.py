@@ -1,6 +1,7 @@
 """Using a trained language model from its run folder alone: sample continuations of a prompt, score any text.
 
     lm = load(workdir, checkpoint=None, member=None)          → TrainedLM (config, model, params, vocabulary)
+    lm = in_memory(config, params, vocab)                     → the same for a model trained in this process
     sample(lm, prompt, num_samples, max_len, temperature, top_k, top_p, seed)  → {'samples': [...], ...}
     score(lm, text, per_token=False)                          → {'ppl', 'tokens', 'oov', 'oov_words', ...}
     score_split(lm, "test")                                   → the same for the run's own corpus split
@@ -167,6 +168,13 @@ def load(workdir, checkpoint: str | None = None, member: int | None = None) -> T
   return TrainedLM(folder=folder, checkpoint=run.kind, step=run.step, config=config, model=models.build(config),
                    params=run.params, vocab=vocab, meta=run.meta, results=run.results,
                    commit=_commit(folder, run.results), member=member)
+
+
+def in_memory(config, params, vocab: vocab_lib.Vocab) -> TrainedLM:
+  """A model trained in this process (a notebook's `params` of `config`, words in `vocab`'s order), to sample and
+  score as `load` reads one from its folder."""
+  return TrainedLM(folder=None, checkpoint="in memory", step=0, config=config, model=models.build(config),
+                   params=params, vocab=vocab, meta={}, results={}, commit=None, member=None)
 
 
 def tested_checkpoint(workdir, member: int | None = None) -> str:
