@@ -40,8 +40,8 @@ trained alone ("K models in X times the time of one").
 
     python -m experiments.bench --config=configs/small_tied.py --members_sweep=0,1,2,4,8 --rounds=2
 
-With `--sample_len=N`, a language-model config's sampling speed instead (`wt_jax.trained_lm`): `--sample_batch`
-sequences of N drawn tokens, `trained_lm.decode`'s one compiled `lax.scan` beside a Python loop of one jitted step
+With `--sample_len=N`, a language-model config's sampling speed instead (`wt_jax.sampling`): `--sample_batch`
+sequences of N drawn tokens, `sampling.decode`'s one compiled `lax.scan` beside a Python loop of one jitted step
 per token over the same model and the same draws; both from random initial parameters (a token's arithmetic does
 not depend on their values).
 
@@ -66,7 +66,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from experiments import run_main
-from wt_jax import lm_eval, losses, members, models, precision, softmax, trained_lm, tying
+from wt_jax import lm_eval, losses, members, models, precision, sampling, softmax, tying
 from wt_jax.data import batching, lm_corpora, paths, ptb, translation, vocab
 from wt_jax.train import lm, nmt, optim, record, skipgram, trainer
 
@@ -205,25 +205,25 @@ def _xla_flops(compiled) -> float | None:
 
 def bench_sampling(config, max_len: int, num_samples: int, repeats: int) -> dict:
   """Sampled tokens per second (module docstring): `num_samples` sequences of `max_len` tokens after a one-token
-  prompt, at temperature 1, by `trained_lm.decode` (one compiled scan) and by a Python loop of one jitted step per
-  token (`trained_lm.next_logits`, then `choose` with the same keys: the same tokens). The median of `repeats`
+  prompt, at temperature 1, by `sampling.decode` (one compiled scan) and by a Python loop of one jitted step per
+  token (`sampling.next_logits`, then `choose` with the same keys: the same tokens). The median of `repeats`
   timings of each, the two interleaved."""
   model = models.build(config)
   params = jax.jit(lambda k: models.init_params(model, config, k))(jax.random.key(0))
-  window, key, temperature = trained_lm.window_of(model, config), jax.random.key(1), jnp.float32(1.0)
+  window, key, temperature = sampling.window_of(model, config), jax.random.key(1), jnp.float32(1.0)
   prompt = jnp.zeros((1,), jnp.int32)
 
   def scan():
-    return trained_lm.decode(params, prompt, key, temperature, model=model, window=window, num_samples=num_samples,
+    return sampling.decode(params, prompt, key, temperature, model=model, window=window, num_samples=num_samples,
                              max_len=max_len, top_k=0, top_p=1.0)[0]
 
   @jax.jit
   def one(params, state, ids_B, i):
-    logits_BxV, state = trained_lm.next_logits(model, window, params, state, ids_B)
-    return state, trained_lm.choose(logits_BxV.astype(jnp.float32), jax.random.fold_in(key, i), temperature, 0, 1.0)
+    logits_BxV, state = sampling.next_logits(model, window, params, state, ids_B)
+    return state, sampling.choose(logits_BxV.astype(jnp.float32), jax.random.fold_in(key, i), temperature, 0, 1.0)
 
   def loop():
-    state, ids_B, out = trained_lm.initial_state(model, window, num_samples), prompt.repeat(num_samples), []
+    state, ids_B, out = sampling.initial_state(model, window, num_samples), prompt.repeat(num_samples), []
     for i in range(max_len):
       state, ids_B = one(params, state, ids_B, i)
       out.append(ids_B)
@@ -471,27 +471,59 @@ def main(argv):
       sys.exit(str(e))
 
 
-def _main(config):
+def _other_benchmark(config) -> bool:
+  """Run the benchmark the config or the flags ask for other than a language model's train step (skip-gram, NMT, a
+  members sweep, sampling, the PyTorch comparison); False when there is none."""
   if config.get("model") == "skipgram":
     if _GENSIM_PYTHON.value:
       if config.dataset != "ptb":
         raise app.UsageError("The gensim comparison reads PTB (experiments/bench_helpers/gensim_reference.py).")
-      return compare_with_gensim(config)
+      compare_with_gensim(config)
+      return True
     if config.dataset != "ptb":
       raise app.UsageError("The skip-gram benchmark runs on PTB; drop --config.dataset.")
     sentences = ptb.sentences("train", config.data_dir or None, config.download)
     print(json.dumps(bench_skipgram(config, sentences, _W2V_EPOCHS.value)))
-    return
-  if "src_lang" in config:  # a translation config
+  elif "src_lang" in config:  # a translation config
     data = translation.load_corpus(config)
     print(json.dumps(bench_nmt(config, data, _NMT_TRAIN_PAIRS.value, _NMT_EPOCHS.value, _NMT_EVAL.value)))
+  elif _MEMBERS_SWEEP.value:
+    members_sweep(config, [int(k) for k in _MEMBERS_SWEEP.value])
+  elif _SAMPLE_LEN.value > 0:
+    print(json.dumps(bench_sampling(config, _SAMPLE_LEN.value, max(_SAMPLE_BATCH.value, 1), _REPEATS.value)))
+  elif _TORCH_PYTHON.value:
+    compare_with_torch(config)
+  else:
+    return False
+  return True
+
+
+def _eval_rate(config, model, params, valid_stream, dp, K: int) -> tuple[dict, float]:
+  """(`lm_eval.evaluate` of up to --eval_windows validation windows, its seconds): the second call of it, the first
+  compiled; `dp` and K place a members run's K models as `lm.fit` does. 'tokens' counts every member's."""
+  T, B = config.bptt, config.eval_batch_size
+  n_eval = min(_EVAL_WINDOWS.value, (len(valid_stream) // B - 1) // T)
+  stream = valid_stream[: (n_eval * T + 1) * B]
+  place = dict(dp=dp, members=K) if K else {}
+  eval_window = lm_eval.make_eval_window(model)
+  lm_eval.evaluate(model, eval_window, params, stream, B, T, True, **place)
+  t0 = time.perf_counter()
+  ev = lm_eval.evaluate(model, eval_window, params, stream, B, T, True, **place)
+  eval_s = time.perf_counter() - t0
+  return {**ev, "tokens": ev["tokens"] * max(K, 1)}, eval_s
+
+
+def _peak_fraction(flops: int, ms: float) -> dict:
+  """The machine's measured float32 matmul rate, the step time `flops` would take at it, and the fraction of it
+  a step of `ms` milliseconds reaches."""
+  peak = matmul_peak_gflops()
+  return {"matmul_peak_gflops": round(peak, 1), "floor_ms_per_step": round(flops / peak / 1e6, 2),
+          "fraction_of_peak": round(flops / peak / 1e6 / ms, 3)}
+
+
+def _main(config):
+  if _other_benchmark(config):
     return
-  if _MEMBERS_SWEEP.value:
-    return members_sweep(config, [int(k) for k in _MEMBERS_SWEEP.value])
-  if _SAMPLE_LEN.value > 0:
-    return print(json.dumps(bench_sampling(config, _SAMPLE_LEN.value, max(_SAMPLE_BATCH.value, 1), _REPEATS.value)))
-  if _TORCH_PYTHON.value:
-    return compare_with_torch(config)
   if _SYNTHETIC.value:
     rng = np.random.default_rng(0)
     train_stream = rng.integers(0, config.vocab_size, 200_000).astype(np.int32)
@@ -517,9 +549,7 @@ def _main(config):
     model = models.build(config)
     step_fn, state, tx, compile_s = compiled_train_step(config, model, windows, counts)
     num_params = tying.count_params(state["params"])
-  memory = _memory(step_fn)
-  xla_flops = _xla_flops(step_fn)
-
+  memory, xla_flops = _memory(step_fn), _xla_flops(step_fn)
   i = 0
 
   def run(n, keep=None):
@@ -541,25 +571,13 @@ def _main(config):
     times.append((time.perf_counter() - t0) / _STEPS.value)
   ms = 1000 * statistics.median(times)
 
-  ev, eval_s = {"tokens": 0}, None
-  if _EVAL_WINDOWS.value > 0:  # (0: train steps only)
-    eval_window = lm_eval.make_eval_window(model)
-    n_eval = min(_EVAL_WINDOWS.value, (len(valid_stream) // config.eval_batch_size - 1) // T)
-    stream = valid_stream[: (n_eval * T + 1) * config.eval_batch_size]
-    place = dict(dp=task.dp, members=K) if group else {}
-    lm_eval.evaluate(model, eval_window, state["params"], stream, config.eval_batch_size, T, True, **place)
-    t0 = time.perf_counter()  # (the first call compiled)
-    ev = lm_eval.evaluate(model, eval_window, state["params"], stream, config.eval_batch_size, T, True, **place)
-    eval_s = time.perf_counter() - t0
-    ev["tokens"] *= max(K, 1)  # (every member read them)
-
+  ev, eval_s = (_eval_rate(config, model, state["params"], valid_stream, task.dp if group else None, K)
+                if _EVAL_WINDOWS.value > 0 else ({"tokens": 0}, None))  # (0: train steps only)
   parts = (breakdown(config, state["params"], optim.make_optimizer(config, len(windows)))
            if _BREAKDOWN.value and not group else {})
   flops = matmul_flops_per_step(config)
   flops = flops * K if flops and group else flops  # (every member's)
-  peak = matmul_peak_gflops() if _PEAK.value else None
-  floor = ({"matmul_peak_gflops": round(peak, 1), "floor_ms_per_step": round(flops / peak / 1e6, 2),
-            "fraction_of_peak": round(flops / peak / 1e6 / ms, 3)} if flops and peak else {})
+  floor = _peak_fraction(flops, ms) if flops and _PEAK.value else {}
   print(json.dumps({
       "bench": "wt_jax_lm", "config": config.name, "num_params": num_params,
       "batch": B, "bptt": T, "hidden": config.hidden_size, "steps": _STEPS.value,

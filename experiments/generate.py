@@ -8,7 +8,7 @@ Prints each sample (the prompt, then the continuation; `<eos>` as a line end) wi
 model; with `--output`, writes them as JSONL, one object per sample: its `text` and `tokens`, the prompt, every
 setting and the run (folder, checkpoint, step, member, config, the commit it was trained with). `--temperature=0`
 is greedy. The prompt is tokenised as the run's corpus is and read after `<eos>`; a prompt whose words are all
-outside the vocabulary is refused. See `wt_jax.trained_lm`.
+outside the vocabulary is refused. See `wt_jax.sampling`.
 """
 import json
 from pathlib import Path
@@ -17,7 +17,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 
 from experiments import check_folder, lm_run_flags, quiet_library_logs, run_main
-from wt_jax import files, trained_lm
+from wt_jax import files, sampling, trained_lm
 from wt_jax.errors import InputError
 from wt_jax.train.checkpoint import CheckpointUnreadableError
 
@@ -46,16 +46,16 @@ def main(argv):
     check_folder(Path(_OUTPUT.value).parent, "--output")
   quiet_library_logs()
   absl_logging.set_verbosity(absl_logging.ERROR)  # (orbax's notes on opening a checkpoint read-only)
-  trained_lm.check_sampling(_NUM_SAMPLES.value, _MAX_LEN.value, _TEMPERATURE.value, _TOP_K.value, _TOP_P.value)
+  sampling.check_sampling(_NUM_SAMPLES.value, _MAX_LEN.value, _TEMPERATURE.value, _TOP_K.value, _TOP_P.value)
   try:
     lm = trained_lm.load(lm_run_flags.WORKDIR.value, lm_run_flags.CHECKPOINT.value, lm_run_flags.MEMBER.value)
   except CheckpointUnreadableError as e:
     raise InputError(str(e)) from None
-  out = trained_lm.sample(lm, _PROMPT.value, _NUM_SAMPLES.value, _MAX_LEN.value, _TEMPERATURE.value, _TOP_K.value,
+  out = sampling.sample(lm, _PROMPT.value, _NUM_SAMPLES.value, _MAX_LEN.value, _TEMPERATURE.value, _TOP_K.value,
                           _TOP_P.value, _SEED.value)
   print(trained_lm.heading(out["run"]) + (f"; prompt words outside the vocabulary (read as <unk>): "
                                            f"{', '.join(out['oov_words'])}" if out["oov"] else ""))
-  head = trained_lm.render(out["prompt_tokens"])
+  head = sampling.render(out["prompt_tokens"])
   for k, s in enumerate(out["samples"]):
     print(f"--- sample {k} (log p = {s['log_prob']:.2f})")
     print(f"{head} | {s['text']}" if head else s["text"])

@@ -18,7 +18,7 @@ from experiments import generate as generate_tool
 from experiments import score as score_tool
 from tests.conftest import tiny_config, write_corpus
 from tests.in_process import main_ends_with
-from wt_jax import models, trained_lm
+from wt_jax import models, sampling, trained_lm
 from wt_jax.data import ptb, text
 from wt_jax.data.vocab import Vocab
 from wt_jax.train import lm
@@ -190,8 +190,8 @@ def test_temperature_zero_is_the_argmax_path_of_the_models_own_steps(corpus, fam
   take another path."""
   scale = 2.0 if family == "vd_lstm" else 0.5  # (its greedy path at smaller scales repeats one word)
   model_lm = _untrained(family, corpus.vocab, init_scale=scale, words=dict(mode="untied"))
-  out = trained_lm.sample(model_lm, "w3 w4 w5", num_samples=2, max_len=12, temperature=0.0)
-  ids, _, _ = trained_lm.prompt_tokens(model_lm, "w3 w4 w5")
+  out = sampling.sample(model_lm, "w3 w4 w5", num_samples=2, max_len=12, temperature=0.0)
+  ids, _, _ = sampling.prompt_tokens(model_lm, "w3 w4 w5")
   want = corpus.vocab.decode(_stepwise_greedy(model_lm, ids, 12))
   assert [s["tokens"] for s in out["samples"]] == [want, want]
   assert len(set(want)) >= 3, want
@@ -202,8 +202,8 @@ def test_a_samples_log_probabilities_are_its_scores(corpus, family):
   """Each drawn word's log-probability is the one `score` gives that word of the text [<eos>, prompt, sample]: the
   sampler draws from the distribution the scoring protocol defines (for the Transformer: its windows)."""
   model_lm = _untrained(family, corpus.vocab, init_scale=0.5)
-  out = trained_lm.sample(model_lm, "w3 w4", num_samples=3, max_len=11, temperature=1.0, seed=1)
-  ids, _, _ = trained_lm.prompt_tokens(model_lm, "w3 w4")
+  out = sampling.sample(model_lm, "w3 w4", num_samples=3, max_len=11, temperature=1.0, seed=1)
+  ids, _, _ = sampling.prompt_tokens(model_lm, "w3 w4")
   for s in out["samples"]:
     stream = np.concatenate([ids, corpus.vocab.encode(s["tokens"])])
     scored = trained_lm.score_ids(model_lm, stream, per_token=True)["per_token"][len(ids) - 1:]
@@ -213,7 +213,7 @@ def test_a_samples_log_probabilities_are_its_scores(corpus, family):
 
 def test_the_same_seed_gives_the_same_samples(corpus):
   model_lm = _untrained("lstm", corpus.vocab, init_scale=0.5)
-  draw = lambda seed: [s["tokens"] for s in trained_lm.sample(model_lm, "w3", 4, 10, seed=seed)["samples"]]
+  draw = lambda seed: [s["tokens"] for s in sampling.sample(model_lm, "w3", 4, 10, seed=seed)["samples"]]
   first = draw(3)
   assert draw(3) == first
   assert draw(4) != first
@@ -236,8 +236,8 @@ def test_top_k_and_top_p_draw_only_from_their_set(runs, top_k, top_p):
   from one apply over the drawn streams; a word is in the set if its probability is at least the set's smallest
   (within 1e-5 relative: the stepping and the whole-stream apply round differently)."""
   model_lm = trained_lm.load(runs("lstm")[0])
-  out = trained_lm.sample(model_lm, "w3", num_samples=300, max_len=6, temperature=1.0, top_k=top_k, top_p=top_p)
-  ids, _, _ = trained_lm.prompt_tokens(model_lm, "w3")
+  out = sampling.sample(model_lm, "w3", num_samples=300, max_len=6, temperature=1.0, top_k=top_k, top_p=top_p)
+  ids, _, _ = sampling.prompt_tokens(model_lm, "w3")
   drawn = np.stack([model_lm.vocab.encode(s["tokens"]) for s in out["samples"]])
   streams = np.concatenate([np.broadcast_to(ids, (len(drawn), len(ids))), drawn], axis=1)
   p = _next_word_probs(model_lm, streams[:, :-1])[:, len(ids) - 1:]  # [B, max_len, V]: before each drawn word
@@ -267,10 +267,10 @@ def test_next_word_frequencies_match_the_softmax(runs):
   the words). The same radii reject the uniform distribution and, for the draws at temperature 2, the softmax at
   temperature 1: the bound can tell."""
   model_lm = trained_lm.load(runs("lstm")[0])
-  ids, _, _ = trained_lm.prompt_tokens(model_lm, "w3")
+  ids, _, _ = sampling.prompt_tokens(model_lm, "w3")
   n, V = 20_000, len(model_lm.vocab)
   for temperature in (1.0, 2.0):
-    out = trained_lm.sample(model_lm, "w3", num_samples=n, max_len=1, temperature=temperature, seed=5)
+    out = sampling.sample(model_lm, "w3", num_samples=n, max_len=1, temperature=temperature, seed=5)
     counts = np.bincount(model_lm.vocab.encode([s["tokens"][0] for s in out["samples"]]), minlength=V)
     p = _next_word_probs(model_lm, ids[None], temperature)[0, -1]
     within = lambda q: np.all(np.abs(counts - n * q) <= _bernstein_radius(n, q, V, 1e-6))
@@ -307,7 +307,7 @@ def test_generate_prints_samples_and_writes_them_as_jsonl(runs, capsys, tmp_path
   rows = [json.loads(line) for line in out.read_text().splitlines()]
   assert [r["sample"] for r in rows] == [0, 1, 2]
   for r in rows:
-    assert len(r["tokens"]) == len(r["logp"]) == 7 and r["text"] == trained_lm.render(r["tokens"])
+    assert len(r["tokens"]) == len(r["logp"]) == 7 and r["text"] == sampling.render(r["tokens"])
     assert r["log_prob"] == pytest.approx(sum(r["logp"])) and max(r["logp"]) <= 0
     assert r["prompt_tokens"] == ["w3", "zz", "w4"] and r["checkpoint"] == "best"
     assert (r["temperature"], r["top_k"], r["top_p"], r["seed"], r["max_len"]) == (0.8, 5, 0.9, 2, 7)

@@ -34,7 +34,7 @@ _API = {
     "make_eval_window": ("wt_jax.lm_eval", "make_eval_window"),
     "perplexity": ("wt_jax.lm_eval", "perplexity"),
     "load_trained_lm": ("wt_jax.trained_lm", "load"),
-    "sample": ("wt_jax.trained_lm", "sample"),
+    "sample": ("wt_jax.sampling", "sample"),
     "score": ("wt_jax.trained_lm", "score"),
 }
 __all__ = sorted(_API)

@@ -2,6 +2,7 @@
 vocabulary: what a trained model is given to score or to continue (`wt_jax.trained_lm`).
 
     words(lines, dataset)      → the tokens, each line followed by `<eos>` as the corpus's reader puts it
+    lines(text)                → a string's lines, as a file opened in text mode reads them
     encode(words, vocab)       → Encoded: ids[N], how many words were outside the vocabulary, the first of them
 
 Per corpus, by its reader in this package:
@@ -19,6 +20,7 @@ one the text is refused, naming the words.
 from __future__ import annotations
 
 import dataclasses
+import io
 import re
 from typing import Iterable, Sequence
 
@@ -47,6 +49,11 @@ def _line_words(line: str, dataset: str) -> list[str]:
   if dataset == "bbc":
     return bbc.tokenize_line(line)
   return bbc.tokenize_line(imdb._BR.sub(" ", line))  # (imdb)
+
+
+def lines(text: str) -> list[str]:
+  """The lines of `text` as a file opened in text mode gives them (universal newlines, each with its end)."""
+  return io.StringIO(text, newline=None).readlines()
 
 
 def words(lines: Iterable[str], dataset: str) -> list[str]:
