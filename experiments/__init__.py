@@ -1,9 +1,9 @@
 """Runnable entry points: `python -m experiments.<name> --config=configs/<file>.py`."""
+import ast
 import errno
 import os
 import signal
 import sys
-import traceback
 from pathlib import Path
 
 import ml_collections
@@ -146,14 +146,12 @@ def parse_flags(argv):
   """absl's parser, with two mistakes in `--config` ended as one line: a config file that would not load (its
   reason: ml_collections defers that error to the config's first use, as an OSError from a stand-in object that is
   not a ConfigDict), and an override of a key the config lacks (`--config.hiden_size=8`: an AttributeError or
-  KeyError, its "did you mean" kept). Only an error raised where ml_collections resolves an override's path
-  (`config_flags/config_path.py`) is taken for one: the same error from inside a config file's `get_config` is a
-  bug in that file and keeps its traceback."""
+  KeyError, its "did you mean" kept). The same errors from inside a config file's `get_config` are a bug in that
+  file and keep their traceback: the error is taken for an override's only if the file loads without them."""
   try:
     parsed = app.parse_flags_with_usage(argv)
   except (AttributeError, KeyError) as e:
-    where = [Path(frame.filename).parts[-2:] for frame in traceback.extract_tb(e.__traceback__)]
-    if ("config_flags", "config_path.py") not in where:
+    if not _config_loads(argv):
       raise
     why = e
     while isinstance(why, BaseException) and why.args:  # (the AttributeError wraps the KeyError that says it)
@@ -166,3 +164,22 @@ def parse_flags(argv):
     except OSError as e:
       sys.exit(f"--config: {str(e).strip().splitlines()[-1].strip()}")
   return parsed
+
+
+def _config_loads(argv) -> bool:
+  """Whether the config file that argv's last `--config=FILE` (or `--config FILE`) names, else the flag's
+  default, loads by the flag's own parser (ml_collections' loader) when none of argv's overrides is applied."""
+  if "config" not in flags.FLAGS:
+    return False
+  flag = flags.FLAGS["config"]
+  path = ast.literal_eval(flag.default_as_str)
+  for i, arg in enumerate(argv):
+    if arg.startswith("--config="):
+      path = arg.split("=", 1)[1]
+    elif arg == "--config" and i + 1 < len(argv):
+      path = argv[i + 1]
+  try:
+    flag.parser.parse(path)
+  except (AttributeError, KeyError):
+    return False
+  return True
