@@ -5,7 +5,7 @@
 
 For each MODEL:N it runs `fit` (config.num_devices = N) and records, per step, the running train
 perplexity, then the valid/test perplexities and the final parameters (flattened, from the checkpoint); for a
-members run (mlstm, mbd) the same for each member, from its folder.
+members run (mlstm) the same for each member, from its folder.
 With WT_JAX_COORDINATOR etc. set it is one process of a multi-process run (`parallel.initialize_distributed`);
 then N = 0 (all devices of all processes) and only process 0 writes --out.
 """
@@ -28,18 +28,13 @@ from wt_jax.train import lm, skipgram
 # Tiny versions of each model family (dropout on, so the masks must not depend on the sharding).
 MODELS = {
     "lstm": dict(model="lstm_lm", words=dict(mode="tied_projection"), dropout=0.3),
-    "bd": dict(model="bd_lstm_lm", words=dict(mode="tied"), dropout_x=0.2, dropout_i=0.2, dropout_h=0.2, dropout_o=0.2,
-               mask_per_gate=True, weight_decay=1e-4),
     "rhn": dict(model="rhn_lm", words=dict(mode="tied"), num_layers=1, depth=2, dropout_x=0.2, dropout_i=0.2,
                 dropout_h=0.2, dropout_o=0.2, transform_bias=-2.0, remat=False),
 }
 
 
-# Members runs (wt_jax.members): 4 members of a model above, each with its own seed and dropout rate.
-MEMBER_RUNS = {
-    "mlstm": dict(model="lstm", values="dropout=0.1,0.2,0.3,0.4"),
-    "mbd": dict(model="bd", values="dropout_h=0.1,0.2,0.3,0.4;learning_rate=0.5,0.4,0.5,0.4"),
-}
+# Members runs (wt_jax.members): 4 members of a model above, each with its own seed, dropout rate and learning rate.
+MEMBER_RUNS = {"mlstm": dict(model="lstm", values="dropout=0.1,0.2,0.3,0.4;learning_rate=0.5,0.4,0.5,0.4")}
 
 
 def model_config(name: str, vocab_size: int):

@@ -277,7 +277,8 @@ def test_the_reads_orbax_abandons_in_a_damaged_step_are_not_reported_again(tmp_p
                       "an unrelated finaliser failed"]
 
 
-@pytest.mark.parametrize("lr", [1e3, 1e20])  # the perplexity overflows; the loss itself becomes inf/NaN
+# lr 1e3: the perplexity overflows; 1e20: the loss itself becomes inf/NaN
+@pytest.mark.parametrize("lr", [1e3, pytest.param(1e20, marks=pytest.mark.slow)])
 def test_a_diverged_run_stops_with_an_error_and_keeps_the_last_finite_checkpoint(tiny_corpus, tmp_path, lr):
   """A loss or perplexity that is no longer finite stops the run before the next save: every checkpoint left
   holds finite parameters, results.json is the previous run's, and the JSON lines hold no NaN/Infinity."""
@@ -405,7 +406,7 @@ _HOLD_SILENTLY = ("import fcntl, os, sys, time\nfd = os.open(sys.argv[1], os.O_R
                   "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(60)\n")
 
 
-@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("signame", [pytest.param("SIGINT", marks=pytest.mark.slow), "SIGTERM"])
 def test_a_signal_while_a_run_sets_up_is_one_line(tiny_corpus, tmp_path, signame):
   """SIGINT or SIGTERM before the training loop (where no step waits to be saved) ends the tool at once with
   one line and exit status 1 (`experiments.stop_at_once`), not a traceback or death by the signal. The run is
@@ -465,7 +466,8 @@ def test_a_second_signal_in_the_training_loop_stops_at_once_with_one_line():
 
 # --- damaged records, a full disk ---------------------------------------------------------------
 
-@pytest.mark.parametrize("damage", ['{"config": {"learning_', '["not", "a", "record"]'])
+@pytest.mark.parametrize("damage", ['{"config": {"learning_',
+                                    pytest.param('["not", "a", "record"]', marks=pytest.mark.slow)])
 def test_a_damaged_run_json_is_moved_aside_and_rebuilt_from_the_checkpoints_config(tiny_corpus, tmp_path, damage):
   """A run.json that cannot be read as a run's record (a write cut short) is moved aside, never deleted, and
   rebuilt from the config the checkpoint saved: a resume that changes what the run computes is still refused,

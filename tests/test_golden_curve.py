@@ -61,7 +61,7 @@ def run_curve(data_root: Path, workdir: Path) -> dict:
           "wt_jax_commit": results["versions"]["wt_jax_commit"]}
 
 
-def test_small_tied_golden_curve(shared_data_root, tmp_path):
+def test_small_tied_golden_curve(shared_data_root, tmp_path, optimized_xla):
   got = run_curve(shared_data_root, tmp_path / "run")
   if os.environ.get("WT_JAX_REGEN_GOLDEN"):
     GOLDEN.parent.mkdir(exist_ok=True)

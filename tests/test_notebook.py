@@ -8,7 +8,7 @@ pytestmark = pytest.mark.slow  # a Jupyter kernel training on PTB; tests/test_up
 NOTEBOOK = REPO / "experiments" / "notebooks" / "update_rules.ipynb"
 
 
-def test_update_rules_notebook_executes(shared_data_root, monkeypatch):
+def test_update_rules_notebook_executes(shared_data_root, monkeypatch, optimized_xla):
   nbformat = pytest.importorskip("nbformat")
   nbclient = pytest.importorskip("nbclient")
   nb = nbformat.read(NOTEBOOK, as_version=4)
