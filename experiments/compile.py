@@ -100,53 +100,61 @@ def main(argv):
                                   "alias_bytes": p.memory.aliased, "temp_bytes": p.memory.temporaries,
                                   "compile_s": round(p.seconds, 1)} for p in programs.values()}}
   if _FIND_MAX.value:
-    def total(b):
-      try:
-        p = aot.compile_train(config, dp, b)
-      except aot.DoesNotFit as e:
-        print(f"  batch {b:7d}: does not fit (the compiler ran out of HBM: {str(e).split(': ', 1)[-1]})", flush=True)
-        raise
-      print(f"  batch {b:7d}: {_mib(p.memory.total)} MiB per chip, {'fits' if p.memory.total <= limit else 'does not fit'}"
-            f" ({p.seconds:.1f} s)", flush=True)
-      return p.memory.total
-
-    search = batch_search.find_max_batch(total, chips, limit, resolution=_RESOLUTION.value or None,
-                                         rel_tol=_REL_TOL.value, start=_START.value or None)
-    above = min((b for b in search.tried if b > search.batch_size), default=None)
-    note = " (the search's cap; larger may fit)" if search.capped else ""
-    print(f"largest global train batch that fits: {search.batch_size} ({search.batch_size // chips} per chip)"
-          f"{note}; smallest tried that does not: {above}; {len(search.tried)} compiles")
-    record.update(max_batch=search.batch_size, max_batch_per_chip=search.batch_size // chips,
-                  max_batch_capped=search.capped, smallest_not_fitting=above, compiles=len(search.tried))
+    record.update(_find_max_batch(config, dp, limit))
   if _FIND_MEMBERS.value:
-    if aot.is_nmt(config):
-      sys.exit("error: --find_max_members is for language models (members of an LM config).")
-    devices = list(dp.mesh.devices.flat)
-
-    def members_total(k):
-      try:
-        p = aot.compile_lm_members(config, devices, k, member_devices=chips)
-      except aot.DoesNotFit as e:
-        print(f"  members {k:6d}: does not fit (the compiler ran out of HBM: {str(e).split(': ', 1)[-1]})", flush=True)
-        raise
-      print(f"  members {k:6d}: {_mib(p.memory.total)} MiB per chip, {'fits' if p.memory.total <= limit else 'does not fit'}"
-            f" ({p.seconds:.1f} s)", flush=True)
-      return p.memory.total
-
-    found = batch_search.find_max_batch(members_total, chips, limit, rel_tol=_REL_TOL.value)
-    above = min((k for k in found.tried if k > found.batch_size), default=None)
-    print(f"largest number of members that fits: {found.batch_size} ({found.batch_size // chips} per chip, batch "
-          f"{config.batch_size} each); smallest tried that does not: {above}; {len(found.tried)} compiles")
-    record.update(max_members=found.batch_size, max_members_per_chip=found.batch_size // chips,
-                  max_members_capped=found.capped, members_not_fitting=above,
-                  members_tried={str(k): v for k, v in sorted(found.tried.items())})
+    record.update(_find_max_members(config, dp, limit))
   print("AOT_JSON " + json.dumps(record), flush=True)
   if not fits:
     worst = max(programs.values(), key=lambda p: p.memory.total)
     sys.exit(f"error: {config.get('name', 'the config')} does not fit {topology}: {worst.name} needs "
              f"{_size(worst.memory.total)} per chip of {_size(limit)}")
-  if _FIND_MAX.value and search.batch_size == 0:
+  if _FIND_MAX.value and record["max_batch"] == 0:
     sys.exit(f"error: not even a global batch of {chips} (one row per chip) fits {topology}")
+
+
+def _per_chip(compile_n, label: str, limit: int):
+  """n → the per-chip bytes of the program `compile_n(n)` builds (n a batch or a number of members), each
+  printed as it is compiled; one the compiler refuses prints why and raises its `aot.DoesNotFit`."""
+  def total(n):
+    try:
+      p = compile_n(n)
+    except aot.DoesNotFit as e:
+      print(f"  {label} {n:7d}: does not fit (the compiler ran out of HBM: {str(e).split(': ', 1)[-1]})", flush=True)
+      raise
+    print(f"  {label} {n:7d}: {_mib(p.memory.total)} MiB per chip, "
+          f"{'fits' if p.memory.total <= limit else 'does not fit'} ({p.seconds:.1f} s)", flush=True)
+    return p.memory.total
+  return total
+
+
+def _find_max_batch(config, dp, limit: int) -> dict:
+  """The largest global train batch whose program fits `limit` bytes per chip (`batch_search`), printed."""
+  chips = dp.num_devices
+  search = batch_search.find_max_batch(_per_chip(lambda b: aot.compile_train(config, dp, b), "batch", limit),
+                                       chips, limit, resolution=_RESOLUTION.value or None, rel_tol=_REL_TOL.value,
+                                       start=_START.value or None)
+  above = min((b for b in search.tried if b > search.batch_size), default=None)
+  note = " (the search's cap; larger may fit)" if search.capped else ""
+  print(f"largest global train batch that fits: {search.batch_size} ({search.batch_size // chips} per chip)"
+        f"{note}; smallest tried that does not: {above}; {len(search.tried)} compiles")
+  return dict(max_batch=search.batch_size, max_batch_per_chip=search.batch_size // chips,
+              max_batch_capped=search.capped, smallest_not_fitting=above, compiles=len(search.tried))
+
+
+def _find_max_members(config, dp, limit: int) -> dict:
+  """The largest number of members (each at the config's batch) whose program fits, the member axis over the
+  chips, printed."""
+  if aot.is_nmt(config):
+    sys.exit("error: --find_max_members is for language models (members of an LM config).")
+  chips, devices = dp.num_devices, list(dp.mesh.devices.flat)
+  compile_k = lambda k: aot.compile_lm_members(config, devices, k, member_devices=chips)
+  found = batch_search.find_max_batch(_per_chip(compile_k, "members", limit), chips, limit, rel_tol=_REL_TOL.value)
+  above = min((k for k in found.tried if k > found.batch_size), default=None)
+  print(f"largest number of members that fits: {found.batch_size} ({found.batch_size // chips} per chip, batch "
+        f"{config.batch_size} each); smallest tried that does not: {above}; {len(found.tried)} compiles")
+  return dict(max_members=found.batch_size, max_members_per_chip=found.batch_size // chips,
+              max_members_capped=found.capped, members_not_fitting=above,
+              members_tried={str(k): v for k, v in sorted(found.tried.items())})
 
 
 if __name__ == "__main__":

@@ -571,36 +571,13 @@ def main(argv):
                          f"({_BUDGET.value:g}).")
   common = list(_SET.value) + (list(DRY_RUN_SET) if _DRY_RUN.value else [])
   common += ["deterministic=true"] if _DETERMINISTIC.value else []
-  specs = read_job_specs(_JOBS.value, _JOB.value, _JOB_FILE.value)
-  if not specs:
-    raise app.UsageError("No jobs: name them with --jobs, --job or --job_file.")
-  jobs = [parse_job(s, common) for s in specs]
-  if len({j.label for j in jobs}) != len(jobs):
-    raise app.UsageError("Two jobs have the same label; give them different overrides.")
-  steps_of = {j.label: steps_of_job(j, common) for j in jobs}  # (every config built, every corpus read)
-  for j in jobs:  # (and every members spelling checked)
-    j.members = job_members(j, common)
-  probe_job = None
-  if _PROBE.value:
-    probe_job = parse_job(_PROBE.value, common)  # (a clear error for an unknown config or key)
-    job_members(probe_job, common)
-    for v in _PROBE_VARIANTS.value:
-      parse_variant(v)
+  jobs, steps_of, probe_job = _jobs_of_flags(common)
   if _CHECK_JOBS.value:
     for j in jobs:
       print(f"{j.label}: --config={j.config_arg}", *(shlex.quote(f"--config.{o}") for o in j.overrides),
             f"({steps_of[j.label]} steps{f', {j.members} members' if j.members else ''})")
     return
-  if not (_RUNS.value and _RECORDS.value):
-    raise app.UsageError("--run_dir and --record_dir are required.")
-  runs, records = Path(_RUNS.value), Path(_RECORDS.value)
-  if runs.resolve() == records.resolve():
-    raise app.UsageError("--run_dir and --record_dir must differ (records are copied out of the runs).")
-  try:
-    for folder in (runs, records):
-      folder.mkdir(parents=True, exist_ok=True)
-  except OSError as e:
-    raise SystemExit(f"Cannot make {e.filename}: {e.strerror}.") from None
+  runs, records = _folders()
   env = environment()
   from wt_jax.train import record
   env["wt_jax_commit"] = record.code_revision()
@@ -620,10 +597,54 @@ def main(argv):
       print(f"probe: no variant ran (their errors: {records / 'probe.json'}); the jobs run with the settings "
             f"given.", file=sys.stderr, flush=True)
   driver = Driver(jobs, runs, records, _BUDGET.value, common, xla_flags, t0)
+  _drive(driver, steps_of, records)
+  _finish(driver, records)
+
+
+def _jobs_of_flags(common: list[str]):
+  """The jobs that --jobs, --job and --job_file name (each config built, its steps counted, its corpus read, its
+  members spelling checked), their steps by label, and the --probe job (None without one); a `UsageError` for a
+  job that would not start."""
+  specs = read_job_specs(_JOBS.value, _JOB.value, _JOB_FILE.value)
+  if not specs:
+    raise app.UsageError("No jobs: name them with --jobs, --job or --job_file.")
+  jobs = [parse_job(s, common) for s in specs]
+  if len({j.label for j in jobs}) != len(jobs):
+    raise app.UsageError("Two jobs have the same label; give them different overrides.")
+  steps_of = {j.label: steps_of_job(j, common) for j in jobs}
+  for j in jobs:
+    j.members = job_members(j, common)
+  probe_job = None
+  if _PROBE.value:
+    probe_job = parse_job(_PROBE.value, common)  # (a clear error for an unknown config or key)
+    job_members(probe_job, common)
+    for v in _PROBE_VARIANTS.value:
+      parse_variant(v)
+  return jobs, steps_of, probe_job
+
+
+def _folders() -> tuple[Path, Path]:
+  """--run_dir and --record_dir, made; a `UsageError` if either is missing or they are one folder."""
+  if not (_RUNS.value and _RECORDS.value):
+    raise app.UsageError("--run_dir and --record_dir are required.")
+  runs, records = Path(_RUNS.value), Path(_RECORDS.value)
+  if runs.resolve() == records.resolve():
+    raise app.UsageError("--run_dir and --record_dir must differ (records are copied out of the runs).")
+  try:
+    for folder in (runs, records):
+      folder.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise SystemExit(f"Cannot make {e.filename}: {e.strerror}.") from None
+  return runs, records
+
+
+def _drive(driver: Driver, steps_of: dict, records: Path) -> None:
+  """Run the queue; if the driver is stopped (SIGINT, SIGTERM) or fails, stop its jobs, keep their records and
+  exit with one line (130 for a stop, 1 for a failure, its traceback in driver_error.txt)."""
   signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the jobs as SIGINT does
   try:
     driver.run(steps_of)
-  except BaseException as e:  # the driver itself was stopped, or failed: stop the jobs and keep their records
+  except BaseException as e:
     interrupted = isinstance(e, KeyboardInterrupt)
     why = "interrupted" if interrupted else f"{type(e).__name__}: {e}"
     if not interrupted:
@@ -633,12 +654,17 @@ def main(argv):
           f"{stopped} running job(s) stopped (SIGTERM: each saves its checkpoint); records kept in {records}.",
           file=sys.stderr, flush=True)
     sys.exit(130 if interrupted else 1)
+
+
+def _finish(driver: Driver, records: Path) -> None:
+  """The driver's wall time into env.json, each job's state as one JSON line, and a line per failed job (its
+  reason: its log's last line, kept in its "failed" event); exit 1 if any failed."""
   env = json.loads((records / "env.json").read_text())
   env["driver_wall_s"] = round(time.time() - driver.t0, 1)
   files.write_json(records / "env.json", env)
-  print(json.dumps({j.label: j.state for j in jobs}))
-  failed = [j for j in jobs if j.state == "failed"]
-  for j in failed:  # (its reason: the log's last line, kept in its "failed" event)
+  print(json.dumps({j.label: j.state for j in driver.jobs}))
+  failed = [j for j in driver.jobs if j.state == "failed"]
+  for j in failed:
     code = j.proc.returncode if j.proc is not None else None
     why = j.events[-1].get("why") if j.events else None
     print(f"{j.label} failed (return code {code}){f': {why}' if why else ''}; its log is "
