@@ -58,6 +58,7 @@ def test_lm_steps_compile_for_v5e_2x2(dp, make_config):
   assert train.batch_size == config.batch_size and train.memory.aliased > 0  # the donated state is reused
 
 
+@pytest.mark.slow  # (TPU compilation of the translation model: the LM's tests show the path)
 @needs_libtpu
 def test_nmt_train_step_and_beam_search_compile(dp):
   config = nmt_multi30k.get_config("three_way")
@@ -189,6 +190,7 @@ def test_find_max_batch_edges():
   assert coarse.batch_size <= 1000 < above <= 1.25 * coarse.batch_size
 
 
+@pytest.mark.slow  # (TPU compilation of members: the LM's tests show the path)
 @needs_libtpu
 def test_members_compile_with_the_member_axis_over_the_chips(dp):
   """Members of a tiny RHN on v5e:2x2: 8 members with the member axis over the 4 chips put 2 members'
