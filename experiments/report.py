@@ -16,6 +16,7 @@
                                                                      # stdout files of experiments.compile
     python -m experiments.report members --runs=DIR                  # K members against one model: DIR
                                                                      # holds bench --members_sweep lines
+    python -m experiments.report sampling --runs=runs/sampling      # samples and scores of trained runs
 
 With --runs, every run directory there that holds a results.json (a finished run) is imported into
 results/<report>/<run>/ as results.json and curve.jsonl (its per-epoch records; the per-step log, plots,
@@ -50,7 +51,7 @@ from pathlib import Path
 from absl import app, flags
 
 from experiments import check_folder, run_main
-from experiments.reports import inan, lm_tables, members_speed, nmt, records, softmax_study, tpu_memory
+from experiments.reports import inan, lm_tables, members_speed, nmt, records, samples, softmax_study, tpu_memory
 
 _RUNS = flags.DEFINE_string("runs", None, "Directory of run workdirs to import finished runs from.")
 _OUT = flags.DEFINE_string("out", "results", "Root of the committed results; the report goes in OUT/<name>.")
@@ -61,7 +62,7 @@ REPORTS = lm_tables.REPORTS  # the language-model paper tables (built by lm_tabl
 NMT_REPORTS = nmt.NMT_REPORTS  # (built by nmt.build_nmt)
 # Pages with a builder of their own.
 OTHER_REPORTS = {"tpu_memory": tpu_memory.build_tpu_memory, "inan_table1_2": inan.build_inan,
-                 "members": members_speed.build_members_speed,
+                 "members": members_speed.build_members_speed, "sampling": samples.build_sampling,
                  **{name: softmax_study.build_softmax_study for name in softmax_study.SOFTMAX_STUDIES}}
 
 

@@ -805,3 +805,39 @@ def test_an_import_with_a_damaged_run_copies_nothing(tmp_path):
   with pytest.raises(records.ReportError, match="small_seed1/results.json is not JSON"):
     records.import_runs(tmp_path / "runs", dest)
   assert _tree(dest) == before
+
+
+def test_sampling_page_sets_each_runs_scores_and_samples_side_by_side(tmp_path):
+  """A run folder's samples/*.jsonl and scores/*.json (as experiments/sampling_study.sh writes them) are imported
+  with its results.json; the page's scores table and each prompt's table read those files; a damaged score
+  stops the import with nothing copied."""
+  from experiments.reports import samples
+  runs = tmp_path / "runs"
+  for name, test in (("small_seed0", 117.25), ("small_tied_seed0", 110.5)):
+    _fake_run(runs / name, name.removesuffix("_seed0"), 0, test)
+    results = json.loads((runs / name / "results.json").read_text())
+    (runs / name / "results.json").write_text(json.dumps({**results, "steps": 30199, "test_params": "best (epoch 6)"}))
+    run = {"workdir": str(runs / name), "checkpoint": "best", "step": 13938, "commit": "def456", "config": name}
+    draw = lambda text, lp, t: {"text": text, "log_prob": lp, "prompt": "the company", "temperature": t, "seed": 0,
+                                "max_len": 30, **run}
+    (runs / name / "samples").mkdir()
+    (runs / name / "samples" / "prompt0_greedy.jsonl").write_text(json.dumps(draw("said <unk>", -3.25, 0.0)) + "\n")
+    (runs / name / "samples" / "prompt0_t1.jsonl").write_text(
+        "".join(json.dumps(draw(f"{name} | {k}\nsaid", -10.0 - k, 1.0)) + "\n" for k in range(3)))
+    (runs / name / "scores").mkdir()
+    (runs / name / "scores" / "test.json").write_text(json.dumps({"ppl": test, "tokens": 82430, "oov": 0, **run}))
+    (runs / name / "scores" / "text.json").write_text(
+        json.dumps({"ppl": 250.0, "tokens": 49, "oov": 1, "oov_words": ["spokesman"], **run}))
+  tab = samples.build_sampling("sampling", tmp_path / "results", runs)
+  assert ("| `small_tied_seed0` | small_tied | 3 epochs, 30,199 steps | 118.00 | 110.5000 (best (epoch 6)) | "
+          "110.5000 (best, step 13,938; 82,430 tokens) | 250.0 (49 tokens, 1 OOV: spokesman) |") in tab
+  page = (tmp_path / "results" / "sampling" / "README.md").read_text()
+  assert "| greedy | said <unk> (log p -3.2) | said <unk> (log p -3.2) |" in page
+  assert ("| sample 2 | small_seed0 &#124; 2 ⏎ said (log p -12.0) | small_tied_seed0 &#124; 2 ⏎ said (log p -12.0) |"
+          in page)
+  assert "commit `abc123`, machine: Test CPU, 2 cores; 10 min wall; sampled from its checkpoint `best` (step 13,938)" in page
+  assert samples.build_sampling("sampling", tmp_path / "results") == tab  # from the committed files alone
+  (runs / "small_seed0" / "scores" / "text.json").write_text('{"ppl": 250')
+  with pytest.raises(records.ReportError, match="text.json line 1 is not JSON"):
+    samples.build_sampling("sampling", tmp_path / "out2", runs)
+  assert not (tmp_path / "out2" / "sampling" / "small_seed0" / "scores").exists()
