@@ -8,9 +8,14 @@ so results are unchanged. The first process of the session (pytest, or pytest-xd
 and names it in WT_JAX_TEST_XLA_CACHE; its xdist workers and every child process inherit it. A size limit turns
 on the cache's file lock (`jax._src.lru_cache`), so that processes never read an entry another is still writing.
 
+The suite runs on JAX's CPU backend unless JAX_PLATFORMS names others (the GPU window's numerics check sets
+`cuda,cpu`): where libtpu is installed (for the TPU compile tests, which need only its compiler) but no TPU is
+attached, JAX otherwise spends about 11 s of every process's start looking for one (measured here: 11.5 s against
+0.95 s to start the CPU backend alone).
+
 On the CPU the session also sets JAX's `jax_disable_most_optimizations`: XLA runs its HLO passes as always but
-generates machine code at LLVM's -O0, which halves the compile time of a tiny model's train step here (a members
-test: 15.7 s → 6.0 s of compilation). Results can differ from an optimised build's in the last bits of an
+generates machine code at LLVM's -O0, which more than halves the compile time of a tiny model here (a members
+test: 14.9–16.8 s of compilation → 5.9–6.8 s; BUILD_NOTES §30). Results can differ from an optimised build's in the last bits of an
 elementwise loop, as they do between two CPUs; every comparison in the suite compares two programs built alike,
 or allows a tolerance derived from the arithmetic. A test whose time goes into running rather than compiling
 asks for the usual optimisations (the `optimized_xla` fixture).
@@ -42,9 +47,10 @@ def _session_compilation_cache() -> None:
   if folder is None:
     folder = os.environ["WT_JAX_TEST_XLA_CACHE"] = tempfile.mkdtemp(prefix="wt_jax_test_xla_cache_")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
-  settings = {"jax_compilation_cache_dir": folder, "jax_persistent_cache_min_compile_time_secs": 0.1,
+  settings = {"jax_platforms": os.environ.get("JAX_PLATFORMS") or "cpu",
+              "jax_compilation_cache_dir": folder, "jax_persistent_cache_min_compile_time_secs": 0.1,
               "jax_compilation_cache_max_size": 8 << 30}
-  if jax.default_backend() == "cpu":
+  if settings["jax_platforms"] == "cpu":
     settings["jax_disable_most_optimizations"] = True
   for name, value in settings.items():
     os.environ[name.upper()] = str(value)  # (child processes)

@@ -92,6 +92,7 @@ def test_counts_a_benchmark_cannot_run_with_are_refused_in_its_flags():
     assert "FATAL Flags parsing error" in r.stderr and says in r.stderr, r.stderr[-2000:]
 
 
+@pytest.mark.slow  # (the skip-gram trainer's bench: the LM's is the fast tier's)
 def test_skipgram_bench_reports_words_per_second_per_epoch():
   """The skip-gram mode trains the real pipeline on a small corpus; one entry per epoch, words counted
   in vocabulary (as experiments.word2vec and gensim_reference.py count them)."""

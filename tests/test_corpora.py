@@ -127,6 +127,7 @@ def test_wikitext2_halves_cut_at_the_article_start_nearest_the_middle(tmp_path):
     wikitext2.load_half(1, str(tmp_path), download=False)
 
 
+@pytest.mark.slow  # (the whole of WikiText-2, read twice)
 def test_wikitext2_halves_on_shared_data(shared_data_root):
   """On the official file: 600 articles; the halves are 305 and 295 whole articles (1,044,532 and 1,044,096
   tokens, the paper's "1044K" each), together the whole training stream, with WikiText-2's vocabulary and ids,

@@ -31,7 +31,8 @@ def _gpu():
 
 GPU = _gpu()
 pytestmark = pytest.mark.skipif(GPU is None, reason="no GPU visible to JAX: this test compares a GPU's train "
-                                                    "step with the CPU's (run it on a GPU host)")
+                                                    "step with the CPU's (run it on a GPU host with "
+                                                    "JAX_PLATFORMS=cuda,cpu: the suite is on the CPU otherwise)")
 TOLERANCE = {"float32": (1e-5, 1e-4), "tensorfloat32": (3e-3, 3e-2)}  # (loss, update), relative
 
 

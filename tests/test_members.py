@@ -92,6 +92,7 @@ def test_member_k_trains_what_a_run_of_its_config_trains_alone(corpus, family):
   assert not np.allclose(_flat(members.member(state["params"], 0)), _flat(members.member(state["params"], 1)))
 
 
+@pytest.mark.slow  # (a members run; members.parse's tests read the values)
 def test_the_members_values_reach_the_members(corpus):
   """Members that differ only in one traced value (α) train differently, and each as its config alone: the
   value is read per member, not the template's for all."""
@@ -232,6 +233,7 @@ def members_run(corpus, tmp_path_factory):
   return lm.fit(_config(corpus, **MEMBERS_RUN), corpus, workdir), workdir
 
 
+@pytest.mark.slow  # (a resume check repeated on members: test_train's shows it on one model)
 def test_a_members_run_resumed_mid_epoch_ends_with_the_same_numbers(corpus, members_run, tmp_path):
   """Stopped in the middle of epoch 2 and resumed, each member ends with the numbers, history and tested
   parameters it has in the run that was never stopped."""
@@ -249,6 +251,7 @@ def test_a_members_run_resumed_mid_epoch_ends_with_the_same_numbers(corpus, memb
     assert r["test_params"] == f["test_params"]
 
 
+@pytest.mark.slow  # (three members runs)
 def test_a_resume_is_recorded_in_each_members_run_json_and_a_lost_one_rebuilt(corpus, tmp_path):
   """Each member's run.json follows the run's: a resume and its changes are appended to it as to the run's
   own; one that is missing or damaged (moved aside, kept) is rebuilt from the member's config."""

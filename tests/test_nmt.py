@@ -147,6 +147,7 @@ def test_beam_search_is_exact_when_the_beam_holds_everything():
   np.testing.assert_allclose(float(logp_sum[0]), _sequence_logps(model, params, src, [seq])[0], rtol=1e-5)
 
 
+@pytest.mark.slow  # (16 models; the exact search's test is the fast tier's)
 def test_beam_of_one_is_greedy():
   """Batched, with padded sources, on peaky random models whose </s> is made likely (so some outputs end
   early): beam 1 returns greedy's tokens, and its score is greedy's summed log-probability / length^alpha.
@@ -346,6 +347,7 @@ def test_a_nan_loss_stops_a_translation_run_and_leaves_its_checkpoint_and_result
   assert json.loads((work / "results.json").read_text()) == saved
 
 
+@pytest.mark.slow  # (a translation run)
 def test_log_unigram_output_bias(tmp_path, monkeypatch):
   from wt_jax import parallel
   from wt_jax.train import nmt as nmt_train

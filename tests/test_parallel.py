@@ -22,11 +22,7 @@ RUNS = ["lstm:1", "lstm:2", "rhn:1", "rhn:4", "w2v:1", "w2v:4", "nmt:1", "nmt:4"
 # members each, 8 devices 1 each on a [4, 2] mesh, the batch over 2. More devices for the plain LSTM, or members
 # of the variational LSTM, would repeat what these show: the all-reduce, the masks, the member axis over a mesh.)
 TIMEOUT_S = 600
-FAST = {"lstm:2"}  # the fast tier's comparison (it trains lstm:1 and lstm:2); every other run is the slow tier's
-
-
-def _tier(runs):
-  return [pytest.param(r, marks=() if r in FAST else pytest.mark.slow) for r in runs]
+pytestmark = pytest.mark.slow  # (every test runs helper processes)
 
 
 def _env(devices: int, **extra) -> dict:
@@ -70,7 +66,7 @@ def _reads(item) -> list[str]:
 class _Trained:
   """The single-process runs, each trained once, on first use, by a helper process with 8 simulated devices.
   The first use trains every run that the session's selected tests of this module compare, in one helper
-  process (one JAX start-up for them all), so `-k lstm` or `-m "not slow"` trains only what it compares; a run
+  process (one JAX start-up for them all), so `-k lstm` trains only what it compares; a run
   not foreseen trains when it is asked for."""
 
   def __init__(self, data, folder, foreseen):
@@ -113,7 +109,7 @@ def _assert_same_training(got, want):
     assert got["test_ppl"] == pytest.approx(want["test_ppl"], rel=1e-5)
 
 
-@pytest.mark.parametrize("run", _tier(r for r in RUNS if not r.endswith(":1") and not r.startswith("m")))
+@pytest.mark.parametrize("run", [r for r in RUNS if not r.endswith(":1") and not r.startswith("m")])
 def test_devices_reproduce_single_device(single_process, run):
   name, n = run.split(":")
   got, want = single_process[run], single_process[f"{name}:1"]
@@ -123,7 +119,7 @@ def test_devices_reproduce_single_device(single_process, run):
   _assert_same_training(got, want)
 
 
-@pytest.mark.parametrize("run", _tier(r for r in RUNS if not r.endswith(":1") and r.startswith("m")))
+@pytest.mark.parametrize("run", [r for r in RUNS if not r.endswith(":1") and r.startswith("m")])
 def test_members_sharded_over_devices_reproduce_one_device(single_process, run):
   """The member axis split over the devices (and, with 8 devices for 4 members, the batch over the rest)
   trains each member as the one-device members run does."""
@@ -137,7 +133,7 @@ def test_members_sharded_over_devices_reproduce_one_device(single_process, run):
   assert len({round(m["test_ppl"], 6) for m in got["members"]}) == 4  # four different models
 
 
-@pytest.mark.parametrize("run", _tier(["lstm:0", "mlstm:0"]))
+@pytest.mark.parametrize("run", ["lstm:0", "mlstm:0"])
 def test_two_processes_reproduce_single_process(single_process, data, tmp_path, run):
   """Two processes on loopback (gloo collectives), 2 simulated devices each: 4 devices in all. With 4 members
   (mlstm) each process holds two members' state."""

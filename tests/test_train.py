@@ -297,6 +297,7 @@ def test_entry_point_end_to_end_with_deterministic_kernels(tiny_corpus, tmp_path
   assert [r["host"]["xla_flags"] for r in (run, res)] == [flags, flags]  # (the caller's flags kept)
 
 
+@pytest.mark.slow  # (two runs)
 def test_a_class_softmax_takes_its_bins_from_the_training_counts_and_resumes(tiny_corpus, tmp_path):
   """softmax.kind=class with no bins given: the bins are computed from the training counts (`softmax.class_bounds`)
   and go into run.json; resuming with the same config (which still gives no bins) is not a config change."""

@@ -63,7 +63,8 @@ record() {  # record NAME CMD...: the command's last JSON line, tagged, appended
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT_DIR/device.txt"
 if [ "${NUMERICS:-1}" != 0 ]; then
-  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_gpu_numerics.py -s ${NUMERICS_K:+-k "$NUMERICS_K"} \
+  JAX_PLATFORMS=cuda,cpu timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_gpu_numerics.py -s \
+    ${NUMERICS_K:+-k "$NUMERICS_K"} \
     >"$OUT_DIR/numerics.log" 2>&1
   tail -n 15 "$OUT_DIR/numerics.log"
 fi
