@@ -270,6 +270,7 @@ def test_a_resume_is_recorded_in_each_members_run_json_and_a_lost_one_rebuilt(co
   assert (tmp_path / "members" / "2" / "run.json.damaged").read_text() == '{"config": {"lear'
 
 
+@pytest.mark.slow  # (a members run's records)
 def test_each_member_folder_is_a_run_folder(corpus, members_run, tmp_path):
   """A member's folder holds what a run alone writes — run.json with the member's own config, vocab.txt,
   metrics.jsonl, results.json, checkpoints — and export reads it; the run's summary has mean and sd."""
@@ -299,6 +300,7 @@ def test_each_member_folder_is_a_run_folder(corpus, members_run, tmp_path):
                                 member_state["params"]["words"]["embedding"].shape)
 
 
+@pytest.mark.slow  # (a members run's records)
 def test_a_members_run_of_several_configs_records_each_under_its_own_name(members_run):
   """member_values with a `name` per member: each member's run.json and results.json carry its own config and
   name, and the summary gives each config's members, seeds and statistics apart."""

@@ -93,6 +93,7 @@ def test_zaremba_cost_definition():
   assert float(losses.zaremba_cost(nll)) == pytest.approx(nll.sum(axis=1).mean())
 
 
+@pytest.mark.slow  # (a run, then its test perplexity by hand)
 def test_reported_perplexity_excludes_penalty(tiny_corpus, tmp_path):
   corpus, _ = tiny_corpus
   config = tiny_config(max_steps=3, words=dict(mode="tied_projection", pr_lambda=1e6))
@@ -112,6 +113,7 @@ def test_reported_perplexity_excludes_penalty(tiny_corpus, tmp_path):
   assert res["test_ppl"] == pytest.approx(math.exp(float(nll) / (len(corpus.test) - 1)), rel=1e-4)
 
 
+@pytest.mark.slow  # (two runs)
 def test_eval_train_scores_the_training_text_as_validation_scores_its_text(tiny_corpus, uninterrupted, tmp_path):
   """eval_train: the training text read as validation is (no dropout, eval_batch_size streams, the tested
   parameters). The validation text does not touch training, so a second run whose validation text is the
