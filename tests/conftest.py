@@ -4,7 +4,7 @@ Importing this module also gives the test session one fresh persistent XLA compi
 folder, removed when the process that made it exits). Many tests compile the same program more than once — a run
 and its resumption, the tiny model of one test file and of another, an entry point in a subprocess — and on this
 CPU compilation is most of a tiny test's time. The cache returns the executable XLA built for the same program,
-so results are unchanged. The first process of the session (pytest, or pytest-xdist's controller) makes the folder
+so results are unchanged. The first process of a test run (pytest, or pytest-xdist's controller) makes the folder
 and names it in WT_JAX_TEST_XLA_CACHE; its xdist workers and every child process inherit it. A size limit turns
 on the cache's file lock (`jax._src.lru_cache`), so that processes never read an entry another is still writing.
 
@@ -13,10 +13,10 @@ The suite runs on JAX's CPU backend unless JAX_PLATFORMS names others (the GPU w
 attached, JAX otherwise spends about 11 s of every process's start looking for one (measured here: 11.5 s against
 0.95 s to start the CPU backend alone).
 
-On the CPU the session also sets JAX's `jax_disable_most_optimizations`: XLA runs its HLO passes as always but
+On the CPU the test run also sets JAX's `jax_disable_most_optimizations`: XLA runs its HLO passes as always but
 generates machine code at LLVM's -O0, which more than halves the compile time of a tiny model here (a members
-test: 14.9–16.8 s of compilation → 5.9–6.8 s; BUILD_NOTES §30). Results can differ from an optimised build's in the last bits of an
-elementwise loop, as they do between two CPUs; every comparison in the suite compares two programs built alike,
+test: 14.9–16.8 s of compilation → 5.9–6.8 s; BUILD_NOTES §30). Results can differ from an optimised build's in
+the last bits of an elementwise loop, as they do between two CPUs; every comparison in the suite compares two programs built alike,
 or allows a tolerance derived from the arithmetic. A test whose time goes into running rather than compiling
 asks for the usual optimisations (the `optimized_xla` fixture).
 """

@@ -65,7 +65,7 @@ def _reads(item) -> list[str]:
 
 class _Trained:
   """The single-process runs, each trained once, on first use, by a helper process with 8 simulated devices.
-  The first use trains every run that the session's selected tests of this module compare, in one helper
+  The first use trains every run that the selected tests of this module compare, in one helper
   process (one JAX start-up for them all), so `-k lstm` trains only what it compares; a run
   not foreseen trains when it is asked for."""
 
