@@ -16,9 +16,9 @@ attached, JAX otherwise spends about 11 s of every process's start looking for o
 On the CPU the test run also sets JAX's `jax_disable_most_optimizations`: XLA runs its HLO passes as always but
 generates machine code at LLVM's -O0, which more than halves the compile time of a tiny model here (a members
 test: 14.9–16.8 s of compilation → 5.9–6.8 s; BUILD_NOTES §30). Results can differ from an optimised build's in
-the last bits of an elementwise loop, as they do between two CPUs; every comparison in the suite compares two programs built alike,
-or allows a tolerance derived from the arithmetic. A test whose time goes into running rather than compiling
-asks for the usual optimisations (the `optimized_xla` fixture).
+the last bits of an elementwise loop, as they do between two CPUs; every comparison in the suite compares two
+programs built alike, or allows a tolerance derived from the arithmetic. A test whose time goes into running
+rather than compiling asks for the usual optimisations (the `optimized_xla` fixture).
 """
 import atexit
 import contextlib
