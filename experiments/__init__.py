@@ -55,19 +55,14 @@ def quiet_library_logs() -> None:
 
 
 def apply_determinism(config) -> None:
-  """With `config.deterministic`, ask XLA:GPU for deterministic kernels (XLA_FLAGS, `record.DETERMINISTIC_FLAG`)
-  before JAX starts its backends, which read XLA_FLAGS once; the flags end up in run.json and results.json. Raises
-  with one line if the backends have started without it. Without `config.deterministic`, nothing changes."""
-  from wt_jax import workarounds
+  """With `config.deterministic`, ask XLA:GPU for deterministic kernels (XLA_FLAGS, `record.DETERMINISTIC_FLAG`);
+  the flags end up in run.json and results.json. JAX's backends read XLA_FLAGS once, when they start: the entry
+  points call this before any JAX computation (`start`); from a notebook, set XLA_FLAGS before the first one.
+  Without `config.deterministic`, nothing changes."""
   from wt_jax.train import record
   flags = os.environ.get("XLA_FLAGS", "")
-  if not config.get("deterministic", False) or record.determinism_in(flags):
-    return
-  if workarounds.backends_started():
-    raise RuntimeError(f"config.deterministic needs XLA_FLAGS={record.DETERMINISTIC_FLAG}=true before JAX starts its "
-                       "backends; they have started: set it in the environment, or call "
-                       "experiments.apply_determinism(config) before the first JAX computation.")
-  os.environ["XLA_FLAGS"] = xla_flags_with_determinism(flags, True)
+  if config.get("deterministic", False) and not record.determinism_in(flags):
+    os.environ["XLA_FLAGS"] = xla_flags_with_determinism(flags, True)
 
 
 def xla_flags_with_determinism(flags: str, deterministic: bool) -> str:

@@ -458,16 +458,16 @@ def test_the_determinism_flag_is_set_replaced_and_read_as_xla_reads_it():
   assert record.determinism_in("--xla_gpu_deterministic_ops_x=true") is None  # another flag
 
 
-def test_a_deterministic_run_whose_backend_started_without_the_flag_stops(tiny_corpus, tmp_path, monkeypatch):
-  """In this process JAX's backends have started (XLA has read XLA_FLAGS): asking for determinism now is an
-  error with one line, not a silently non-deterministic run; a config that does not ask leaves XLA_FLAGS alone.
-  (Where the backends start after it, the flag reaches XLA: test_entry_point_end_to_end_with_deterministic_...)"""
-  jnp.zeros(1).block_until_ready()
+def test_a_deterministic_run_without_the_flag_in_xla_flags_stops(tiny_corpus, tmp_path, monkeypatch):
+  """A run asked to be deterministic whose XLA_FLAGS do not ask XLA for it stops with one line, not a silently
+  non-deterministic run; `apply_determinism` (the entry points', before JAX starts) adds the flag and keeps the
+  others; a config that does not ask leaves XLA_FLAGS alone. (That the flag reaches XLA when set before the
+  backends start: test_entry_point_end_to_end_with_deterministic_kernels.)"""
   monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
-  with pytest.raises(RuntimeError, match="before JAX starts"):
-    experiments.apply_determinism(tiny_config(deterministic=True))
   corpus, _ = tiny_corpus
   with pytest.raises(RuntimeError, match="config.deterministic is set"):
     lm.fit(tiny_config(max_steps=2, deterministic=True), corpus, tmp_path)
   experiments.apply_determinism(tiny_config())  # not asked for: nothing to do
   assert os.environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=1"
+  experiments.apply_determinism(tiny_config(deterministic=True))
+  assert os.environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=1 --xla_gpu_deterministic_ops=true"

@@ -10,14 +10,13 @@ falls back to the previous step, then to `best`; a `best` step newer than the on
 too (`<step>.superseded`), since the run replays that step and saves it again. A step this process may not read
 (a file or folder of another user's, without read permission) is not damage: `CheckpointUnreadableError` names the
 path and nothing is moved, so the run does not start over from an older step while its newest is intact. A save
-the full disk refuses is one line too (`Checkpoints.save`). orbax's own reports of both (abandoned reads and writes,
-writer tracebacks) are kept out of the user's way by `wt_jax.workarounds`.
+the full disk refuses is one line too (`Checkpoints.save`); orbax's own reports of it (its writers' tracebacks,
+abandoned writes) may come before or after that line and are left as orbax prints them.
 """
 from __future__ import annotations
 
 import contextlib
 import errno
-import logging as std_logging
 import os
 from typing import Any
 
@@ -26,10 +25,9 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
-from wt_jax import files, workarounds
+from wt_jax import files
 
 KEEP = {"last": 2, "best": 1}  # steps kept per kind: the previous `last` survives a damaged newest one
-_SHORTEN = workarounds.DiskFullReportsShortened()
 
 
 class CheckpointMismatchError(ValueError):
@@ -57,10 +55,6 @@ class Checkpoints:
     self.directory = directory.absolute() if "://" not in str(directory) else directory
     self.read_only = read_only
     self._managers = {kind: self._manager(kind) for kind in ("last", "best")}
-    if not read_only:
-      for logger in (logging.get_absl_logger(), std_logging.getLogger("asyncio")):  # (orbax logs through absl)
-        if _SHORTEN not in logger.filters:
-          logger.addFilter(_SHORTEN)
 
   def _manager(self, kind: str) -> ocp.CheckpointManager:
     opts = ocp.CheckpointManagerOptions(max_to_keep=KEEP[kind], create=not self.read_only,
@@ -80,17 +74,19 @@ class Checkpoints:
     the disk or quota is full raises OSError(ENOSPC) naming the folder (orbax reports it as TensorStore's
     RESOURCE_EXHAUSTED in a ValueError): the entry points print it as one line. The step's unfinished folder
     is orbax's temporary one; the steps saved before it are kept, and the same command resumes from them.
-    (orbax's own reports of that error: `workarounds.DiskFullReportsShortened`.)"""
+    The manager is closed and opened again first (`CheckpointManager.close` waits for its writers: a process
+    that exits while they still run can wait for them at shutdown)."""
     mngr = self._managers[kind]
-    try:  # (writes orbax abandoned: reported once, below)
-      with workarounds.unraisable_dropped(workarounds.loop_closed, stays=workarounds.disk_full):
-        mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                meta=ocp.args.JsonSave(meta)), force=True)
-        mngr.wait_until_finished()
+    try:
+      mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
+                force=True)
+      mngr.wait_until_finished()
     except Exception as e:
-      if not workarounds.disk_full(e):
+      if not disk_full(e):
         raise
-      workarounds.orbax_threads_joined()
+      with contextlib.suppress(Exception):  # (it raises the writers' errors again)
+        mngr.close()
+      mngr = self._managers[kind] = self._manager(kind)
       kept = [s for s in mngr.all_steps() if s != step]
       raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (checkpoint {kind} step {step} not written; "
                     + (f"step {max(kept)} is kept, and the same command resumes from it)" if kept
@@ -160,9 +156,7 @@ class Checkpoints:
     for kind in kinds:
       for step in reversed(self.steps(kind)):
         try:
-          with workarounds.abandoned_reads_silenced(self.directory / kind / str(step),
-                                                    nothing_abandoned=lambda e: isinstance(e, CheckpointMismatchError)):
-            state, meta = self.restore(kind, target, step)
+          state, meta = self.restore(kind, target, step)
         except (CheckpointMismatchError, CheckpointUnreadableError):
           raise
         except Exception as e:  # noqa: BLE001 (whatever orbax or TensorStore raise for damaged files)
@@ -200,3 +194,17 @@ class Checkpoints:
   def close(self) -> None:
     for m in self._managers.values():
       m.close()
+
+
+def disk_full(error: BaseException) -> bool:
+  """Whether `error`, or an error it was raised from, says the disk or quota is full: an OSError ENOSPC or EDQUOT,
+  or TensorStore's RESOURCE_EXHAUSTED for a failed write (what orbax raises, in a ValueError)."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+      return True
+    if "RESOURCE_EXHAUSTED" in str(error) and "writ" in str(error).lower():
+      return True
+    error = error.__cause__ or error.__context__
+  return False

@@ -5,23 +5,28 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
+import socket
 import time
 
 import jax
 from absl import logging
 from etils import epath
+from tensorboardX import record_writer, summary
+from tensorboardX.proto import event_pb2
 
-from wt_jax import files, workarounds
+from wt_jax import files
 
 
 class MetricsWriter:
   """Appends one JSON object per line to `path` (never truncates: safe across resumes) and, with
-  `tensorboard_dir`, writes the same numbers as TensorBoard scalars (tensorboardX: no TensorFlow needed)
-  named `<kind>/<field>` at the record's step, for a live view: `tensorboard --logdir runs/`.
+  `tensorboard_dir`, writes the same numbers as TensorBoard scalars (`Events`) named `<kind>/<field>` at the
+  record's step, for a live view: `tensorboard --logdir runs/`.
 
   `path` is any `etils.epath` path. A bucket has no append: there the lines are kept in memory and the file
   is rewritten by `flush()` (the trainer flushes at every checkpoint and at the end). A local file whose last
-  line was cut mid-write is mended first (`files.mend_cut_line`)."""
+  line was cut mid-write is mended first (`files.mend_cut_line`). metrics.jsonl is the record; the events are a
+  view beside it, so a failure to write them (a full disk) is one warning, and the run goes on without them."""
 
   def __init__(self, path, tensorboard_dir=None):
     self.path = epath.Path(path)
@@ -33,10 +38,7 @@ class MetricsWriter:
     self._tb = None
     if tensorboard_dir is not None:
       try:
-        if "://" in str(tensorboard_dir):  # tensorboardX writes buckets itself, through google-cloud-storage
-          import google.cloud.storage  # noqa: F401  (the `gcs` extra)
-        from tensorboardX import SummaryWriter
-        self._tb = SummaryWriter(str(tensorboard_dir), flush_secs=30)
+        self._tb = Events(str(tensorboard_dir))
       except Exception as e:  # noqa: BLE001 (e.g. a bucket without google-cloud-storage installed)
         logging.warning("No TensorBoard events for %s (%s); metrics.jsonl is still written.",
                         tensorboard_dir, str(e).splitlines()[0] if str(e) else type(e).__name__)
@@ -52,37 +54,58 @@ class MetricsWriter:
     else:
       self._lines.append(line)
     kind, step = record.get("kind", "metrics"), int(record.get("step", 0))
-    for key, value in record.items():
-      if self._tb is None or key in ("kind", "step") or not isinstance(value, (int, float)) or isinstance(value, bool):
-        continue
-      if workarounds.tensorboard_writer_died(self._tb):  # (its queue would fill, and add_scalar block for ever)
-        logging.warning("TensorBoard events could not be written (their writer stopped); metrics.jsonl holds the "
-                        "same numbers.")
-        workarounds.tensorboard_stopped(self._tb)
-        self._tb = None
-      else:
-        self._tb.add_scalar(f"{kind}/{key}", value, step)
+    scalars = {f"{kind}/{key}": value for key, value in record.items() if key not in ("kind", "step")
+               and isinstance(value, (int, float)) and not isinstance(value, bool)}
+    self._tensorboard(lambda tb: tb.scalars(scalars, step))
 
   def flush(self) -> None:
     if not self._local:
       self.path.write_text("".join(self._lines))
-    self._tensorboard("flush")
+    self._tensorboard(lambda tb: tb.flush())
 
   def close(self) -> None:
     self.flush()
-    self._tensorboard("close")
+    self._tensorboard(lambda tb: tb.close())
+    self._tb = None
 
-  def _tensorboard(self, what: str) -> None:
-    """Flush or close the TensorBoard events, a live view beside metrics.jsonl (the record): a failure (a full
-    disk) is a warning, so that it never hides the error that ended the run, nor ends a run itself."""
+  def _tensorboard(self, do) -> None:
+    """`do(events)`; an OSError (a full disk) is a warning, after which no more events are written: it never
+    hides the error that ended the run, nor ends a run itself."""
     if self._tb is None:
       return
     try:
-      getattr(self._tb, what)()
+      do(self._tb)
     except OSError as e:
       logging.warning("TensorBoard events could not be written (%s); metrics.jsonl holds the same numbers.", e)
-      if what == "close":
-        workarounds.tensorboard_stopped(self._tb)
+      self._tb = None
+
+
+class Events:
+  """One TensorBoard event file in `folder` (a local folder or a bucket), written in the calling thread through
+  tensorboardX's record writer: no writer thread, so a full disk is an OSError here (at a write or a flush)
+  rather than a thread that dies with its queue."""
+
+  def __init__(self, folder: str):
+    if "://" in folder:  # tensorboardX writes buckets itself, through google-cloud-storage (the `gcs` extra)
+      import google.cloud.storage  # noqa: F401
+    record_writer.directory_check(folder)
+    name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}"
+    self._writer = record_writer.RecordWriter(f"{folder.rstrip('/')}/{name}")
+    self._event(file_version="brain.Event:2")
+    self.flush()
+
+  def scalars(self, values: dict, step: int) -> None:
+    for tag, value in values.items():
+      self._event(step=step, summary=summary.scalar(tag, value))
+
+  def _event(self, **fields) -> None:
+    self._writer.write(event_pb2.Event(wall_time=time.time(), **fields).SerializeToString())
+
+  def flush(self) -> None:
+    self._writer.flush()
+
+  def close(self) -> None:
+    self._writer.close()
 
 
 def plot_curves(metrics_path, png_path, title: str = "") -> epath.Path | None:

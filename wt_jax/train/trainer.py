@@ -116,8 +116,14 @@ def _start(task: Task, config, workdir: epath.Path, folders: list, writers: list
     saved_config = meta["config"]
     r.epoch, r.pos, train_s, r.wall_before = meta["epoch"], meta["pos"], meta["train_s"], meta["wall_s"]
     r.lanes = run_results.lanes_of(meta, task.members)
-    if ckpts.latest_step("best") is not None:
-      r.best_state = ckpts.restore("best", r.state)[0]
+    had_best = ckpts.latest_step("best") is not None
+    best = ckpts.restore_intact(r.state, kinds=("best",)) if had_best else None  # (damage: moved aside)
+    if best is not None:
+      r.best_state = best[0]
+    elif had_best:  # the next epoch validated becomes the best
+      for lane in r.lanes:
+        lane.update(best=None, best_epoch=None)
+      logging.warning("No readable best checkpoint: the best is chosen again from the next epoch validated on.")
     logging.info("Resumed from %s at step %d (epoch %d).", ckpts.directory / kind, r.resumed_from, r.epoch)
   if parallel.is_writer():
     members = list(zip(folders, task.lane_configs)) if task.members else []
