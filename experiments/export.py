@@ -50,7 +50,7 @@ def main(argv):
   quiet_library_logs()
   try:
     if _CONVERT.value:
-      out, manifest = convert.convert_run(_WORKDIR.value, _OUT.value, _CONVERT.value, _KEEP.value,
+      out, manifest = export.convert_run(_WORKDIR.value, _OUT.value, _CONVERT.value, _KEEP.value,
                                           _CHECKPOINT.value)
       print(f"{manifest['from']['tying']} → {manifest['tying']} ({_CONVERT.value}"
             f"{', kept the ' + _KEEP.value + ' embedding' if _CONVERT.value == 'tie' else ''}), step "

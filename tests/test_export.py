@@ -300,7 +300,7 @@ def test_conversions_refuse_the_wrong_direction():
 def test_converted_run_loads_into_the_new_model_and_keeps_its_logits(runs, tmp_path):
   """convert_run on the trained tied run → params.npz that `load_init` fits into a freshly built untied
   model; that model's logits are the trained tied model's."""
-  folder, manifest = convert.convert_run(runs["tied"], tmp_path / "init", "untie")
+  folder, manifest = export.convert_run(runs["tied"], tmp_path / "init", "untie")
   assert manifest["tying"] == "untied" and manifest["config_overrides"] == {"words.mode": "untied", "init_from": str(tmp_path / "init")}
   assert manifest["from"]["step"] == STEPS and manifest["from"]["tying"] == "tied"
   assert json.loads((folder / "manifest.json").read_text()) == manifest
@@ -329,7 +329,7 @@ def test_an_init_that_is_not_converted_parameters_is_one_line(runs, tmp_path, gi
   if given == "run":
     init = runs["tied"]
   else:
-    folder, _ = convert.convert_run(runs["tied"], tmp_path / "init", "copy")
+    folder, _ = export.convert_run(runs["tied"], tmp_path / "init", "copy")
     data = (folder / convert.PARAMS_FILE).read_bytes()
     init = tmp_path / "params.npz"
     init.write_bytes({"empty": b"", "not_npz": b"PK\x03\x04 not a zip", "cut": data[:len(data) // 2]}[given])
@@ -349,13 +349,13 @@ def test_the_trainer_refuses_an_init_that_is_not_converted_parameters(runs, tmp_
 
 
 def test_convert_run_tie_keeps_the_output_embedding_by_default(runs, tmp_path):
-  folder, manifest = convert.convert_run(runs["untied"], tmp_path / "init", "tie")
+  folder, manifest = export.convert_run(runs["untied"], tmp_path / "init", "tie")
   assert manifest["kept"] == "output" and manifest["tying"] == "tied"
   trained = _checkpoint_params(runs["untied"])
   np.testing.assert_array_equal(convert.load_init(folder)["words"]["embedding"],
                                 trained["words"]["out_embedding"])
   with pytest.raises(convert.ConversionError, match="already tied"):
-    convert.convert_run(runs["tied"], tmp_path / "x", "tie")
+    export.convert_run(runs["tied"], tmp_path / "x", "tie")
 
 
 @pytest.mark.parametrize("config, says", [({"model": "skipgram"}, "is a word2vec run"),
@@ -367,7 +367,7 @@ def test_convert_run_refuses_a_run_that_is_not_a_language_model(runs, tmp_path, 
   faked = mock.patch.object(export, "load_run",
                             lambda *a, **kw: dataclasses.replace(run, meta={**run.meta, "config": config}))
   with faked, pytest.raises(convert.ConversionError, match=says):
-    convert.convert_run(runs["tied"], tmp_path / "init", "untie")
+    export.convert_run(runs["tied"], tmp_path / "init", "untie")
   assert not (tmp_path / "init").exists()
 
 
@@ -378,7 +378,7 @@ def test_training_from_an_untied_init_moves_the_two_copies_apart(runs, tmp_path)
   from wt_jax.data import batching
   from wt_jax.train.checkpoint import Checkpoints
 
-  folder, manifest = convert.convert_run(runs["tied"], tmp_path / "init", "untie")
+  folder, manifest = export.convert_run(runs["tied"], tmp_path / "init", "untie")
   config = _run_config("untied", runs["corpus"].vocab_size)
   config.update_from_flattened_dict({**manifest["config_overrides"], "max_steps": 1})
   start = convert.load_init(folder)
@@ -399,7 +399,7 @@ def test_training_from_an_untied_init_moves_the_two_copies_apart(runs, tmp_path)
 def test_copy_starts_a_second_session_from_the_final_parameters(runs, tmp_path):
   """`--convert=copy` (Inan et al.'s footnote 4): the run's own parameters, for a new run with the schedule
   restarted; the new run starts from them exactly."""
-  folder, manifest = convert.convert_run(runs["tied"], tmp_path / "init", "copy")
+  folder, manifest = export.convert_run(runs["tied"], tmp_path / "init", "copy")
   assert manifest["tying"] == manifest["from"]["tying"] == "tied" and manifest["same_logits"]
   saved = export.load_run(runs["tied"]).params
   jax.tree_util.tree_map(np.testing.assert_array_equal, convert.load_init(folder), saved)

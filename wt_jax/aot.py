@@ -51,8 +51,13 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
 from wt_jax import decode, models, parallel
+from wt_jax import members as members_lib
 from wt_jax import lm_eval as eval_lib
 from wt_jax.batch_search import DoesNotFit  # raised by compile_program
+from wt_jax.data import translation as tr
+from wt_jax.models import nmt as nmt_model
+from wt_jax.train import lm, optim, trainer
+from wt_jax.train import nmt as nmt_train
 
 GIB = 1024 ** 3
 
@@ -232,7 +237,6 @@ def _placed(tree, sharding_of: Callable[[Any], NamedSharding]):
 # --- language models ------------------------------------------------------------------------------------
 
 def _lm_setup(config):
-  from wt_jax.train import optim
   model = models.build(config)
   tx = optim.make_optimizer(config, steps_per_epoch=1000)  # the schedule's length changes no shape
   return model, tx
@@ -241,7 +245,6 @@ def _lm_setup(config):
 def compile_lm_train(config, dp: parallel.DataParallel, batch_size: int | None = None) -> Program:
   """`lm.train_step_for(config, ...)` compiled for dp's mesh at global batch `batch_size` (default
   config.batch_size) and window config.bptt."""
-  from wt_jax.train import lm
   B = batch_size or config.batch_size
   dp.check_batch(B)
   config = config.copy_and_resolve_references()
@@ -277,8 +280,6 @@ def compile_lm_members(config, devices, members: int, member_devices: int = 0) -
   """The train step of `members` seeds of `config` in one program (`lm.make_member_train_step`, what a run
   with --config.members trains), compiled for a [members, data] mesh over `devices` (`member_devices` along
   the member axis; 0: gcd(members, devices)) at batch config.batch_size: its memory is how many members fit."""
-  from wt_jax import members as members_lib
-  from wt_jax.train import lm, trainer
   config = config.copy_and_resolve_references()
   with config.unlocked():
     config.members, config.member_values = members, ""
@@ -308,17 +309,14 @@ def nmt_shapes(config) -> tuple[int, int, int]:
   """(vocabulary size, longest training length, longest decode) of an NMT config: the BPE size bounds
   both side vocabularies; training pairs have at most max_len subwords + </s>, padded to their bucket; a
   decode is at most `decode.decode_max_len` of that length."""
-  from wt_jax.data import translation as tr
   S = tr.bucket_length(config.max_len + 1, tuple(config.buckets))
   return config.bpe_vocab_size, S, decode.decode_max_len(S, config.decode_max_len)
 
 
 def _nmt_setup(config):
-  from wt_jax.models import nmt as nmt_model
-  from wt_jax.train import nmt
   V, _, _ = nmt_shapes(config)
   model = nmt_model.from_config(config, V, V)
-  tx = nmt.make_optimizer(config)
+  tx = nmt_train.make_optimizer(config)
   dummy = jnp.ones((1, 4), jnp.int32)
   params = jax.eval_shape(lambda k: model.init(k, dummy, dummy)["params"], jax.random.key(0))
   return model, tx, params
@@ -327,7 +325,6 @@ def _nmt_setup(config):
 def compile_nmt_train(config, dp: parallel.DataParallel, batch_size: int | None = None) -> Program:
   """`nmt.make_train_step` compiled for dp's mesh: `batch_size` (default config.batch_size) sentence pairs
   of the longest training bucket."""
-  from wt_jax.train import nmt
   B = batch_size or config.batch_size
   dp.check_batch(B)
   model, tx, params = _nmt_setup(config)
@@ -336,7 +333,7 @@ def compile_nmt_train(config, dp: parallel.DataParallel, batch_size: int | None 
   state = _placed(state, lambda a: dp.replicated)
   _, S, _ = nmt_shapes(config)
   ids = jax.ShapeDtypeStruct((B, S), jnp.int32, sharding=dp.batch_sharding(0))
-  return compile_program("train_step", nmt.make_train_step(model, tx, jax.random.key(1), dp), state, ids, ids,
+  return compile_program("train_step", nmt_train.make_train_step(model, tx, jax.random.key(1), dp), state, ids, ids,
                          ids, batch_size=B)
 
 

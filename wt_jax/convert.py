@@ -6,8 +6,8 @@
     save_init(folder, params, manifest) / load_init(path, like)
                                        → the converted parameters on disk (params.npz + manifest.json), and
                                          back as the tree a freshly built model expects
-    convert_run(workdir, out, direction, which, kind)
-                                       → all of it for a trained run's checkpoint: (folder, manifest)
+
+A trained run's checkpoint converted and saved in one call: `wt_jax.export.convert_run`.
 
 The layout is `wt_jax.tying.WordEmbeddings` (params['words']): a tied model holds one `embedding` S used for
 the lookup and, transposed, for the logits; an untied one holds the input `embedding` U and the output
@@ -182,41 +182,3 @@ def load_init(path: str | Path, like: Any = None) -> Any:
         f"the tying mode the file's manifest.json names.")
   values = [flat[n].astype(dtype) for n, (_, dtype) in want.items()]  # (in like's leaf order)
   return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), values)
-
-
-def convert_run(workdir: str | Path, out: str | Path | None = None, direction: str = "untie",
-                which: str = "output", kind: str = "last") -> tuple[Path, dict]:
-  """Convert the `kind` checkpoint of the run in `workdir` (`direction`: 'untie' or 'tie', keeping the
-  `which` embedding) and write it with `save_init` to `out` (default <workdir>/init_<new mode>[_from_<which>]).
-  Returns (the folder written, its manifest)."""
-  from wt_jax.export import load_run  # (checkpoint reading lives with the exporter)
-
-  if direction not in DIRECTIONS:
-    raise ConversionError(f"Unknown conversion {direction!r}; expected one of {', '.join(DIRECTIONS)}.")
-  run = load_run(workdir, kind)
-  config = run.meta.get("config") or {}
-  if config.get("model") == "skipgram" or "src_lang" in config:  # (word2vec; a translation model)
-    raise ConversionError(f"{workdir} is a {'word2vec' if config.get('model') == 'skipgram' else 'translation'} "
-                          f"run; only language-model runs (experiments.ptb) start from converted parameters "
-                          f"(--config.init_from).")
-  mode = tying_mode(run.params)
-  if direction == "copy":  # Inan et al.'s footnote 4: retrain from the final state of a first session
-    new_mode, params, default = mode, run.params, f"init_step{run.step}"
-  else:
-    new_mode = converted_mode(mode, direction)
-    params = untie(run.params) if direction == "untie" else tie(run.params, which)
-    default = f"init_{new_mode}" + (f"_from_{which}" if direction == "tie" else "")
-  out = Path(out) if out else run.workdir / default
-  manifest = {
-      "what": "initial parameters for a new wt_jax run, converted from a trained run",
-      "from": {"workdir": str(run.workdir.absolute()), "checkpoint": run.kind, "step": run.step,
-               "config": run.config_name, "tying": mode},
-      "conversion": direction,
-      "kept": which if direction == "tie" else None,
-      "tying": new_mode,
-      "output_bias": "out_bias" in params["words"],
-      "config_overrides": {"words.mode": new_mode, "init_from": str(out)},
-      "same_logits": direction in ("untie", "copy"),
-      "leaves": {k: list(v.shape) for k, v in flatten(params).items()},
-  }
-  return save_init(out, params, manifest), manifest

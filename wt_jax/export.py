@@ -7,6 +7,8 @@
                                               reads with binary=False (header "V D", then "word v1 ... vD")
     write_npz(path, words, matrices)        → one array per matrix plus `words`; read_npz(path) reads it back
     export_run(workdir, out, formats, ...)  → all of the above, plus <out>/manifest.json: (out, manifest)
+    convert_run(workdir, out, direction)    → the run's parameters tied or untied (`wt_jax.convert`), saved as a
+                                              new run's init: (folder, manifest)
 
 Which matrices: an untied model has two embeddings, the input U (the lookup) and the output V (the softmax
 weights); a tied one has one, S, used in both roles (`wt_jax.tying`). Press & Wolf (2017, Section 4.1,
@@ -33,10 +35,12 @@ import ml_collections
 import numpy as np
 from etils import epath
 
+from wt_jax import convert
 from wt_jax.convert import tying_mode, words_params
 from wt_jax.data import lm_corpora, paths
 from wt_jax.data import vocab as vocab_lib
 from wt_jax.errors import InputError
+from wt_jax.train.checkpoint import Checkpoints
 
 FORMATS = ("word2vec", "npz")
 KINDS = ("last", "best")
@@ -70,8 +74,6 @@ class Run:
 def load_run(workdir: str | Path, kind: str = "last") -> Run:
   """The `kind` checkpoint of the run in `workdir`, a local folder or a bucket (read-only: a run still
   training is not disturbed)."""
-  from wt_jax.train.checkpoint import Checkpoints  # (orbax is imported only by readers of checkpoints)
-
   if kind not in KINDS:
     raise ExportError(f"Unknown checkpoint {kind!r}; expected one of {', '.join(KINDS)}.")
   workdir = epath.Path(workdir)
@@ -231,3 +233,40 @@ def export_run(workdir: str | Path, out: str | Path | None = None, formats: Iter
   }
   (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
   return out, manifest
+
+
+def convert_run(workdir: str | Path, out: str | Path | None = None, direction: str = "untie",
+                which: str = "output", kind: str = "last") -> tuple[Path, dict]:
+  """Convert the `kind` checkpoint of the run in `workdir` (`direction`: 'untie' or 'tie', keeping the
+  `which` embedding) and write it with `convert.save_init` to `out` (default
+  <workdir>/init_<new mode>[_from_<which>]). Returns (the folder written, its manifest)."""
+  if direction not in convert.DIRECTIONS:
+    raise convert.ConversionError(f"Unknown conversion {direction!r}; expected one of "
+                                  f"{', '.join(convert.DIRECTIONS)}.")
+  run = load_run(workdir, kind)
+  config = run.meta.get("config") or {}
+  if config.get("model") == "skipgram" or "src_lang" in config:  # (word2vec; a translation model)
+    kind_of_run = "word2vec" if config.get("model") == "skipgram" else "translation"
+    raise convert.ConversionError(f"{workdir} is a {kind_of_run} run; only language-model runs (experiments.ptb) "
+                                  "start from converted parameters (--config.init_from).")
+  mode = tying_mode(run.params)
+  if direction == "copy":  # Inan et al.'s footnote 4: retrain from the final state of a first session
+    new_mode, params, default = mode, run.params, f"init_step{run.step}"
+  else:
+    new_mode = convert.converted_mode(mode, direction)
+    params = convert.untie(run.params) if direction == "untie" else convert.tie(run.params, which)
+    default = f"init_{new_mode}" + (f"_from_{which}" if direction == "tie" else "")
+  out = Path(out) if out else run.workdir / default
+  manifest = {
+      "what": "initial parameters for a new wt_jax run, converted from a trained run",
+      "from": {"workdir": str(run.workdir.absolute()), "checkpoint": run.kind, "step": run.step,
+               "config": run.config_name, "tying": mode},
+      "conversion": direction,
+      "kept": which if direction == "tie" else None,
+      "tying": new_mode,
+      "output_bias": "out_bias" in params["words"],
+      "config_overrides": {"words.mode": new_mode, "init_from": str(out)},
+      "same_logits": direction in ("untie", "copy"),
+      "leaves": {k: list(v.shape) for k, v in convert.flatten(params).items()},
+  }
+  return convert.save_init(out, params, manifest), manifest

@@ -10,10 +10,17 @@ two functions where it would branch on the value in Python:
                    non-zero (as before); an array always does, since the members share one program and a
                    member whose value is 0 computes the term times 0 (the same numbers, up to rounding)
     dynamic(x)     whether `x` is an array (possibly traced) rather than a Python number
+
+and `config_changes(before, after)`: the keys in which two configs differ (a resume's check, members' `combine`).
 """
 from __future__ import annotations
 
+import json
+
 import jax
+from flax import traverse_util
+
+from wt_jax import files
 
 
 def dynamic(value) -> bool:
@@ -24,3 +31,10 @@ def dynamic(value) -> bool:
 def on(value) -> bool:
   """Whether a hyperparameter turns its term on: `bool(value)` for a number, always True for an array."""
   return True if dynamic(value) else bool(value)
+
+
+def config_changes(before: dict, after: dict) -> dict[str, list]:
+  """{key: [value before, value after]} for every key of two (nested) configs that differs (values as run.json
+  holds them: tuples as lists, NaN as None)."""
+  a, b = (json.loads(json.dumps(files.finite(traverse_util.flatten_dict(d, sep=".")))) for d in (before, after))
+  return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}

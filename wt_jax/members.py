@@ -42,6 +42,7 @@ import ml_collections
 import numpy as np
 
 from wt_jax.errors import InputError
+from wt_jax.hparams import config_changes
 
 # Keys members may set differently: none changes a parameter's shape or the program's structure. The seed
 # enters through the members' keys; the others are read as traced scalars where the step is built.
@@ -198,11 +199,10 @@ def combine(configs: list) -> str:
   members cannot vary (a shape, the model, the corpus, the schedule's length …): they cannot share a program."""
   if not configs:
     raise ValueError("combine: no configs.")
-  from wt_jax.train import record  # (here: the trainer's modules import this one)
   for c in configs:
     if c.members or c.member_values:
       raise ValueError(f"combine: {c.name} trains members itself; list its members' configs instead.")
-  changes = [record.config_changes(configs[0].to_dict(), c.to_dict()) for c in configs]
+  changes = [config_changes(configs[0].to_dict(), c.to_dict()) for c in configs]
   for c, changed in zip(configs, changes):
     bad = [k for k in changed if k not in MEMBER_KEYS]
     if bad:

@@ -26,9 +26,9 @@ from typing import Sequence
 import numpy as np
 from absl import logging
 
-from wt_jax import files, models, tying
+from wt_jax import files, losses, models, tying
 from wt_jax.analysis import embeddings
-from wt_jax.data import batching
+from wt_jax.data import batching, ptb
 from wt_jax.errors import InputError
 from wt_jax.train import lm, trainer
 from wt_jax.train.checkpoint import Checkpoints
@@ -287,7 +287,6 @@ def checkpoint_report(checkpoints: str | Path, which: str = "last", tau: float =
 
       python -c "from wt_jax.analysis import al_sweep; print(al_sweep.checkpoint_report('RUN/checkpoints'))"
   """
-  from wt_jax.data import ptb
   corpus = ptb.load(data_dir, download=False)
   ckpts = Checkpoints(checkpoints, read_only=True)
   state, _ = ckpts.restore_saved(which)
@@ -320,7 +319,6 @@ def logit_gradients(config, params, tokens: np.ndarray, windows: int = 30, alpha
   """
   import jax
   import jax.numpy as jnp
-  from wt_jax import losses
   model = models.build(config)
   L = jnp.asarray(tying.word_matrix(params, config.al.embedding))
   alpha = float(config.al.alpha if alpha is None else alpha)

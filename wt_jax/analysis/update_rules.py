@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wt_jax import tying
+from wt_jax import losses, tying
 
 
 def _embedding_shape(params: Any) -> tuple[int, int]:
@@ -187,7 +187,6 @@ def section3_checks(grads: dict, capture: dict, params: Any, targets: jax.Array,
 def lm_loss(model: nn.Module, x: jax.Array, y: jax.Array, carry: Any = None) -> Callable[[Any], jax.Array]:
   """loss_fn(params) for a wt_jax language model on one window: the training cost Σ_t mean_b NLL (dropout
   off, no penalties: they do not touch the embeddings). x, y: [B, T]. Its per-token weight is 1/B."""
-  from wt_jax import losses  # local: keeps this module importable without the training stack
 
   if carry is None:
     carry = model.initial_carry(x.shape[0])

@@ -17,6 +17,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from wt_jax.data import multi30k, wmt
 from wt_jax.data.subwords import BOS, EOS, PAD
 from wt_jax.errors import InputError
 
@@ -27,7 +28,6 @@ CORPORA = ("multi30k", "wmt14_enfr", "wmt15_ende")
 def load_corpus(config) -> dict[str, tuple[list[str], list[str]]]:
   """{'train'|'valid'|'test': (source sentences, target sentences)} for `config.dataset`: Multi30k from the
   data root, or WMT through tensorflow-datasets (the optional extra '.[wmt]')."""
-  from wt_jax.data import multi30k, wmt
   if config.dataset == "multi30k":
     return multi30k.load_pair(config.src_lang, config.tgt_lang, config.data_dir or None, config.download)
   if config.dataset in wmt.BUILDERS:

@@ -10,6 +10,7 @@ from typing import Iterable, Sequence
 import numpy as np
 from etils import epath
 
+from wt_jax import files
 from wt_jax.errors import InputError
 
 FILE = "vocab.txt"  # <run folder>/vocab.txt
@@ -53,7 +54,6 @@ class Vocab:
 
 def write_file(path, words: Sequence[str], counts: Sequence[int] | None = None) -> None:
   """A vocabulary file: `words` one per line in id order, each with "<TAB>count" when `counts` are given."""
-  from wt_jax import files
   lines = words if counts is None else (f"{w}\t{c}" for w, c in zip(words, counts))
   files.write_whole(path, "".join(f"{line}\n" for line in lines))
 

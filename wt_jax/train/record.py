@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 
 import flax
-from flax import traverse_util
 import jax
 import optax
 from absl import logging
 from etils import epath
 
-from wt_jax import files
+from wt_jax import __version__, files
+from wt_jax.hparams import config_changes  # noqa: F401  (record.config_changes: what a resume compares)
 
 RUN_FILE = "run.json"
 
@@ -96,7 +96,6 @@ def check_determinism(config) -> None:
 
 def describe_run(config, run_versions: dict) -> dict:
   """What `<workdir>/run.json` holds: enough to know, from the folder alone, what ran and how."""
-  from wt_jax import __version__
   check_determinism(config)
   return {"what": "a wt_jax run: its config, command, code and machine (written at its first start)",
           "config": config.to_dict(), "command": " ".join(shlex.quote(a) for a in sys.argv),
@@ -106,13 +105,6 @@ def describe_run(config, run_versions: dict) -> dict:
 
 def _utc() -> str:
   return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def config_changes(before: dict, after: dict) -> dict[str, list]:
-  """{key: [value before, value after]} for every key of two (nested) configs that differs (values as run.json
-  holds them: tuples as lists, NaN as None)."""
-  a, b = (json.loads(json.dumps(files.finite(traverse_util.flatten_dict(d, sep=".")))) for d in (before, after))
-  return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 
 def _read_record(run_file: epath.Path, saved_config: dict | None, step: int, member: dict | None) -> dict | None:
