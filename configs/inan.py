@@ -28,7 +28,7 @@ initialisation (Zaremba's per size, ours). Footnote 4's second training session 
 a second run started from the first one's final parameters with the schedule restarted
 (`--config.init_from`, see `experiments.export --convert=copy`).
 """
-from configs import large_bd
+from configs import lm_base
 
 # Appendix A per size: lr 1, decay ×rate per epoch after epoch `decay_after`, bptt 35, clip, dropout (PTB, WT-2).
 APPENDIX_A = {
@@ -61,7 +61,7 @@ def get_config(arg: str = "small,vd"):
   if dataset != CORPUS[dataset] and size != "small":
     raise ValueError(f"configs/inan.py:{arg}: Table 2 trains only the small networks on {dataset}.")
   corpus = CORPUS[dataset]
-  c = large_bd.get_config()
+  c = lm_base.large_bd()
   # (the committed Table 1 runs used the earlier recipe under the plain name: results/inan_ptb_table1)
   c.name = f"inan_{size}_{variant}" + ("" if dataset == "ptb" else f"_{dataset}") + \
       ("" if recipe == "gal" else f"_{recipe}")

@@ -11,11 +11,11 @@ embedding L and the output projection W (`wt_jax.analysis.embeddings.subspace_di
 The paper gives the model (2 × 300 LSTM, no regularisation, a random 20,000-word contiguous span, L's rows
 at norm 1) and the loss, not the schedule or which span; those values are ours and marked so.
 """
-from configs import small
+from configs import lm_base
 
 
 def get_config():
-  c = small.get_config()
+  c = lm_base.get_config()
   c.name = "inan_sec62"
   c.hidden_size = 300         # Inan Section 6.2: 2-layer LSTM, 300 units
   c.num_layers = 2

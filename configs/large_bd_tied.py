@@ -6,11 +6,11 @@
 say whether weight decay was used; the paper's text reports runs with and without it, similar, the one
 without slightly better. `large_bd_wd_tied.py` is the other reading (the setting of the authors' code).
 """
-from configs import large_bd
+from configs import lm_base
 
 
 def get_config():
-  c = large_bd.get_config()
+  c = lm_base.large_bd()
   c.name = "large_bd_tied"
   c.words.mode = "tied"            # Press & Wolf code: h2y:share(lookup table, 'weight', 'gradWeight')
   return c

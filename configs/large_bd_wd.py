@@ -4,11 +4,11 @@
 
 Paper: 66M parameters, valid 78.1 / test 75.2.
 """
-from configs import large_bd
+from configs import lm_base
 
 
 def get_config():
-  c = large_bd.get_config()
+  c = lm_base.large_bd()
   c.name = "large_bd_wd"
   c.weight_decay = 1e-7       # Gal / Press & Wolf code: weight_decay 1e-7, decoupled, once per step
   return c

@@ -6,11 +6,12 @@
 Paper: 51M parameters, train 28.2 / valid 75.8 / test 73.2 (the row does not say whether weight decay was
 used; `large_bd_tied.py` is the other reading). The decay touches the tied matrix once per step.
 """
-from configs import large_bd_wd
+from configs import lm_base
 
 
 def get_config():
-  c = large_bd_wd.get_config()
+  c = lm_base.large_bd()
   c.name = "large_bd_wd_tied"
+  c.weight_decay = 1e-7       # Gal / Press & Wolf code: weight_decay 1e-7, decoupled, once per step
   c.words.mode = "tied"
   return c

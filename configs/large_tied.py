@@ -4,11 +4,11 @@
 
 Paper: 51M parameters, valid 77.7 / test 74.3.
 """
-from configs import large
+from configs import lm_base
 
 
 def get_config():
-  c = large.get_config()
+  c = lm_base.zaremba("large")
   c.name = "large_tied"
   c.words.mode = "tied"
   return c

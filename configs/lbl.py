@@ -8,15 +8,10 @@ Parameters Vd + (n − 1)d² + V = 2,170,000 at V = 10,000, d = 200, n − 1 = 4
 d-dimensional bias b to each projected context vector, which this model leaves out because the per-word
 output bias already absorbs it (wt_jax/models/ffnn_lm.py).
 """
-from configs import nnlm
+from configs import lm_base
 
 
 def get_config():
-  c = nnlm.get_config()
-  c.name = "lbl"
-  c.model = "lbl"
+  c = lm_base.feedforward("lbl")
   c.words.mode = "tied"       # Mnih & Hinton: the same R for context and next word
-  c.context = 4               # n − 1 (ours; the notes give no LBL sizes)
-  c.emb_size = 200            # m = d (ours; the notes give no LBL sizes)
-  c.dropout = 0.3             # ours
   return c

@@ -2,11 +2,10 @@
 
     python -m experiments.ptb --config=configs/lbl_untied.py --workdir=runs/lbl_untied
 """
-from configs import lbl
+from configs import lm_base
 
 
 def get_config():
-  c = lbl.get_config()
+  c = lm_base.feedforward("lbl")
   c.name = "lbl_untied"
-  c.words.mode = "untied"
   return c

@@ -4,7 +4,8 @@ locked: the paper-row files below it only change values.
 
 The defaults are Zaremba et al. (2014)'s small LSTM on PTB, untied, as Press & Wolf (2017) train it
 (`configs/small.py`); the keys of the other model families (RHN, variational LSTM, NNLM/LBL) are declared
-here with neutral values and set by their configs. Groups:
+here with neutral values. Each family's settings are a function below (`zaremba`, `large_bd`, `rhn`,
+`feedforward`) that a paper row's file starts from, so a row reads in two files: its own and this one. Groups:
   config.words  the embedding and output layer (`wt_jax.tying.WordEmbeddings`)
   config.al     Inan et al. (2017)'s augmented loss (`wt_jax.losses.make_lm_cost`)
   config.softmax  the training cost's softmax: full, or an approximation over the word matrix (`wt_jax.softmax`)
@@ -147,3 +148,114 @@ def get_config():
   #                             set by experiments.ptb before JAX starts: experiments.apply_determinism); recorded in
   #                             run.json and results.json (`host.xla_flags`). The CPU is deterministic already
   return c.lock()  # every key is declared above: a misspelt or undeclared key is an error, not a new key
+
+
+# --- the model families: each paper row's file starts from one of these ------------------------------------
+
+def zaremba(size: str):
+  """Zaremba et al. (2014)'s LSTM LM of `size` small | medium | large (Press & Wolf Tables 5 and 6), untied."""
+  c = get_config()
+  c.name = size
+  if size == "medium":
+    c.hidden_size = 650         # Zaremba medium: 650 units
+    c.dropout = 0.5             # Zaremba medium: keep_prob 0.5
+    c.init_scale = 0.05         # Zaremba medium: U(-0.05, 0.05)
+    c.lr_decay = 0.8            # Zaremba medium (TF reference): x0.8 per epoch
+    c.decay_after_epoch = 6     # Zaremba medium: max_epoch 6
+    c.num_epochs = 39           # Zaremba medium: max_max_epoch 39
+    c.clip_norm = 5.0           # Zaremba medium: clip 5
+    c.bptt = 35                 # Zaremba medium: num_steps 35
+  elif size == "large":
+    c.hidden_size = 1500        # Zaremba large: 1500 units
+    c.dropout = 0.65            # Zaremba large: keep_prob 0.35
+    c.init_scale = 0.04         # Zaremba large: U(-0.04, 0.04)
+    c.lr_decay = 1.0 / 1.15     # Zaremba large: lr / 1.15 per epoch
+    c.decay_after_epoch = 14    # Zaremba large: max_epoch 14
+    c.num_epochs = 55           # Zaremba large: max_max_epoch 55
+    c.clip_norm = 10.0          # Zaremba large: clip 10
+    c.bptt = 35                 # Zaremba large: num_steps 35
+  elif size != "small":
+    raise ValueError(f"zaremba: size small | medium | large, not {size!r}.")
+  return c
+
+
+def large_bd():
+  """The large LSTM with Gal (2015)'s variational dropout (`bd_lstm_lm`), as Press & Wolf's Table 5 trains it
+  ("BD"; Gal's code), untied and without weight decay."""
+  c = zaremba("large")
+  c.name = "large_bd"
+  c.model = "bd_lstm_lm"
+  c.dropout = 0.0             # (unused: Zaremba's per-step dropout is replaced by the four variational rates)
+  c.dropout_x = 0.3           # Gal / Press & Wolf code: word-type embedding dropout 0.3
+  c.dropout_i = 0.5           # ... each layer's input, one mask per gate: 0.5
+  c.dropout_h = 0.3           # ... recurrent state, one mask per gate: 0.3
+  c.dropout_o = 0.5           # ... top layer's output: 0.5
+  c.mask_per_gate = True      # Gal's code: separate masks per gate (its faster shared-mask variant is worse)
+  c.tie_state_masks = False   # True: Inan et al. (2017)'s VD-LSTM (one mask per state, up and across)
+  c.init_scale = 0.04         # Gal code: every parameter, biases included, U(-0.04, 0.04)
+  c.learning_rate = 1.0       # Gal code: lr 1
+  c.lr_decay = 1.0 / 1.15     # Gal code: lr / 1.15 per epoch once decaying
+  c.decay_after_epoch = 10    # Gal code: max_epoch 10 (decays after epoch 11 ends; same convention as small)
+  c.num_epochs = 55           # Gal code: max_max_epoch 55
+  c.clip_norm = 10.0          # Gal code: max_grad_norm 10
+  c.bptt = 35                 # Gal code: seq_length 35
+  c.weight_decay = 0.0        # this row: no weight decay (large_bd_wd.py has 1e-7)
+  c.weight_decay_mode = "decoupled"  # Gal code: paramx:add(-wd, paramx) after each SGD step
+  # Press & Wolf Table 5's BD train values (24.3 / 28.2) lie far below the dropout-on running perplexity that
+  # Gal's code prints (76.7 at the end of his log): record the training text without dropout beside it.
+  c.eval_train = True
+  return c
+
+
+def rhn():
+  """Zilly et al. (2017)'s Recurrent Highway Network LM (Press & Wolf Table 5, "RHN + BD"), untied: the RHN
+  authors' `ptb_sota` settings (jzilly/RecurrentHighwayNetworks, rhn_train.py)."""
+  c = get_config()
+  c.name = "rhn"
+  c.model = "rhn_lm"
+  c.num_layers = 1            # RHN code ptb_sota: num_layers 1
+  c.depth = 10                # ... recurrence depth 10
+  c.hidden_size = 830         # ... hidden_size 830 (embedding size = hidden size)
+  c.dropout_x = 0.25          # ... drop_x (word-type embedding dropout)
+  c.dropout_i = 0.75          # ... drop_i (layer input)
+  c.dropout_h = 0.25          # ... drop_h (recurrent state, the same mask at every micro-layer)
+  c.dropout_o = 0.75          # ... drop_o (output)
+  c.init_scale = 0.04         # ... init_scale: U(-0.04, 0.04)
+  c.transform_bias = -2.0     # ... init_bias: transform-gate biases start at -2
+  c.remat = False             # ours: jax.checkpoint each time step (recompute the 10 micro-layers)
+  c.learning_rate = 0.2       # ... learning_rate 0.2
+  c.lr_decay = 1.0 / 1.02     # ... lr / 1.02 per epoch once decaying
+  # RHN code: lr / lr_decay ** max(i - max_epoch + 1, 0) for 0-based epoch i, max_epoch 20: epochs 1-20 at
+  # 0.2, decaying from epoch 21. In our convention (epochs 1..decay_after_epoch+1 at full lr) that is 19.
+  c.decay_after_epoch = 19
+  c.num_epochs = 500          # ... max_max_epoch 500 (trained to convergence, best-by-valid kept)
+  c.clip_norm = 10.0          # ... max_grad_norm 10
+  c.batch_size = 20           # ... batch_size 20
+  c.bptt = 35                 # ... num_steps 35
+  c.weight_decay = 1e-7       # ... weight_decay 1e-7, added to the cost as wd * sum(l2_loss(v))
+  c.weight_decay_mode = "loss"
+  c.test_params = "best"      # ... restores the best-by-valid model before the final test
+  return c
+
+
+def feedforward(model: str):
+  """A feed-forward LM on PTB: Bengio et al. (2003)'s NNLM (`model` "nnlm") or Mnih & Hinton (2007)'s
+  log-bilinear LM ("lbl"), untied. Neither paper reports PTB: the sizes and schedule are ours where marked
+  (the lecture notes' values in brackets)."""
+  c = get_config()
+  c.name = model
+  c.model = model
+  c.context = 4               # n − 1 previous words (notes: n − 1 = 5; Brown table n = 3 or 5)
+  c.emb_size = 200            # m = d (ours; notes: 30 or 60)
+  c.hidden_size = 200         # nnlm: h = H tanh units (ours, = m so tying needs no projection; notes: 50 or 100)
+  c.output_projection = False  # nnlm: True puts an h×m projection before the (tied) output layer
+  c.direct = False            # nnlm: Bengio's direct connections from the context to the output (never tied)
+  c.dropout = 0.3             # ours: PTB overfits a feed-forward LM quickly
+  c.optimizer = "adam"        # ours (Bengio et al.: SGD with a decreasing rate)
+  c.learning_rate = 1e-3
+  c.lr_decay = 0.5
+  c.decay_after_epoch = 4
+  c.num_epochs = 10
+  c.batch_size = 64           # ours: no recurrence, so wider batches are cheap
+  c.bptt = 20                 # positions per window (the context crosses windows through the carry)
+  return c

@@ -7,11 +7,11 @@ the small (Tables 3, 6, 7) and large (Tables 4, 5) Zaremba models, and their Tab
 nearest published numbers are Inan et al. (2017), Table 1, medium (650 units) VD-LSTM + RE on PTB, valid 77.1 /
 test 73.9 — a different model (variational dropout, tied without an output bias; `configs/inan.py:medium,re`).
 """
-from configs import medium
+from configs import lm_base
 
 
 def get_config():
-  c = medium.get_config()
+  c = lm_base.zaremba("medium")
   c.name = "medium_tied"
   c.words.mode = "tied"
   return c

@@ -3,11 +3,11 @@ applied to a feed-forward LM).
 
     python -m experiments.ptb --config=configs/nnlm_tied.py --workdir=runs/nnlm_tied
 """
-from configs import nnlm
+from configs import lm_base
 
 
 def get_config():
-  c = nnlm.get_config()
+  c = lm_base.feedforward("nnlm")
   c.name = "nnlm_tied"
   c.words.mode = "tied"
   return c

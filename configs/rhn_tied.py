@@ -6,11 +6,11 @@ authors' `ptb_sota` settings (`tied = True` there).
 23,482,400 parameters (paper: 24M). Paper: valid 68.1 / test 66.0. On this project's 2-core CPU one epoch
 takes hours; the numbers above need an accelerator.
 """
-from configs import rhn
+from configs import lm_base
 
 
 def get_config():
-  c = rhn.get_config()
+  c = lm_base.rhn()
   c.name = "rhn_tied"
   c.words.mode = "tied"
   return c

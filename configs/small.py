@@ -3,7 +3,7 @@
     python -m experiments.ptb --config=configs/small.py --workdir=runs/small
 
 Paper (Press & Wolf Table 6, no dropout): 4.65M parameters, train 38.0 / valid 120.7 / test 114.5.
-The base settings (`configs/lm_base.py`) are this model's; every other small config starts from this one and
+The base settings (`configs/lm_base.py`) are this model's; every other small config starts from them and
 changes only what its row changes.
 """
 from configs import lm_base

@@ -4,11 +4,11 @@
 
 Paper: 4.69M parameters, train 50.8 / valid 116.0 / test 111.7.
 """
-from configs import small
+from configs import lm_base
 
 
 def get_config():
-  c = small.get_config()
+  c = lm_base.get_config()
   c.name = "small_pr"
   c.words.mode = "projection"  # Press & Wolf, Weight Tying section (projection regularisation): P (H x H)
                               # before an untied output embedding

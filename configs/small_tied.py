@@ -4,11 +4,11 @@
 
 Paper: 2.65M parameters, train 36.4 / valid 117.5 / test 112.4.
 """
-from configs import small
+from configs import lm_base
 
 
 def get_config():
-  c = small.get_config()
+  c = lm_base.get_config()
   c.name = "small_tied"
   c.words.mode = "tied"            # Press & Wolf: one matrix for the input lookup and the softmax
   return c

@@ -5,11 +5,11 @@ row "small + WT + PR".
 
 Paper: 2.69M parameters, train 53.5 / valid 104.9 / test 100.9.
 """
-from configs import small
+from configs import lm_base
 
 
 def get_config():
-  c = small.get_config()
+  c = lm_base.get_config()
   c.name = "small_tied_pr"
   c.words.mode = "tied_projection"  # Press & Wolf, Weight Tying section (projection regularisation): P
                                    # before the tied output embedding
