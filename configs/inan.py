@@ -17,8 +17,8 @@ validation and test texts, vocabulary and Appendix A settings, wt_jax/data/wikit
 Paper (perplexity valid / test): PTB small 92.6 / 87.3 → REAL 86.3 / 82.7; medium 82.0 / 77.7 → 75.7 / 73.2;
 large 76.8 / 72.6 → 71.1 / 68.5; WikiText-2 small 112.2 / 105.9 → 105.6 / 98.9; medium 100.2 / 95.3 →
 91.5 / 87.0; Table 2, small, first half 159.1 / 148.0 → 149.3 / 140.6, second half 163.19 / 148.6 → 150.5 / 138.4.
-Ours, small PTB with the default recipe, both sessions (`bash experiments/inan_table1.sh`, 2 CPU cores, 1–2.5 h
-a session): test 88.1 (VD) / 86.7 (AL, mean of seeds 0 and 1) / 86.2 (RE) / 85.7 (REAL);
+Ours, small PTB with the default recipe, both sessions (`bash experiments/studies/inan_table1.sh`, 2 CPU cores,
+1–2.5 h a session): test 88.1 (VD) / 86.7 (AL, mean of seeds 0 and 1) / 86.2 (RE) / 85.7 (REAL);
 `results/inan_ptb_table1` has every row and its command.
 
 Appendix A's numbers are lost in our text of the paper; the values below are those a public reimplementation

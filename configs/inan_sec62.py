@@ -3,9 +3,9 @@ the input embedding's subspace. A 2-layer, 300-unit LSTM LM, untied and without 
 short contiguous span of PTB with the loss (1 − β)·CE + β·τ²·|V|·KL(ỹ‖ŷ) (AL proportion β, temperature τ;
 the paper's eq. (18)), the rows of L held at norm 1; after training, the subspace distance between the input
 embedding L and the output projection W (`wt_jax.analysis.embeddings.subspace_distance`). Swept by
-`python -m experiments.inan_sweep`.
+`python -m experiments.studies.inan_sweep`.
 
-    python -m experiments.inan_sweep --workdir=runs/inan_sec62_paper          # both sweeps (Inan Figure 1)
+    python -m experiments.studies.inan_sweep --workdir=runs/inan_sec62_paper          # both sweeps (Inan Figure 1)
     python -m experiments.ptb --config=configs/inan_sec62.py --workdir=/tmp/one  # one point: β=0.5, τ=10
 
 The paper gives the model (2 × 300 LSTM, no regularisation, a random 20,000-word contiguous span, L's rows

@@ -226,7 +226,7 @@ def test_an_output_folder_that_is_a_file_is_one_line_naming_the_flag(tmp_path):
     ["experiments.ptb", "--config=configs/small.py", "--workdir={file}/run"],
     ["experiments.word2vec", "--config=configs/w2v_tied.py", "--workdir={file}"],
     ["experiments.nmt", "--config=configs/nmt_multi30k_baseline.py", "--workdir={file}"],
-    ["experiments.inan_sweep", "--workdir={file}"],
+    ["experiments.studies.inan_sweep", "--workdir={file}"],
     ["experiments.embeddings", "--lm_untied={dir}", "--lm_tied={dir}", "--tables_dir={file}"],
     ["experiments.export", "--workdir={dir}", "--out={file}/export"],
     ["experiments.compile", "--config=configs/small.py", "--topology=v5e:1x1", "--dump_dir={file}"],

@@ -397,7 +397,7 @@ def test_logit_gradients_measure_each_cost_term():
 
 @pytest.mark.slow
 def test_sweep_entry_point_tables_the_workdirs_whole_sweep(tmp_path):
-  """experiments.inan_sweep: a second command over other points writes sweep.md and the figure from every point
+  """experiments.studies.inan_sweep: a second command over other points writes sweep.md and the figure from every point
   the workdir has measured with its KL weighting, the first command's among them."""
   import subprocess
   import sys
@@ -410,8 +410,8 @@ def test_sweep_entry_point_tables_the_workdirs_whole_sweep(tmp_path):
           f"--workdir={tmp_path / 'sweep'}"]
   env = dict(os.environ, WT_JAX_DATA=str(tmp_path / "data"), JAX_PLATFORMS="cpu")
   for proportions in ("0", "0.5"):
-    proc = subprocess.run([sys.executable, "-m", "experiments.inan_sweep", *tiny, f"--proportions={proportions}",
-                           "--temperatures=5"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "experiments.studies.inan_sweep", *tiny,
+                           f"--proportions={proportions}", "--temperatures=5"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
   table = (tmp_path / "sweep" / "sweep.md").read_text()
   assert [line.split("|")[1].strip() for line in table.splitlines()[2:]] == ["0", "1", "0.5"]  # β of each row

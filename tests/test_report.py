@@ -808,8 +808,8 @@ def test_an_import_with_a_damaged_run_copies_nothing(tmp_path):
 
 
 def test_sampling_page_sets_each_runs_scores_and_samples_side_by_side(tmp_path):
-  """A run folder's samples/*.jsonl and scores/*.json (as experiments/sampling_study.sh writes them) are imported
-  with its results.json; the page's scores table and each prompt's table read those files; a damaged score
+  """A run folder's samples/*.jsonl and scores/*.json (as experiments/studies/sampling_study.sh writes them) are
+  imported with its results.json; the page's scores table and each prompt's table read those files; a damaged score
   stops the import with nothing copied."""
   from experiments.reports import samples
   runs = tmp_path / "runs"

@@ -368,7 +368,7 @@ def test_a_missing_corpus_ends_the_tool_with_one_line_naming_the_variable(tmp_pa
 @pytest.mark.parametrize("module, config", [("experiments.ptb", "configs/small_tied.py"),
                                             ("experiments.word2vec", "configs/w2v_tied.py"),
                                             ("experiments.nmt", "configs/nmt_multi30k_baseline.py"),
-                                            ("experiments.inan_sweep", "configs/inan_sec62.py"),
+                                            ("experiments.studies.inan_sweep", "configs/inan_sec62.py"),
                                             ("experiments.bench", "configs/small_tied.py")])
 def test_every_entry_point_that_reads_a_corpus_stops_with_one_line_without_it(module, config, tmp_path):
   env = dict(os.environ, WT_JAX_DATA=str(tmp_path / "empty"), JAX_PLATFORMS="cpu")

@@ -1,80 +1,18 @@
 """Train a priority list of runs (any study's configs) on one accelerator inside a wall-clock budget, and keep a
 record of each that a caller can collect at any moment.
 
-    python -m experiments.gpu.run_queue --jobs=large_bd_wd,large_bd_wd_tied --budget_s=700 \\
+    python -m experiments.gpu.run_queue --jobs=large_bd_wd,large_bd_wd_tied --budget_s=700 \
         --run_dir=/tmp/wt/runs --record_dir=/tmp/wt/records
     python -m experiments.gpu.run_queue --job_file=experiments/gpu/jobs_next.txt --budget_s=700 ...
     python -m experiments.gpu.run_queue --job=inan.py:medium,al --job=large_bd_wd_tied:seed=1 ...
     python -m experiments.gpu.run_queue --dry_run --jobs=small_tied --run_dir=/tmp/d/runs --record_dir=/tmp/d/records
     python -m experiments.gpu.run_queue --stamp=.gpu      # before a GPU call: the commit the records will name
 
-A job is a config of `configs/`, its argument if the config takes one, and overrides:
-`CONFIG[.py][:ARGUMENT][:key=value...]`, e.g. `large_tied`, `large:seed=1:bptt=35`, `inan.py:medium,al`,
-`inan:small,vd,wikitext2:seed=1` (folder `inan_small_vd_wikitext2_seed1`). Each runs as its own
-`python -m experiments.ptb --config=configs/CONFIG.py[:ARGUMENT]` process (`--set` overrides apply to all).
-A job with `members=K` (or `member_values=...`, `wt_jax.members`) trains K models in that one program, e.g.
-`inan.py:medium,vd:members=2` (seeds 0 and 1); a job whose member_values hold ',' or ';' goes in --job or
---job_file. Jobs joined by '+' are one program whose members are every part's models, when their configs differ
-only in keys members may vary (`wt_jax.members.combine`: seed, rates, α …, and the name): e.g.
-`inan.py:medium,vd:members=2 + inan.py:medium,al:members=2` trains Inan's VD-LSTM and +AL rows, two seeds
-each, in one program (folder `inan_medium_vd_members2__inan_medium_al_members2`), each member recorded under
-its own config's name. It runs as the first part's config with the members spelled out in `member_values`.
-Jobs come from `--jobs` (comma-separated: for jobs without a comma), `--job` (repeatable) or `--job_file` (one
-a line, `#` comments), in that order, and start in that order, at most `--parallel` at once, while at least
-`--min_start_s` of the budget is left. Before the driver starts, every job's config is built and its corpus
-read (without downloading), so a misspelt job or a corpus the machine lacks stops it with one line;
-`--check_jobs` does only that.
-
-A job whose folder already holds a run: finished if it has `results.json` (a members job: `summary.json`, which
-the trainer writes last, after every member's results), recorded, not rerun, if its `run.json` config is the
-job's (outside the keys a resume may change, `record.RESUMABLE_KEYS`; a members job's keys are part of that
-config) and its results name the job's config and seed; not finished, resumed on its own rung of the ladder,
-the trainer comparing the config with its `run.json` (another run's stops it with one line: the job fails,
-that line its reason in `status.json` and the driver's output). A folder holding another finished run, a run
-on no rung of the ladder, one without a checkpoint that is not the job's, or a damaged one (a record that
-cannot be read, a member's results missing) is moved aside whole (`wt_jax.files.set_aside`:
-`<job>.set_aside[.<n>]`; said in one line and in `status.json`) and the job starts afresh.
-
-Precision ladder. A job starts at the first of `--precisions` (`config.matmul_precision`; the papers' GPUs
-computed true float32; the records name the rung, so `matmul_precision` is refused as an override). After
-`--check_steps` steps its measured rate gives a projected end; if that end is past the deadline and a lower rung
-exists, the job is stopped and restarted from scratch one rung down (`tensorfloat32`), its probe kept in the
-record. If a job other than the lowest-priority one is late on its
-last rung while sharing the device, the lowest-priority running job is stopped (shed) and the check repeats.
-The lowest-priority job, late on its own, runs on to the deadline and keeps its curve: the way to give a run
-longer than the window whatever the others leave. Every check (step, rate, projection) is kept in
-`status.json`, and each decision names the checks that made it. A members job is judged as one run: its
-members share the step (and the program's rate), read from member 0's `members/0/metrics.jsonl`, and it
-has the steps of one run.
-
-`--deterministic` runs every job with `config.deterministic` (XLA:GPU's deterministic kernels, recorded in each
-run's run.json and results.json). `--expect_backend=gpu` stops the driver with one line if JAX's backend is
-another (a machine whose GPU JAX cannot use would otherwise train on its CPU).
-
-Probe. With `--probe=CONFIG`, before any job, CONFIG's train step is timed (`experiments.bench`, one process
-per variant) with each of `--probe_variants`: time steps per compiled loop iteration (`scan_unroll`) and XLA's
-command buffers over while loops; the fastest variant whose first-step loss matches the first variant's is
-then used by every job (`probe.json`). A members probe (`--probe=CONFIG:members=K`, or members set for every
-job by `--set`) times the members' program; its variants must agree on every member's first loss. The
-deadline can be moved while the driver runs: write a UNIX time to `<records>/deadline_at` (one before the
-driver started, as a file an earlier driver left holds, is ignored and said).
-
-Records (`--record_dir`): `env.json` (device, driver, jax/jaxlib, CUDA and cuDNN versions, the commit),
-`status.json` (every job's state, checks and decisions; rewritten after each change) and per job `<job>/`:
-`results.json`, `run.json`, `curve.jsonl` (the epoch records), `metrics.jsonl`, `log.txt` and any
-`probe_<precision>.jsonl`; a members job: `run.json` (the whole config), `summary.json`, `log.txt`, the probes
-and per member `members/<k>/` with its `results.json`, `run.json`, `metrics.jsonl` and `curve.jsonl` (the
-layout `experiments.report --runs` imports as runs `<job>_m<k>`; no checkpoints). Every file is written whole
-(`wt_jax.files.write_whole`), so a killed driver never leaves half a file; a job stopped at the deadline keeps
-its curve so far and is marked unfinished. At the deadline every job gets SIGTERM (the trainer saves and
-exits) and the driver exits: 1 if a job failed (one line each: its reason, the last line of its log, and the
-log), else 0. A driver that is
-itself stopped (SIGINT, SIGTERM: exit 130) or fails (exit 1; its traceback in `driver_error.txt`) stops its
-running jobs the same way, marks `status.json` done and says so in one line: no job trains on without it.
-A bad job or flag stops the driver with one line before anything starts.
-
-What a job is and what it trains: `experiments.gpu.jobs`; the commit and machine the records name (`--stamp`,
-`env.json`): `experiments.gpu.provenance`.
+Each job runs as its own `python -m experiments.ptb` process; the driver starts them in priority order while
+budget is left, moves each down the precision ladder (`--precisions`) when its measured rate would miss the
+deadline, stops every job with SIGTERM at the deadline (the trainer saves and exits), and writes every record
+whole, so a caller may collect `--record_dir` at any moment. Job syntax, the ladder, the probe and the records'
+layout: experiments/gpu/README.md.
 """
 from __future__ import annotations
 

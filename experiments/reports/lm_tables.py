@@ -151,7 +151,7 @@ REPORTS = {
         note="App. A: `configs/inan.py:small,V` (Appendix A's lr 1, ×0.9 per epoch after epoch 5, bptt 35, "
              "clip 5, keep 0.7, as a reimplementation transcribes them; ours: 40 epochs, the AL's τ and γ (see the text) and "
              "the AL target ỹ fixed as the paper defines it, except in +REAL, whose gradient runs through ỹ: BUILD_NOTES §18). Retrained: a second training session from the first "
-             "one's final parameters with the schedule restarted (footnote 4; `bash experiments/inan_table1.sh`). "
+             "one's final parameters with the schedule restarted (footnote 4; `bash experiments/studies/inan_table1.sh`). "
              "Earlier recipe: `configs/inan.py:small,V,ptb,gal` (Gal's schedule, drop 0.5, bptt 20, the AL target's gradient "
              "on in +AL and +REAL), for comparison."),
     # Press & Wolf (EACL 2017), Table 5: the large (1500-unit) LSTM with Zaremba's dropout, the variational

@@ -1,5 +1,5 @@
 """What trained language models write and how likely they find a text: samples (`experiments.generate`) and
-scores (`experiments.score`) of finished runs, from the records `experiments/sampling_study.sh` leaves in each.
+scores (`experiments.score`) of finished runs, from the records `experiments/studies/sampling_study.sh` leaves in each.
 
     python -m experiments.report sampling --runs=runs/sampling
 
@@ -29,7 +29,7 @@ def import_uses(runs_dir: Path, report_dir: Path, names: list[str]) -> None:
     for kind, suffix in USES.items():
       found = sorted((runs_dir / name / kind).glob(f"*{suffix}"))
       if not found:
-        raise ReportError(f"{runs_dir / name / kind}: no {kind} records; run experiments/sampling_study.sh.")
+        raise ReportError(f"{runs_dir / name / kind}: no {kind} records; run experiments/studies/sampling_study.sh.")
       for f in found:
         lines = f.read_text(errors="replace").splitlines()
         if not lines or (kind == "scores" and len(lines) != 1):
@@ -50,7 +50,8 @@ def _runs(report_dir: Path) -> list[tuple[str, dict]]:
 def _score(report_dir: Path, run: str, what: str) -> dict:
   path = report_dir / run / "scores" / f"{what}.json"
   if not path.exists():
-    raise ReportError(f"{path} is missing; run experiments/sampling_study.sh (or score the run) and import again.")
+    raise ReportError(f"{path} is missing; run experiments/studies/sampling_study.sh (or score the run) and import "
+                      "again.")
   return json_record(path.read_text(), path, ("ppl", "tokens", "oov", "checkpoint", "step"))
 
 
@@ -69,7 +70,7 @@ def scores_table(report_dir: Path, runs: list[tuple[str, dict]]) -> str:
 def _samples(report_dir: Path, run: str, prompt: int, kind: str) -> list[dict]:
   path = report_dir / run / "samples" / f"prompt{prompt}_{kind}.jsonl"
   if not path.exists():
-    raise ReportError(f"{path} is missing; run experiments/sampling_study.sh and import again.")
+    raise ReportError(f"{path} is missing; run experiments/studies/sampling_study.sh and import again.")
   return [json.loads(line) for line in path.read_text().splitlines()]
 
 

@@ -51,7 +51,7 @@ def _rows_reached(run: dict, matrix: str) -> float | None:
 
 
 # Runs recorded before results.json named their approximation's settings (`softmax_settings`), by recorded commit
-# and kind. Their command (experiments/softmax_study.sh at that commit) passes only --config.softmax.kind and
+# and kind. Their command (experiments/studies/softmax_study.sh at that commit) passes only --config.softmax.kind and
 # --config.seed, so they ran with configs/lm_base.py's defaults at that commit (`git show
 # <commit>:configs/lm_base.py`); the rows their steps reached agree (BUILD_NOTES §23).
 UNRECORDED_SOFTMAX_SETTINGS = {

@@ -182,7 +182,7 @@ def _end_epoch(r: Run) -> None:
   """Validate, record the epoch per lane, keep each lane's best state, checkpoint."""
   if r.written != r.step:
     _progress(r, write=True)
-  records = [{"epoch": r.epoch, "step": r.step, **shown} for shown in _shown(r)[1]]
+  records = [{"epoch": r.epoch, "step": r.step, **shown} for shown in _epoch_numbers_or_diverge(r)[1]]
   t0 = time.time()
   for record, values in zip(records, r.task.validate(r.state, r.epoch)):
     record.update(values)
@@ -231,9 +231,10 @@ def _diverge(r: Run, k: int, why: str) -> None:
                   k, r.task.lane_configs[k].seed, why)
 
 
-def _shown(r: Run) -> tuple[list[dict], list[dict]]:
-  """(each lane's epoch sums so far, on the host; the progress numbers they give), after the non-finite policy
-  has seen them and the lanes the step itself froze (`members.guarded`)."""
+def _epoch_numbers_or_diverge(r: Run) -> tuple[list[dict], list[dict]]:
+  """(each lane's epoch sums so far, on the host; the progress numbers they give), once the non-finite policy
+  (`_diverge`) has seen them and the lanes the step itself froze (`members.guarded`): raises NonFiniteLossError
+  when no lane trains any more."""
   for k, at in enumerate(np.asarray(jax.device_get(r.state.get(members_lib.DIVERGED, [])))):
     if at >= 0:
       _diverge(r, k, f"a non-finite training loss or gradient at step {int(at)}")
@@ -250,7 +251,7 @@ def _summary(r: Run, shown: list[dict]) -> str:
 
 
 def _progress(r: Run, write: bool) -> None:
-  shown = _shown(r)[1]
+  shown = _epoch_numbers_or_diverge(r)[1]
   rate = r.clock.tick(r.step)
   speed = {"steps_per_s": rate, **({"tokens_per_s": rate * r.task.tokens_per_step} if r.task.tokens_per_step else {})}
   eta = ((r.task.max_steps or r.task.num_epochs * r.task.steps_per_epoch) - r.step) / max(rate, 1e-9)
@@ -273,7 +274,7 @@ def _save(r: Run) -> None:
   """Checkpoint `last` (the state) and, when it changed since it was written, `best` (each lane's best state), with
   the lanes' records, once the non-finite policy has passed them: the folder's `best` is always the one a test with
   `test_params='best'` uses, and a resume restores it."""
-  for lane, total in zip(r.lanes, _shown(r)[0]):
+  for lane, total in zip(r.lanes, _epoch_numbers_or_diverge(r)[0]):
     lane["epoch_sums"] = total
   meta = run_results.with_lanes(_progress_meta(r), r.lanes, r.task.members)
   r.ckpts.save("last", r.step, r.state, meta)
@@ -287,7 +288,7 @@ def _save(r: Run) -> None:
 def _finish(r: Run) -> dict:
   """The final checkpoint, the task's final evaluation and each lane's results.json (members: their checkpoints
   and summary.json)."""
-  totals = _shown(r)[0]
+  totals = _epoch_numbers_or_diverge(r)[0]
   if r.ckpts.latest_step() != r.step:  # stopped mid-epoch: keep the final state too
     _save(r)
   lane_metas = [{**_progress_meta(r), **lane} for lane in r.lanes]

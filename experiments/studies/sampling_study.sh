@@ -2,7 +2,7 @@
 # Train the small LSTM untied and tied (Press & Wolf's Table 6 rows "small" and "small tied", seed 0), then
 # sample from each and score with each, and build results/sampling/ from the records.
 #
-#   bash experiments/sampling_study.sh [RUNS_DIR]      # default RUNS_DIR=runs/sampling
+#   bash experiments/studies/sampling_study.sh [RUNS_DIR]      # default RUNS_DIR=runs/sampling
 #
 # Training is `python -m experiments.ptb --config=configs/<name>.py --config.seed=0 --workdir=RUNS_DIR/<name>_seed0`
 # (both at once; about 75 min on 2 CPU cores), resumed if unfinished, skipped if finished. Then, from each run's

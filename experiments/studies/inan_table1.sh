@@ -2,8 +2,8 @@
 # Train Inan et al.'s Table 1 small PTB rows with Appendix A's settings (the keep reading of its dropout),
 # each followed by footnote 4's second training session, one row after another.
 #
-#   bash experiments/inan_table1.sh [ROW ...]      # ROW: vd al re real (default: all four)
-#   SEED=1 bash experiments/inan_table1.sh real    # a further seed: workdirs small_V_keep_seed1[_s2]
+#   bash experiments/studies/inan_table1.sh [ROW ...]      # ROW: vd al re real (default: all four)
+#   SEED=1 bash experiments/studies/inan_table1.sh real    # a further seed: workdirs small_V_keep_seed1[_s2]
 #
 # Per row V, with RUNS_DIR (default runs/inan_appA) and REPORT=results/inan_ptb_table1:
 #   1. first session   python -m experiments.ptb --config=configs/inan.py:small,V \

@@ -2,11 +2,11 @@
 small untied LSTM LM (configs/inan_sec62.py) and plot the subspace distance between the output projection
 and the input embedding.
 
-    python -m experiments.inan_sweep --workdir=runs/inan_sec62_paper   # the paper's recipe (defaults)
-    python -m experiments.inan_sweep --workdir=runs/inan_sec62_paper --proportions=0,0.5,1 --temperatures=5,20
+    python -m experiments.studies.inan_sweep --workdir=runs/inan_sec62_paper   # the paper's recipe (defaults)
+    python -m experiments.studies.inan_sweep --workdir=runs/inan_sec62_paper --proportions=0,0.5,1 --temperatures=5,20
     # a weaker weighting for comparison (results/inan_sec62/): KL weighted β·τ, β at τ = 20, τ at β = 0.5,
     # L's rows free
-    python -m experiments.inan_sweep --workdir=runs/inan_sec62 --kl_scale=tau --fixed_tau=20 \
+    python -m experiments.studies.inan_sweep --workdir=runs/inan_sec62 --kl_scale=tau --fixed_tau=20 \
         --fixed_proportion=0.5 --config.words.row_norm=0
 
 The paper's recipe (Inan et al. Section 6.2, eq. (18)): loss (1 − β)·CE + β·τ²·|V|·KL, β swept at τ = 10 and

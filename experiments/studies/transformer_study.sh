@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Train the tied-Transformer embedding-scale study (configs/transformer.py), one cell after another.
 #
-#   bash experiments/transformer_study.sh [MODE,SCALE[,DATASET] ...]   # default: the nine PTB cells below
-#   SEED=1 bash experiments/transformer_study.sh tied,none tied,sqrt_d  # a further seed of two cells
+#   bash experiments/studies/transformer_study.sh [MODE,SCALE[,DATASET] ...]   # default: the nine PTB cells below
+#   SEED=1 bash experiments/studies/transformer_study.sh tied,none tied,sqrt_d  # a further seed of two cells
 #
 # Each cell is `python -m experiments.ptb --config=configs/transformer.py:MODE,SCALE[,DATASET]
 # --config.seed=SEED --workdir=RUNS_DIR/NAME`, logged to RUNS_DIR/NAME.log, with NAME ptb_MODE_SCALE (or

@@ -3,8 +3,8 @@
 # small Table 6 model on PTB, tied and untied, trained with each approximation of the full softmax. The
 # full-softmax cells are Table 6's own runs (results/ptb_table6).
 #
-#   bash experiments/softmax_study.sh [RUNS_DIR] [KIND ...]   # default runs/softmax_study, kinds sampled nce class
-#   bash experiments/softmax_study.sh --bench [OUT]            # the bench line (default OUT: results/softmax_study/bench.jsonl)
+#   bash experiments/studies/softmax_study.sh [RUNS_DIR] [KIND ...]   # default runs/softmax_study, kinds sampled nce class
+#   bash experiments/studies/softmax_study.sh --bench [OUT]            # the bench line (default OUT: results/softmax_study/bench.jsonl)
 #
 # Each run is `python -m experiments.ptb --config=configs/<name>.py --config.softmax.kind=<kind> --config.seed=<seed>`
 # with its own workdir RUNS_DIR/<name>_<kind>_seed<seed> and log beside it; the tied and the untied run of a

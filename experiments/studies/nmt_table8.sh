@@ -2,7 +2,7 @@
 # Train the six Multi30k runs behind our version of Press & Wolf's Table 8 (three tying modes × EN→DE, EN→FR),
 # one after another (two concurrent runs give no throughput gain on a 2-core CPU).
 #
-#   bash experiments/nmt_table8.sh [RUNS_DIR]      # default RUNS_DIR=runs/nmt
+#   bash experiments/studies/nmt_table8.sh [RUNS_DIR]      # default RUNS_DIR=runs/nmt
 #
 # Each run is `python -m experiments.nmt --config=configs/nmt_multi30k_<mode>.py --config.tgt_lang=<de|fr>`
 # with workdir RUNS_DIR/en<tgt>_<mode> and log RUNS_DIR/en<tgt>_<mode>.log. Re-running the script resumes

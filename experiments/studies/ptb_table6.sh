@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Train the runs behind Press & Wolf's Table 6 (small, no-dropout PTB models) in two parallel queues.
 #
-#   bash experiments/ptb_table6.sh [RUNS_DIR]      # default RUNS_DIR=runs/ptb_table6
+#   bash experiments/studies/ptb_table6.sh [RUNS_DIR]      # default RUNS_DIR=runs/ptb_table6
 #
 # Each run is `python -m experiments.ptb --config=configs/<name>.py --config.seed=<seed>` with its own workdir
 # RUNS_DIR/<name>_seed<seed> and log RUNS_DIR/<name>_seed<seed>.log. Re-running the script resumes every
