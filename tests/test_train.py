@@ -420,6 +420,19 @@ def test_tensorboard_events_and_a_profile_are_written(tiny_corpus, tmp_path):
   assert any(p.name.endswith(".xplane.pb") for p in (tmp_path / "profile").rglob("*"))
 
 
+def test_tensorboard_events_are_flushed_for_the_live_view_before_the_writer_closes(tmp_path):
+  """The events file is flushed once `Events.FLUSH_S` seconds of writes have passed (0 here), so TensorBoard reads a
+  run's scalars while it trains, not only at its checkpoints and end."""
+  from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+  writer = metrics_lib.MetricsWriter(tmp_path / "metrics.jsonl", tmp_path)
+  writer._tb.FLUSH_S = 0.0
+  writer.write(kind="train", step=3, loss=2.5)
+  acc = EventAccumulator(str(tmp_path))
+  acc.Reload()
+  assert [(e.step, e.value) for e in acc.Scalars("train/loss")] == [(3, 2.5)]
+  writer.close()
+
+
 # --- a run folder that describes itself ------------------------------------------------------------
 
 def test_a_run_folder_describes_itself_and_a_changed_config_does_not_resume(tiny_corpus, tmp_path, caplog):

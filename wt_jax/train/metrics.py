@@ -83,7 +83,10 @@ class MetricsWriter:
 class Events:
   """One TensorBoard event file in `folder` (a local folder or a bucket), written in the calling thread through
   tensorboardX's record writer: no writer thread, so a full disk is an OSError here (at a write or a flush)
-  rather than a thread that dies with its queue."""
+  rather than a thread that dies with its queue. Flushed at least every `FLUSH_S` seconds of writes, for the
+  live view, and whenever the trainer flushes metrics.jsonl."""
+
+  FLUSH_S = 30.0
 
   def __init__(self, folder: str):
     if "://" in folder:  # tensorboardX writes buckets itself, through google-cloud-storage (the `gcs` extra)
@@ -97,12 +100,15 @@ class Events:
   def scalars(self, values: dict, step: int) -> None:
     for tag, value in values.items():
       self._event(step=step, summary=summary.scalar(tag, value))
+    if time.monotonic() - self._flushed >= self.FLUSH_S:
+      self.flush()
 
   def _event(self, **fields) -> None:
     self._writer.write(event_pb2.Event(wall_time=time.time(), **fields).SerializeToString())
 
   def flush(self) -> None:
     self._writer.flush()
+    self._flushed = time.monotonic()
 
   def close(self) -> None:
     self._writer.close()
