@@ -581,7 +581,7 @@ def test_tensorboard_events_a_full_disk_refuses_are_one_warning_and_the_run_goes
   writer = metrics.MetricsWriter(tmp_path / "metrics.jsonl", tmp_path)
   writer.write(kind="train", step=0, loss=2.0)
   writer.flush()
-  writer._tb._writer = record_writer.RecordWriter("/dev/full")  # (the disk is full from here on)
+  writer._tb.records = record_writer.RecordWriter("/dev/full")  # (the disk is full from here on)
   with caplog.at_level("WARNING"):
     for step in range(1, 201):
       writer.write(kind="train", step=step, loss=2.0)

@@ -84,7 +84,7 @@ class Events:
   """One TensorBoard event file in `folder` (a local folder or a bucket), written in the calling thread through
   tensorboardX's record writer: no writer thread, so a full disk is an OSError here (at a write or a flush)
   rather than a thread that dies with its queue. Flushed at least every `FLUSH_S` seconds of writes, for the
-  live view, and whenever the trainer flushes metrics.jsonl."""
+  live view, and whenever the trainer flushes metrics.jsonl. `records`: the file's tensorboardX `RecordWriter`."""
 
   FLUSH_S = 30.0
 
@@ -93,7 +93,7 @@ class Events:
       import google.cloud.storage  # noqa: F401
     record_writer.directory_check(folder)
     name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}"
-    self._writer = record_writer.RecordWriter(f"{folder.rstrip('/')}/{name}")
+    self.records = record_writer.RecordWriter(f"{folder.rstrip('/')}/{name}")
     self._event(file_version="brain.Event:2")
     self.flush()
 
@@ -104,14 +104,14 @@ class Events:
       self.flush()
 
   def _event(self, **fields) -> None:
-    self._writer.write(event_pb2.Event(wall_time=time.time(), **fields).SerializeToString())
+    self.records.write(event_pb2.Event(wall_time=time.time(), **fields).SerializeToString())
 
   def flush(self) -> None:
-    self._writer.flush()
+    self.records.flush()
     self._flushed = time.monotonic()
 
   def close(self) -> None:
-    self._writer.close()
+    self.records.close()
 
 
 def plot_curves(metrics_path, png_path, title: str = "") -> epath.Path | None:
