@@ -17,7 +17,7 @@ from absl import app, flags
 from experiments.gpu import jobs as gj
 from experiments.gpu import provenance as gp
 from experiments.gpu import run_queue as g
-from wt_jax.train import run_results
+from wt_jax.train import members_run
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -326,7 +326,7 @@ def test_a_members_run_is_finished_by_its_summary_judged_by_member_0_and_collect
   plain = {**gj.job_config(gj.parse_job("small_tied"), []).to_dict(), "matmul_precision": "float32"}
   _folder_with_record(wd2, plain, {"config": "small_tied", "seed": 4, "matmul_precision": "float32"})
   assert driver2.adopt(job2) is False and "members 0 (job: 2)" in job2.events[-1]["why"]
-  assert gj.MEMBERS_DIR == run_results.MEMBERS_DIR and gj.SUMMARY_FILE == run_results.SUMMARY_FILE
+  assert gj.MEMBERS_DIR == members_run.MEMBERS_DIR and gj.SUMMARY_FILE == members_run.SUMMARY_FILE
 
 
 def test_a_damaged_record_is_set_aside_whole_under_a_free_name_and_said_why(tmp_path):

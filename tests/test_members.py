@@ -77,14 +77,13 @@ def _assert_same_training(got, want):
 def test_member_k_trains_what_a_run_of_its_config_trains_alone(corpus, family):
   overrides = dict(FAMILIES[family])
   config = _config(corpus, seed=3, **overrides)
-  task = lm.LMTask(config, corpus)
-  assert task.members == 2 and [c.seed for c in task.group.configs] == [3, 4]
+  task = lm.MembersTask(config, corpus)
+  assert task.size == 2 and [c.seed for c in task.group.configs] == [3, 4]
   state, sums = _train(task)
   for k in range(2):
-    alone_config = task.lane_configs[k]
+    alone_config = task.group.configs[k]
     assert alone_config.members == 0 and alone_config.member_values == ""
     alone = lm.LMTask(alone_config, corpus)
-    assert alone.members == 0
     alone_state, alone_sums = _train(alone)
     _assert_same_training(members.member(state["params"], k), alone_state["params"])
     np.testing.assert_allclose([s["nll"][k] for s in sums], [s["nll"] for s in alone_sums], rtol=1e-5)
@@ -98,12 +97,12 @@ def test_the_members_values_reach_the_members(corpus):
   value is read per member, not the template's for all."""
   config = _config(corpus, **FAMILIES["vd_lstm_al"])
   config.member_values = "al.alpha=0,8;seed=5,5"
-  task = lm.LMTask(config, corpus)
+  task = lm.MembersTask(config, corpus)
   assert task.group.seeds == [5, 5] and task.group.varying == {"al.alpha": [0.0, 8.0]}
   state, _ = _train(task, 3)
   p0, p1 = (_flat(members.member(state["params"], k)) for k in range(2))
   assert np.linalg.norm(p0 - p1) > 1e-3 * np.linalg.norm(p0)
-  alone, _ = _train(lm.LMTask(task.lane_configs[0], corpus), 3)  # α = 0: a run without the AL at all
+  alone, _ = _train(lm.LMTask(task.group.configs[0], corpus), 3)  # α = 0: a run without the AL at all
   _assert_same_training(members.member(state["params"], 0), alone["params"])
 
 
@@ -173,13 +172,12 @@ def test_combine_spells_configs_that_share_every_shape_as_one_runs_members():
 def test_a_progress_line_summarises_each_configs_members_apart():
   """Members of one config: their mean and range. Members of different configs (the VD-LSTM and +AL rows
   in one program): each config's own mean and range, and a diverged member left out of its config's."""
-  from wt_jax.train.run_results import summary_line
+  from wt_jax.train.members_run import summary_line
   shown = [{"train_ppl": 100.0}, {"train_ppl": 102.0}, {"train_ppl": 90.0}, {"train_ppl": float("nan")}]
-  lanes = [{"diverged": None}] * 3 + [{"diverged": "nan"}]
-  assert summary_line(shown[:2], lanes[:2], 2, ["vd", "vd"]) == "members 2 (0 diverged)  train_ppl 101 [100–102]"
-  assert summary_line(shown, lanes, 4, ["vd", "vd", "al", "al"]) == (
+  live = [True] * 3 + [False]
+  assert summary_line(shown[:2], live[:2], ["vd", "vd"]) == "members 2 (0 diverged)  train_ppl 101 [100–102]"
+  assert summary_line(shown, live, ["vd", "vd", "al", "al"]) == (
       "members 4 (1 diverged)  | vd: train_ppl 101 [100–102]  | al: train_ppl 90")
-  assert summary_line(shown[:1], [{}], 0) == "train_ppl 100"
 
 
 @pytest.mark.parametrize("how", ["nan_in_step", pytest.param("overflowing_perplexity", marks=pytest.mark.slow)])

@@ -90,7 +90,7 @@ def test_each_member_has_its_own_shared_matrix(tiny_corpus):
   model); here the members of one program: member 1 at learning rate 0 keeps its own initial matrix while
   member 0's trains, and the two start from their own seeds."""
   corpus, _ = tiny_corpus
-  task = lm.LMTask(_tied(member_values="learning_rate=1.0,0.0"), corpus)
+  task = lm.MembersTask(_tied(member_values="learning_rate=1.0,0.0"), corpus)
   state = task.init_state()
   before = np.asarray(state["params"]["words"]["embedding"])
   assert before.shape == (2, V, 16) and not np.allclose(before[0], before[1])

@@ -127,16 +127,16 @@ def evaluate_mc(model, params, stream: np.ndarray, batch_size: int, bptt: int, s
 
 def test_perplexities(config, model, eval_window, params, test_stream: np.ndarray, mc_keys: list,
                       dp: parallel.DataParallel | None = None, group=None) -> list[dict]:
-  """The test numbers a run reports for `params` (see the module docstring), one dict per lane: {'test_ppl' (batch
+  """The test numbers a run reports for `params` (see the module docstring), one dict per model: {'test_ppl' (batch
   1), 'test_ppl_batched', 'test_protocol', 'eval_dropout', and 'test_ppl_mc' with MC samples}. Without `group`,
   `params` are one model's; with it (`wt_jax.members.Members`) its members' (a leading member axis), the two
   deterministic passes read by all members in one program, MC dropout member by member with each own model.
-  `mc_keys`: each lane's MC dropout key."""
+  `mc_keys`: each model's MC dropout key."""
   B, T = config.eval_batch_size, config.bptt
   K = group.size if group else 0
-  lanes = lambda out: out["ppl"] if K else [out["ppl"]]
-  batched = lanes(evaluate(model, eval_window, params, test_stream, B, T, drop_remainder=True, dp=dp, members=K))
-  single = lanes(evaluate(model, eval_window, params, test_stream, 1, config.test_window, drop_remainder=False,
+  each = lambda out: out["ppl"] if K else [out["ppl"]]
+  batched = each(evaluate(model, eval_window, params, test_stream, B, T, drop_remainder=True, dp=dp, members=K))
+  single = each(evaluate(model, eval_window, params, test_stream, 1, config.test_window, drop_remainder=False,
                           dp=dp, members=K))
   out = [{"test_ppl": s, "test_ppl_batched": b,
           "test_protocol": ("test_ppl: one stream (batch 1), all N-1 targets, as the reference reports it (the README's "

@@ -40,10 +40,10 @@ from wt_jax.data import batching, lm_corpora, paths, ptb
 from wt_jax.data import text as text_lib
 from wt_jax.data import vocab as vocab_lib
 from wt_jax.errors import InputError
+from wt_jax.train.members_run import MEMBERS_DIR
 
 CHECKPOINTS = export.KINDS  # 'last', 'best'
 SPLITS = ptb.SPLITS
-MEMBERS_DIR = "members"  # (as `wt_jax.train.run_results.MEMBERS_DIR`, not imported: that module loads the trainer)
 
 
 @dataclasses.dataclass
@@ -116,15 +116,15 @@ def _checkpoint(folder: epath.Path, checkpoint: str | None) -> export.Run:
 
 def _stacked_member(workdir: epath.Path, member: int, checkpoint: str | None) -> export.Run:
   """Member `member` of a members run from the run's own checkpoint, whose leaves are [K, ...] (`wt_jax.members`):
-  its slice of the parameters, its config (`members.parse` of the run's: seed + k, its values) and its lane's
+  its slice of the parameters, its config (`members.parse` of the run's: seed + k, its values) and its
   record. For a run that has not ended: its members' folders get checkpoints of their own when it ends."""
   run = _checkpoint(workdir, checkpoint)
   group = members.parse(ml_collections.ConfigDict(run.config)) if run.config else None
   if group is None or member >= group.size:
     raise InputError(f"The {run.kind!r} checkpoint in {workdir} holds no member {member} "
                      f"({group.size if group else 'no'} members).")
-  lane = (run.meta.get("members") or [{}] * group.size)[member]
-  meta = {**run.meta, **lane, "config": group.configs[member].to_dict()}
+  own = (run.meta.get("members") or [{}] * group.size)[member]
+  meta = {**run.meta, **own, "config": group.configs[member].to_dict()}
   params = jax.tree_util.tree_map(lambda x: np.asarray(x)[member], run.params)
   return dataclasses.replace(run, params=params, meta=meta, results={})
 

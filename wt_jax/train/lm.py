@@ -30,7 +30,7 @@ from wt_jax.data import batching
 from wt_jax.data import vocab as vocab_lib
 from wt_jax.errors import InputError, require_counts
 from wt_jax import lm_eval as eval_lib
-from wt_jax.train import optim, trainer
+from wt_jax.train import members_run, optim, trainer
 
 
 def train_step_body(model, tx: optax.GradientTransformation, cost: Callable, step_key: jax.Array) -> Callable:
@@ -89,30 +89,6 @@ def make_train_step(model, tx: optax.GradientTransformation, cost: Callable, ste
                  out_shardings=(state_sharding, rep))
 
 
-def member_state_sharding(dp: parallel.DataParallel) -> dict:
-  """Where a members run's stacked LM state lives: parameters, optimiser state and carry split along the member
-  axis (the carry also along the batch), the step counters replicated (every process reads them)."""
-  rep, split = dp.replicated, dp.member_sharding()
-  return {"params": split, "opt_state": split, "step": rep, "carry": dp.member_sharding(models.CARRY_BATCH_AXIS),
-          members_lib.DIVERGED: rep}
-
-
-def make_member_train_step(group: members_lib.Members, steps_per_epoch: int, step_keys: jax.Array,
-                           dp: parallel.DataParallel, counts=None):
-  """The members' step, jit-compiled for `dp`'s [members, data] mesh, the state donated: step(state[K, …],
-  x[B, T], y[B, T]) → (state, sums[K]). Member k's model, cost and optimiser are built inside the program
-  from its values (`Members.bind`), its dropout and cost keys from step_keys[k]: what `train_step_for` builds
-  for a run of member k's config alone, vmapped."""
-
-  def body(config, step_key):
-    return train_step_body(models.build(config), optim.make_optimizer(config, steps_per_epoch),
-                           losses.make_lm_cost(config, counts), step_key)
-
-  state_sharding, rows = member_state_sharding(dp), dp.batch_sharding(0)
-  return jax.jit(members_lib.vmap_step(body, group, step_keys), donate_argnums=(0,),
-                 in_shardings=(state_sharding, rows, rows), out_shardings=(state_sharding, dp.replicated))
-
-
 def train_step_for(config, model, tx: optax.GradientTransformation, step_key: jax.Array,
                    dp: parallel.DataParallel | None = None, counts=None):
   """The step `fit` trains `config` with (its cost from `losses.make_lm_cost`, `counts` the training counts
@@ -144,54 +120,48 @@ def check_ranges(config) -> None:
     raise InputError(f"learning_rate must be a finite number ≥ 0, not {config.learning_rate!r}.")
 
 
+def prepared(config, corpus):
+  """(config, corpus) for a task: checked against each other, the corpus cut to `train_max_tokens` and
+  `eval_max_tokens`, and a class-factored softmax's bins resolved from the training counts (`softmax.resolve`)."""
+  if config.test_params not in ("final", "best"):
+    raise InputError(f"Unknown test_params {config.test_params!r}; expected 'final' or 'best'.")
+  if corpus.vocab_size != config.vocab_size:
+    raise InputError(f"config.vocab_size={config.vocab_size} but the corpus has {corpus.vocab_size} "
+                     f"types; set --config.vocab_size={corpus.vocab_size}.")
+  if config.train_max_tokens:  # train on a prefix of the training stream (Inan et al. Section 6.2)
+    if config.train_max_tokens < config.batch_size * config.bptt + 1:
+      raise InputError(f"train_max_tokens={config.train_max_tokens} is less than one batch (B·T+1 = "
+                       f"{config.batch_size * config.bptt + 1} tokens).")
+    corpus = dataclasses.replace(corpus, train=corpus.train[:config.train_max_tokens])
+  if config.eval_max_tokens:  # smoke runs of big models: evaluate on a prefix of valid and test only
+    corpus = dataclasses.replace(corpus, valid=corpus.valid[:config.eval_max_tokens],
+                                 test=corpus.test[:config.eval_max_tokens])
+  return softmax.resolve(config, corpus.train), corpus
+
+
 class LMTask:
-  """A language model on a corpus's train/valid/test streams (see the module docstring): `trainer.Task`. With
-  `config.members` or `config.member_values` (`wt_jax.members`), K models in one program: the state gains a leading
-  member axis, and every per-lane result is member k's."""
+  """A language model on a corpus's train/valid/test streams (see the module docstring): `trainer.Task`."""
 
   def __init__(self, config, corpus):
-    if config.test_params not in ("final", "best"):
-      raise InputError(f"Unknown test_params {config.test_params!r}; expected 'final' or 'best'.")
-    if corpus.vocab_size != config.vocab_size:
-      raise InputError(f"config.vocab_size={config.vocab_size} but the corpus has {corpus.vocab_size} "
-                       f"types; set --config.vocab_size={corpus.vocab_size}.")
-    B, T = config.batch_size, config.bptt
-    if config.train_max_tokens:  # train on a prefix of the training stream (Inan et al. Section 6.2)
-      if config.train_max_tokens < B * T + 1:
-        raise InputError(f"train_max_tokens={config.train_max_tokens} is less than one batch (B·T+1 = "
-                         f"{B * T + 1} tokens).")
-      corpus = dataclasses.replace(corpus, train=corpus.train[:config.train_max_tokens])
-    if config.eval_max_tokens:  # smoke runs of big models: evaluate on a prefix of valid and test only
-      corpus = dataclasses.replace(corpus, valid=corpus.valid[:config.eval_max_tokens],
-                                   test=corpus.test[:config.eval_max_tokens])
-    config = softmax.resolve(config, corpus.train)  # a class-factored softmax's bins, from the training counts
-    self.config, self.corpus = config, corpus
-    self.group = members_lib.parse(config)  # None: one model
-    if self.group:  # each member's config as a run alone resolves it
-      self.group = members_lib.Members(tuple(softmax.resolve(c, corpus.train) for c in self.group.configs),
-                                       self.group.varying)
-    self.members = self.group.size if self.group else 0
-    self.lane_configs = list(self.group.configs) if self.group else [config]
-    for c in self.lane_configs:
-      check_ranges(c)
-    template = self.group.template() if self.group else config  # the structure every lane's program has
-    self.model = models.build(template)
-    self.dp = parallel.DataParallel.create(num_devices=config.num_devices, members=self.members,
-                                           member_devices=config.member_devices)  # the batch split over devices
-    self.dp.check_batch(B)
-    self.num_devices = self.dp.num_devices
-    self.train = batching.lm_windows(corpus.train, B, T)
+    config, corpus = prepared(config, corpus)
+    check_ranges(config)
+    self.setup(config, corpus, config, parallel.DataParallel.create(num_devices=config.num_devices))
+    self.init_key, self.step_key = trainer.run_keys(config.seed)
+    self.step_fn = train_step_for(config, self.model, self.tx, self.step_key, self.dp, self.counts)
+
+  def setup(self, config, corpus, template, dp: parallel.DataParallel) -> None:
+    """What the task has whatever its parameters: the model and optimiser of `template`'s structure, the training
+    windows (the batch split over `dp`'s devices), the evaluation window, the training counts."""
+    self.config, self.corpus, self.dp = config, corpus, dp
+    dp.check_batch(config.batch_size)
+    self.num_devices, self.model = dp.num_devices, models.build(template)
+    self.train = batching.lm_windows(corpus.train, config.batch_size, config.bptt)
     self.steps_per_epoch, self.num_epochs, self.max_steps = len(self.train), config.num_epochs, config.max_steps
-    self.tokens_per_step = B * T
+    self.tokens_per_step = config.batch_size * config.bptt
     self.selection = ("valid_ppl", "min")
     self.eval_window = eval_lib.make_eval_window(self.model)
     self.tx = optim.make_optimizer(template, self.steps_per_epoch)
-    keys = [trainer.run_keys(c.seed) for c in self.lane_configs]
-    self.init_keys, self.step_keys = [k[0] for k in keys], [k[1] for k in keys]
-    counts = softmax.counts(corpus.train, config.vocab_size)
-    self.step_fn = (make_member_train_step(self.group, self.steps_per_epoch, jnp.stack(self.step_keys), self.dp,
-                                           counts) if self.group else
-                    train_step_for(config, self.model, self.tx, self.step_keys[0], self.dp, counts))
+    self.counts = softmax.counts(corpus.train, config.vocab_size)
 
   def write_run_files(self, folder, resumed: bool) -> None:
     """<folder>/vocab.txt: the vocabulary, one word per line in id order (row i of the embeddings is word i), so
@@ -205,8 +175,8 @@ class LMTask:
     else:
       vocab_lib.write_file(path, self.corpus.vocab.words)
 
-  def _initial(self, config, key):
-    """One lane's state before its first step, on the default device: random parameters from `key`, or converted
+  def initial(self, config, key):
+    """A model's state before its first step, on the default device: random parameters from `key`, or converted
     ones (`config.init_from`, `wt_jax.convert`)."""
     state = jax.jit(lambda k: initial_state(config, self.model, self.tx, k))(key)
     if config.init_from:
@@ -216,21 +186,12 @@ class LMTask:
     return state
 
   def init_state(self):
-    """Each lane from its own seed, placed by the mesh: one model replicated (every process computes the same
-    parameters from the seed), or the members stacked along the member axis."""
-    states = [self._initial(c, k) for c, k in zip(self.lane_configs, self.init_keys)]
-    if not self.group:
-      return self.start_epoch(self.dp.replicate(states[0]), 1)
-    state = {**members_lib.stack([jax.device_get(s) for s in states]),
-             members_lib.DIVERGED: -np.ones(self.members, np.int32)}
-    return self.start_epoch({key: self.dp.put(v, member_state_sharding(self.dp)[key]) for key, v in state.items()}, 1)
+    """The model from its seed, replicated (every process computes the same parameters from the seed)."""
+    return self.start_epoch(self.dp.replicate(self.initial(self.config, self.init_key)), 1)
 
   def start_epoch(self, state, epoch):
     carry = self.model.initial_carry(self.config.batch_size)
-    if not self.group:
-      return {**state, "carry": self.dp.shard_batch(carry, models.CARRY_BATCH_AXIS)}
-    carry = jax.tree_util.tree_map(lambda x: np.broadcast_to(x, (self.members, *x.shape)), carry)
-    return {**state, "carry": self.dp.put(carry, self.dp.member_sharding(models.CARRY_BATCH_AXIS))}
+    return {**state, "carry": self.dp.shard_batch(carry, models.CARRY_BATCH_AXIS)}
 
   def batches(self, epoch, start):
     for pos in range(start, self.steps_per_epoch):
@@ -239,8 +200,10 @@ class LMTask:
   def train_step(self, state, batch):
     return self.step_fn(state, *batch)
 
-  def train_metrics(self, sums, step, lane: int = 0):
-    c, steps = self.lane_configs[lane], max(sums.get("steps", 0.0), 1.0)
+  def train_metrics(self, sums, step, config=None):
+    """The progress numbers of the epoch's `sums` at `step`, the learning rate by `config`'s schedule (default the
+    task's)."""
+    c, steps = config or self.config, max(sums.get("steps", 0.0), 1.0)
     epoch = (step - 1) // self.steps_per_epoch + 1  # the epoch of the step just taken
     shown = {"train_ppl": eval_lib.perplexity(sums.get("nll", 0.0), int(sums.get("tokens", 0))),
              "lr": optim.epoch_lr(epoch, c.learning_rate, c.lr_decay, c.decay_after_epoch)
@@ -248,65 +211,147 @@ class LMTask:
     # gradient norms and rows reached: the mean over the epoch's steps so far
     return {**shown, **{k: v / steps for k, v in sums.items() if k.startswith(("norm/", "rows/"))}}
 
-  def _ppls(self, params, stream, batch_size, bptt, drop_remainder) -> list[float]:
-    """Each lane's perplexity on `stream` (`lm_eval.evaluate`, the members in one program)."""
-    out = eval_lib.evaluate(self.model, self.eval_window, params, stream, batch_size, bptt,
-                            drop_remainder=drop_remainder, dp=self.dp, members=self.members)
-    return out["ppl"] if self.group else [out["ppl"]]
+  def ppl(self, params, stream, batch_size, bptt, drop_remainder):
+    """The perplexity of `params` on `stream` (`lm_eval.evaluate`)."""
+    return eval_lib.evaluate(self.model, self.eval_window, params, stream, batch_size, bptt,
+                             drop_remainder=drop_remainder, dp=self.dp)["ppl"]
 
   def validate(self, state, epoch):
-    c = self.config
-    return [{"valid_ppl": ppl} for ppl in self._ppls(state["params"], self.corpus.valid, c.eval_batch_size, c.bptt,
-                                                       True)]
+    return {"valid_ppl": self.ppl(state["params"], self.corpus.valid, self.config.eval_batch_size, self.config.bptt,
+                                  True)}
 
-  def final(self, state, best_state, lanes, sums):
-    """Each lane's results: the test protocol (`lm_eval.test_perplexities`) on its tested parameters (the final
-    ones, or its best by validation with `test_params='best'`), its last train and valid perplexity."""
-    c = self.config
-    use_best = [c.test_params == "best" and best_state is not None and lane["best_epoch"] is not None
-                for lane in lanes]
-    params = state["params"]
-    if any(use_best):
-      params = (best_state["params"] if not self.group else
-                members_lib.select(np.asarray(use_best), best_state["params"], params))
-    tests = eval_lib.test_perplexities(c, self.model, self.eval_window, params, self.corpus.test,
-                                       [jax.random.fold_in(k, 2**31 - 1) for k in self.step_keys], self.dp,
-                                       group=self.group)
-    step = int(np.max(jax.device_get(state["step"])))
-    ended = [bool(lane["history"]) and lane["history"][-1]["step"] == step for lane in lanes]
-    valid = ([None] * len(lanes) if all(ended) else  # stopped mid-epoch (max_steps): validate here
-             [v["valid_ppl"] for v in self.validate(state, None)])
-    train_eval = ([None] * len(lanes) if not c.eval_train else  # the training text read as validation is
-                  self._ppls(params, self.corpus.train[:c.eval_max_tokens] if c.eval_max_tokens else self.corpus.train,
-                             c.eval_batch_size, c.bptt, True))
-    out = []
-    for k, lane in enumerate(lanes):
-      last = lane["history"][-1] if ended[k] else {
-          "train_ppl": eval_lib.perplexity(sums[k]["nll"], int(sums[k]["tokens"])) if sums[k].get("tokens")
-                       else float("nan"), "valid_ppl": valid[k]}
-      tested = (f"best (epoch {lane['best_epoch']})" if use_best[k] else
-                "final (test_params='best', but no epoch has ended yet)" if c.test_params == "best" else "final")
-      out.append({**self._results(self.lane_configs[k], lane, step, last["train_ppl"], last["valid_ppl"], tested,
-                                  tests[k]), **({"train_ppl_eval": train_eval[k]} if c.eval_train else {})})
-    return out
+  def train_eval(self, params):
+    """The training text read as validation is (`eval_train`; a prefix with `eval_max_tokens`), else None."""
+    c, train = self.config, self.corpus.train
+    return (self.ppl(params, train[:c.eval_max_tokens] if c.eval_max_tokens else train, c.eval_batch_size, c.bptt,
+                     True) if c.eval_train else None)
 
-  def _results(self, c, lane, step, train_ppl, valid_ppl, tested, test) -> dict:
+  def final(self, state, best_state, meta, sums):
+    """The results: the test protocol (`lm_eval.test_perplexities`) on the tested parameters (the final ones, or
+    the best by validation with `test_params='best'`), the last train and valid perplexity."""
+    use_best = self.config.test_params == "best" and best_state is not None and meta["best_epoch"] is not None
+    params = (best_state if use_best else state)["params"]
+    test, = eval_lib.test_perplexities(self.config, self.model, self.eval_window, params, self.corpus.test,
+                                       [mc_key(self.step_key)], self.dp)
+    valid = None if ended(meta) else self.validate(state, None)["valid_ppl"]
+    return self.results(self.config, meta, sums, use_best, test, valid, self.train_eval(params))
+
+  def results(self, c, meta, sums, use_best, test, valid, train_eval) -> dict:
+    """The LM's results.json keys (`c` its config, `meta` its record, `valid` its perplexity now if it stopped
+    mid-epoch)."""
+    last = meta["history"][-1] if ended(meta) else {
+        "train_ppl": eval_lib.perplexity(sums["nll"], int(sums["tokens"])) if sums.get("tokens") else float("nan"),
+        "valid_ppl": valid}
+    tested = (f"best (epoch {meta['best_epoch']})" if use_best else
+              "final (test_params='best', but no epoch has ended yet)" if c.test_params == "best" else "final")
     return {"task": "lm", "dataset": c.dataset, "model": c.model, "tying": c.words.mode,
-            "softmax": softmax.kind_of(c), "softmax_settings": softmax.settings(c), "train_ppl": train_ppl,
-            "train_ppl_from": softmax.TRAIN_NLL[softmax.kind_of(c)], "valid_ppl": valid_ppl, **test,
+            "softmax": softmax.kind_of(c), "softmax_settings": softmax.settings(c), "train_ppl": last["train_ppl"],
+            "train_ppl_from": softmax.TRAIN_NLL[softmax.kind_of(c)], "valid_ppl": last["valid_ppl"], **test,
             "eval_max_tokens": c.eval_max_tokens or None,  # None: the whole valid and test sets
             "train_max_tokens": c.train_max_tokens or None,  # None: the whole training set
             "matmul_precision": c.matmul_precision,  # float32 matmuls: backend default, or exact (float32)
             "scan_unroll": getattr(self.model, "unroll", None),  # time steps per loop trip (True: all; speed only)
             "test_params": tested,  # 'final' parameters (Zaremba/Press & Wolf) or 'best' by valid (RHN)
-            "best_valid_ppl": lane["best"],
-            "train_tokens_per_s": step * self.tokens_per_step / max(lane["train_s"], 1e-9)}
+            "best_valid_ppl": meta["best"],
+            "train_tokens_per_s": meta["step"] * self.tokens_per_step / max(meta["train_s"], 1e-9),
+            **({"train_ppl_eval": train_eval} if c.eval_train else {})}
+
+
+def ended(meta: dict) -> bool:
+  """Whether the run's record ends with a whole epoch (else it stopped mid-epoch: `max_steps`)."""
+  return bool(meta["history"]) and meta["history"][-1]["step"] == meta["step"]
+
+
+def mc_key(step_key: jax.Array) -> jax.Array:
+  """The MC dropout key of the test protocol, from the run's step key."""
+  return jax.random.fold_in(step_key, 2**31 - 1)
+
+
+def member_state_sharding(dp: parallel.DataParallel) -> dict:
+  """Where a members run's stacked LM state lives: parameters, optimiser state and carry split along the member
+  axis (the carry also along the batch), the step counters replicated (every process reads them)."""
+  rep, split = dp.replicated, dp.member_sharding()
+  return {"params": split, "opt_state": split, "step": rep, "carry": dp.member_sharding(models.CARRY_BATCH_AXIS),
+          members_lib.DIVERGED: rep}
+
+
+def make_member_train_step(group: members_lib.Members, steps_per_epoch: int, step_keys: jax.Array,
+                           dp: parallel.DataParallel, counts=None):
+  """The members' step, jit-compiled for `dp`'s [members, data] mesh, the state donated: step(state[K, …],
+  x[B, T], y[B, T]) → (state, sums[K]). Member k's model, cost and optimiser are built inside the program
+  from its values (`Members.bind`), its dropout and cost keys from step_keys[k]: what `train_step_for` builds
+  for a run of member k's config alone, vmapped."""
+
+  def body(config, step_key):
+    return train_step_body(models.build(config), optim.make_optimizer(config, steps_per_epoch),
+                              losses.make_lm_cost(config, counts), step_key)
+
+  state_sharding, rows = member_state_sharding(dp), dp.batch_sharding(0)
+  return jax.jit(members_lib.vmap_step(body, group, step_keys), donate_argnums=(0,),
+                 in_shardings=(state_sharding, rows, rows), out_shardings=(state_sharding, dp.replicated))
+
+
+class MembersTask(LMTask):
+  """`LMTask` for the K members of `config` (`members.parse`): the state stacked, member k's numbers in the
+  k-th place of each list a method returns."""
+
+  def __init__(self, config, corpus):
+    config, corpus = prepared(config, corpus)
+    group = members_lib.parse(config)  # each member's config as a run alone resolves it
+    self.group = members_lib.Members(tuple(softmax.resolve(c, corpus.train) for c in group.configs), group.varying)
+    for c in self.group.configs:
+      check_ranges(c)
+    self.size = self.group.size
+    dp = parallel.DataParallel.create(num_devices=config.num_devices, members=self.size,
+                                      member_devices=config.member_devices)
+    self.setup(config, corpus, self.group.template(), dp)  # (the structure every member's program has)
+    keys = [trainer.run_keys(c.seed) for c in self.group.configs]
+    self.init_keys, self.step_keys = [k[0] for k in keys], [k[1] for k in keys]
+    self.step_fn = make_member_train_step(self.group, self.steps_per_epoch, jnp.stack(self.step_keys), dp,
+                                          self.counts)
+
+  def init_state(self):
+    """Each member from its own seed, stacked along the member axis and placed by the mesh."""
+    states = [jax.device_get(self.initial(c, k)) for c, k in zip(self.group.configs, self.init_keys)]
+    state = {**members_lib.stack(states), members_lib.DIVERGED: -np.ones(self.size, np.int32)}
+    return self.start_epoch({key: self.dp.put(v, member_state_sharding(self.dp)[key]) for key, v in state.items()}, 1)
+
+  def start_epoch(self, state, epoch):
+    carry = self.model.initial_carry(self.config.batch_size)
+    carry = jax.tree_util.tree_map(lambda x: np.broadcast_to(x, (self.size, *x.shape)), carry)
+    return {**state, "carry": self.dp.put(carry, self.dp.member_sharding(models.CARRY_BATCH_AXIS))}
+
+  def ppl(self, params, stream, batch_size, bptt, drop_remainder):
+    """Each member's perplexity on `stream`, in one program (`lm_eval.evaluate`)."""
+    return eval_lib.evaluate(self.model, self.eval_window, params, stream, batch_size, bptt,
+                             drop_remainder=drop_remainder, dp=self.dp, members=self.size)["ppl"]
+
+  def validate(self, state, epoch):
+    return [{"valid_ppl": ppl} for ppl in super().validate(state, epoch)["valid_ppl"]]
+
+  def final(self, state, best_state, metas, sums):
+    """Each member's results (`LMTask.results`), tested on its final parameters or its best by validation."""
+    use_best = [self.config.test_params == "best" and best_state is not None and m["best_epoch"] is not None
+                for m in metas]
+    params = state["params"]
+    if any(use_best):
+      params = members_lib.select(np.asarray(use_best), best_state["params"], params)
+    tests = eval_lib.test_perplexities(self.config, self.model, self.eval_window, params, self.corpus.test,
+                                       [mc_key(k) for k in self.step_keys], self.dp, group=self.group)
+    valid = ([None] * self.size if all(ended(m) for m in metas) else  # stopped mid-epoch: validate here
+             [v["valid_ppl"] for v in self.validate(state, None)])
+    train_eval = self.train_eval(params) or [None] * self.size
+    return [self.results(c, *args) for c, *args in zip(self.group.configs, metas, sums, use_best, tests, valid,
+                                                       train_eval)]
 
 
 def fit(config, corpus, workdir: str | Path) -> dict:
   """Train `config` on `corpus` (train/valid/test streams), writing everything under `workdir`; every
-  float32 matmul of the run (train steps and evaluation) at `config.matmul_precision`. Returns the results
-  (with `config.members` or `member_values`: the members' summary, `run_results.members_summary`)."""
+  float32 matmul of the run (train steps and evaluation) at `config.matmul_precision`. Returns the results; with
+  `config.members` or `member_values` (`wt_jax.members`), the members' summary (`members_run.members_summary`)."""
   with precision.matmul_precision(config.matmul_precision):
-    task = LMTask(config, corpus)
-    return trainer.run(task, task.config, workdir)  # (task.config: with what LMTask derived from the corpus)
+    if not (config.members or config.member_values):
+      task = LMTask(config, corpus)
+      return trainer.run(task, task.config, workdir)  # (task.config: with what LMTask derived from the corpus)
+    task = MembersTask(config, corpus)
+    return trainer.run(task, task.config, workdir, members_run.MembersFolder(workdir, task))

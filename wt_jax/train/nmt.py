@@ -159,7 +159,6 @@ class NMTTask:
     self.translator = decode.Translator(self.model, subwords, self.dp, config.eval_batch_size, config.decode_max_len,
                                  self.buckets)
     self.num_epochs, self.max_steps, self.tokens_per_step = config.num_epochs, 0, None
-    self.members, self.lane_configs = 0, [config]  # one model
     self.steps_per_epoch = tr.num_train_batches(len(self.train_src), B)
     self.selection = ("valid_bleu_greedy", "max")  # DL4MT keeps the best model by validation BLEU
     logging.info("%s: tying %s; vocabularies %d (source) / %d (target)%s; %d training pairs (%d dropped by "
@@ -188,7 +187,7 @@ class NMTTask:
     state, (nll, tokens) = self.step_fn(state, *batch)
     return state, {"nll": nll, "tokens": tokens}
 
-  def train_metrics(self, sums, step, lane: int = 0):
+  def train_metrics(self, sums, step):
     return {"train_ppl": lm_eval.perplexity(sums.get("nll", 0.0), int(sums.get("tokens", 0))),
             "target_tokens": sums.get("tokens", 0.0)}
 
@@ -197,9 +196,9 @@ class NMTTask:
     val_src, val_tgt = self.ids["valid"]
     valid = evaluate_nll(self.eval_fn, state["params"], val_src, val_tgt, c.eval_batch_size, self.dp, self.buckets)
     val_bleu, _ = decode.bleu(self.translator.text(state["params"], val_src), self.data["valid"][1])
-    return [{"valid_ppl": valid["ppl"], "valid_bleu_greedy": val_bleu}]
+    return {"valid_ppl": valid["ppl"], "valid_bleu_greedy": val_bleu}
 
-  def final(self, state, best_state, lanes, sums):
+  def final(self, state, best_state, meta, sums):
     """Beam search with the best parameters (by greedy validation BLEU) on valid and test."""
     c = self.config
     params = (best_state or state)["params"]
@@ -221,7 +220,7 @@ class NMTTask:
         files.write_whole(self.workdir / f"{key}.hyp.txt", "".join(h + "\n" for h in hyps))
       logging.info("%s BLEU %.2f (beam %d, %s), ppl %.2f", key, score, c.beam_size, signature,
                    results[f"{key}_ppl"])
-    return [results]
+    return results
 
 
 def fit_nmt(config, data: dict, workdir: str | Path) -> dict:

@@ -117,7 +117,6 @@ class SkipGramTask:
     self.num_epochs, self.max_steps, self.tokens_per_step = config.num_epochs, 0, B  # (pairs per step)
     self.total = self.steps_per_epoch * config.num_epochs
     self.selection = None  # no validation set: the analyses read the final embeddings
-    self.members, self.lane_configs = 0, [config]  # one model
     logging.info("%s: vocabulary %d, %d tokens, ~%d pairs per epoch, %d steps per epoch.", config.name, V,
                  len(self.ids), pairs_per_epoch, self.steps_per_epoch)
 
@@ -162,18 +161,18 @@ class SkipGramTask:
     return state, {"loss": jnp.sum(losses_K), "pairs": jnp.asarray(losses_K.shape[0] * self.config.batch_size,
                                                                    jnp.int32)}
 
-  def train_metrics(self, sums, step, lane: int = 0):
+  def train_metrics(self, sums, step):
     return {"loss_per_pair": sums.get("loss", 0.0) / max(sums.get("pairs", 0.0), 1.0),
             "lr": learning_rate(self.config.learning_rate, step / self.total)}
 
   def validate(self, state, epoch):
-    return [{}]
+    return {}
 
-  def final(self, state, best_state, lanes, sums):
-    epochs = len(lanes[0]["history"])
-    return [{"task": "skipgram", "tying": self.config.tying, "vocab_size": len(self.vocab),
+  def final(self, state, best_state, meta, sums):
+    epochs = len(meta["history"])
+    return {"task": "skipgram", "tying": self.config.tying, "vocab_size": len(self.vocab),
              "tokens": int(len(self.ids)), "dim": self.config.dim,
-             "words_per_s": len(self.ids) * epochs / max(lanes[0]["train_s"], 1e-9)}]
+             "words_per_s": len(self.ids) * epochs / max(meta["train_s"], 1e-9)}
 
 
 def fit_skipgram(config, sentences: Sequence[Sequence[str]], workdir: str | Path) -> dict:

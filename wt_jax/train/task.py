@@ -9,25 +9,23 @@ from etils import epath
 
 
 class Task(Protocol):
-  """What the skeleton knows of a task. `state` is a dict with at least 'params' and 'step' (a members run's
-  leaves have a leading member axis, and 'diverged_at': `wt_jax.members.guarded`)."""
+  """What the skeleton knows of a task. `state` is a dict with at least 'params' and 'step'."""
 
+  config: Any  # the run's config (what `run` records)
   num_epochs: int
   steps_per_epoch: int  # nominal (progress lines); an epoch ends when `batches` ends
   max_steps: int  # > 0: stop after this many steps (smoke runs)
   tokens_per_step: int | None  # for the tokens/s of progress lines (None: steps/s only)
   selection: tuple[str, str] | None  # (validation metric, 'min' | 'max') that picks `best`; None: no best
   num_devices: int  # the data-parallel devices the step runs on
-  members: int  # 0: one model; K > 0: K members in one program
-  lane_configs: list  # each lane's whole config: [config], or the K members'
 
   def init_state(self) -> Any: ...
   def start_epoch(self, state: Any, epoch: int) -> Any: ...  # e.g. reset a recurrent carry
   def batches(self, epoch: int, start: int) -> Iterator[tuple[Any, int]]: ...  # (batch, steps it takes)
-  def train_step(self, state: Any, batch: Any) -> tuple[Any, dict]: ...  # → (state, sums: a scalar per lane)
-  def train_metrics(self, sums: dict, step: int, lane: int) -> dict: ...  # a lane's epoch sums → progress numbers
-  def validate(self, state: Any, epoch: int) -> list[dict]: ...  # each lane's
-  def final(self, state: Any, best_state: Any, lanes: list[dict], sums: list[dict]) -> list[dict]: ...  # each lane's
+  def train_step(self, state: Any, batch: Any) -> tuple[Any, dict]: ...  # → (state, sums: a scalar per key)
+  def train_metrics(self, sums: dict, step: int) -> dict: ...  # the epoch's sums so far → progress numbers
+  def validate(self, state: Any, epoch: int) -> dict: ...  # the epoch's validation numbers
+  def final(self, state: Any, best_state: Any, meta: dict, sums: dict) -> dict: ...  # the task's results
   def write_run_files(self, folder: epath.Path, resumed: bool) -> None: ...  # e.g. vocab.txt (checked at a resume)
 
 
