@@ -441,11 +441,11 @@ def members_sweep(config, sweep: list[int]) -> None:
 
 
 def members_task(config, train_stream, valid_stream):
-  """The `lm.LMTask` of a members config on these streams (its step, state and evaluation are what `lm.fit`
+  """The `lm.MembersTask` of a members config on these streams (its step, state and evaluation are what `lm.fit`
   runs); a synthetic stream gets a vocabulary of placeholder words."""
   words = vocab.Vocab([f"w{i}" for i in range(config.vocab_size)])
   corpus = ptb.Corpus(train=train_stream, valid=valid_stream, test=valid_stream[:1000], vocab=words)
-  return lm.LMTask(config, corpus)
+  return lm.MembersTask(config, corpus)
 
 
 def compiled_train_step(config, model, windows: batching.Windows, counts=None):

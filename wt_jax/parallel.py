@@ -68,6 +68,14 @@ def is_writer() -> bool:
   return jax.process_index() == 0
 
 
+def data_parallel(num_devices: int = 0) -> "DataParallel | None":
+  """The mesh a one-model run trains on (`DataParallel.create(num_devices)`), or None for one device of one
+  process: the run's arrays then stay where `jax.jit` puts them, with no mesh or placement around them."""
+  if jax.process_count() == 1 and (num_devices or jax.device_count()) == 1:
+    return None
+  return DataParallel.create(num_devices)
+
+
 @dataclasses.dataclass(frozen=True)
 class DataParallel:
   """A 1-D mesh over devices with the batch (leading) axis sharded over it."""

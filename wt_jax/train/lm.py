@@ -111,8 +111,10 @@ def check_ranges(config) -> None:
   """`InputError` for a value no run can train with, before anything is built: a count below 1
   (`POSITIVE_KEYS`), a drop probability outside [0, 1) (`members.DROPOUT_KEYS`; 1 would drop everything), a
   learning rate that is not a finite number ≥ 0 (0 trains nothing, which a test of the initial parameters
-  uses)."""
+  uses); a config of members (they train as `MembersTask`)."""
   require_counts(config, POSITIVE_KEYS)
+  if config.members or config.member_values:
+    raise InputError(f"{config.name} asks for members: `fit` trains them (`MembersTask`), not `LMTask`.")
   for key in members_lib.DROPOUT_KEYS:
     if not 0.0 <= config.get(key, 0.0) < 1.0:
       raise InputError(f"{key} is a drop probability, in [0, 1); not {config[key]!r}.")
@@ -145,16 +147,17 @@ class LMTask:
   def __init__(self, config, corpus):
     config, corpus = prepared(config, corpus)
     check_ranges(config)
-    self.setup(config, corpus, config, parallel.DataParallel.create(num_devices=config.num_devices))
+    self.setup(config, corpus, config, parallel.data_parallel(config.num_devices))  # (None: one device)
     self.init_key, self.step_key = trainer.run_keys(config.seed)
     self.step_fn = train_step_for(config, self.model, self.tx, self.step_key, self.dp, self.counts)
 
-  def setup(self, config, corpus, template, dp: parallel.DataParallel) -> None:
+  def setup(self, config, corpus, template, dp: parallel.DataParallel | None) -> None:
     """What the task has whatever its parameters: the model and optimiser of `template`'s structure, the training
-    windows (the batch split over `dp`'s devices), the evaluation window, the training counts."""
+    windows (the batch split over `dp`'s devices; None: one device), the evaluation window, the training counts."""
     self.config, self.corpus, self.dp = config, corpus, dp
-    dp.check_batch(config.batch_size)
-    self.num_devices, self.model = dp.num_devices, models.build(template)
+    if dp:
+      dp.check_batch(config.batch_size)
+    self.num_devices, self.model = dp.num_devices if dp else 1, models.build(template)
     self.train = batching.lm_windows(corpus.train, config.batch_size, config.bptt)
     self.steps_per_epoch, self.num_epochs, self.max_steps = len(self.train), config.num_epochs, config.max_steps
     self.tokens_per_step = config.batch_size * config.bptt
@@ -186,16 +189,18 @@ class LMTask:
     return state
 
   def init_state(self):
-    """The model from its seed, replicated (every process computes the same parameters from the seed)."""
-    return self.start_epoch(self.dp.replicate(self.initial(self.config, self.init_key)), 1)
+    """The model from its seed, replicated over a mesh (every process computes the same parameters from it)."""
+    state = self.initial(self.config, self.init_key)
+    return self.start_epoch(self.dp.replicate(state) if self.dp else state, 1)
 
   def start_epoch(self, state, epoch):
     carry = self.model.initial_carry(self.config.batch_size)
-    return {**state, "carry": self.dp.shard_batch(carry, models.CARRY_BATCH_AXIS)}
+    return {**state, "carry": self.dp.shard_batch(carry, models.CARRY_BATCH_AXIS) if self.dp else carry}
 
   def batches(self, epoch, start):
     for pos in range(start, self.steps_per_epoch):
-      yield self.dp.shard_batch((self.train.x[pos], self.train.y[pos])), 1
+      batch = self.train.x[pos], self.train.y[pos]
+      yield (self.dp.shard_batch(batch) if self.dp else batch), 1
 
   def train_step(self, state, batch):
     return self.step_fn(state, *batch)
