@@ -1,51 +1,16 @@
 """Throughput benchmark of a language-model, word2vec or translation config: prints one JSON line.
 
     python -m experiments.bench --config=configs/small_tied.py [--steps=200 --warmup=20 --repeats=3]
+    python -m experiments.bench --config=configs/small_tied.py --torch_python=PATH --rounds=3   # vs PyTorch
     python -m experiments.bench --config=configs/w2v_untied.py [--w2v_epochs=2] [--gensim_python=PATH]
-
-With --torch_python=PATH (a Python that has torch), it instead alternates, --rounds times, a run of the
-PyTorch reference `../shared/bench/torch_small_lm.py` (`torch_rhn_lm.py` for an RHN config,
-`bench_helpers/torch_vd_lstm.py` for the variational LSTM; or --torch_script, given only the flags its --help
-lists) and a run of this benchmark, each in its own process, and prints one JSON line with every run and the
-medians of both (the machine is noisy: compare only within one interleaved run). On a GPU the reference runs
-with --device cuda and its float32 matmuls at the config's matmul_precision (`bench_helpers/torch_precision.py`).
-
-Measures, on the PTB training stream (or a random stream of the same vocabulary with --synthetic), the
-compile time of the train step, steady-state train ms/step and tokens/s (median over --repeats blocks of
---steps steps, after --warmup steps), eval tokens/s of the batched validation pass, and the step's matmul
-FLOPs (formula) with the fraction of this machine's measured float32 matmul rate they reach
-(`floor_ms_per_step` = FLOPs / peak: the time the step would take at that rate).
-
-For a skip-gram config (`model = "skipgram"`) it trains --w2v_epochs epochs of the real pipeline
-(`wt_jax.train.skipgram.fit_skipgram`: pair generation, subsampling, negative sampling, SGD) on the PTB training
-sentences in a temporary workdir and reports in-vocabulary words/s per epoch; the last epoch is the steady
-state (the first includes compilation). With --gensim_python=PATH (a Python that has gensim) it alternates,
---rounds times, gensim's word2vec on the same sentences and settings (`experiments/bench_helpers/gensim_reference.py`, one
-epoch) with this benchmark, each in its own process, and prints both with their medians.
-
-For a translation config (`configs/nmt_*.py`) it runs the real pipeline (`wt_jax.train.nmt.fit_nmt`: BPE, bucketed
-batches, training, greedy validation, beam-search decoding) in a temporary workdir on the first
---nmt_train_pairs training pairs for --nmt_epochs epochs and the first --nmt_eval_sentences validation and
-test sentences, and reports training target tokens/s per epoch (the last is the steady state; the first
-includes compilation) and decoding sentences/s with the config's beam (validation: includes compiling the
-beam search; test: the compiled functions reused, BLEU scoring included).
-
     python -m experiments.bench --config=configs/nmt_multi30k_three_way.py [--nmt_train_pairs=2000]
-
-With `--config.members=K` (or member_values: `wt_jax.members`) it times the members' step of `lm.fit` — K
-models in one program — and reports ms per step of all K (`train_tok_per_s` counts every member's tokens).
-`--members_sweep=0,1,2,4,8` runs this benchmark once per K (0: the plain run) in its own process, --rounds
-times interleaved, and prints one JSON line: the median ms per step of each K and its ratio to one model
-trained alone ("K models in X times the time of one").
-
     python -m experiments.bench --config=configs/small_tied.py --members_sweep=0,1,2,4,8 --rounds=2
-
-With `--sample_len=N`, a language-model config's sampling speed instead (`wt_jax.sampling`): `--sample_batch`
-sequences of N drawn tokens, `sampling.decode`'s one compiled `lax.scan` beside a Python loop of one jitted step
-per token over the same model and the same draws; both from random initial parameters (a token's arithmetic does
-not depend on their values).
-
     python -m experiments.bench --config=configs/small_tied.py --sample_len=200 --sample_batch=1
+
+An LM config: the train step's compile time, steady-state ms/step and tokens/s (median over --repeats blocks of
+--steps steps after --warmup), batched evaluation tokens/s, and the step's matmul FLOPs against this machine's
+measured float32 matmul rate. A reference (PyTorch, gensim) or several K of members run interleaved, each in its
+own process: compare speeds only within one such run. What each mode measures: experiments/bench_helpers/README.md.
 """
 import json
 import os

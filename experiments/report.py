@@ -18,24 +18,9 @@
                                                                      # holds bench --members_sweep lines
     python -m experiments.report sampling --runs=runs/sampling      # samples and scores of trained runs
 
-With --runs, every run directory there that holds a results.json (a finished run) is imported into
-results/<report>/<run>/ as results.json and curve.jsonl (its per-epoch records; the per-step log, plots,
-translations and checkpoints stay in the run's workdir). The report is then built from results/<report>/
-alone, so anyone can rebuild it from the committed files: results/<report>/valid_curves.png and the study
-page results/<report>/README.md. A damaged or foreign record stops the report with one line naming it; if a
-build fails in any way, results/<report> (and the --readme file) are put back byte for byte as they were, so
-an import never replaces committed records with broken ones.
-
-The study page is the report's own page: the prose around the generated parts is written by hand and kept.
-The generated parts sit between markers: the table (with the paper's source, the note, the figure and the
-rebuild command) between `<!-- report:<name>:begin -->` and `<!-- report:<name>:end -->`, the run records
-(command, code commit, machine of each run) between `<!-- report:<name>:runs:begin -->` and
-`<!-- report:<name>:runs:end -->` (on a page without the runs markers, the run records go inside the first
-pair). A page that does not exist, or has no markers, is written whole: its title, then both parts in their
-markers, so prose added around them later survives the next rebuild.
-
---readme=FILE also writes the table, figure and a link to the page between the same first pair of markers in
-FILE (the top-level README.md carries no report sections: its results table links to the study pages).
+With --runs, each finished run there (a folder with results.json) is imported into results/<report>/<run>/
+(results.json, curve.jsonl); the table, figure and study page are then built from results/<report>/ alone, and
+put back byte for byte if the build fails. How pages, markers and --readme work: experiments/reports/README.md.
 
 This module is the entry point (flags, dispatch); the page builders are in experiments/reports/, one module per
 kind of page, with the run records (records.py) and the study page's markers (pages.py) they share.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Protocol
 
-import jax
 from etils import epath
 
 
@@ -27,10 +26,3 @@ class Task(Protocol):
   def validate(self, state: Any, epoch: int) -> dict: ...  # the epoch's validation numbers
   def final(self, state: Any, best_state: Any, meta: dict, sums: dict) -> dict: ...  # the task's results
   def write_run_files(self, folder: epath.Path, resumed: bool) -> None: ...  # e.g. vocab.txt (checked at a resume)
-
-
-def run_keys(seed: int) -> tuple[jax.Array, jax.Array]:
-  """(init key, step key) of a run with this seed: the initial parameters come from the first, every step's
-  randomness (dropout, negatives) from the second folded with the step number."""
-  init_key, step_key = jax.random.split(jax.random.key(seed))
-  return init_key, step_key

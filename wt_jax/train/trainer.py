@@ -30,7 +30,7 @@ from wt_jax.train.checkpoint import CheckpointMismatchError, CheckpointUnreadabl
 from wt_jax.train.lock import WorkdirBusyError
 from wt_jax.train.record import ConfigChangedError, versions
 from wt_jax.train.run_folder import NonFiniteLossError, RunFolder
-from wt_jax.train.task import Task, run_keys  # noqa: F401  (run_keys: the tasks' and tests' seeds)
+from wt_jax.train.task import Task
 
 LOG_EVERY_S = 30.0  # a progress line at least this often, whatever log_every is
 
@@ -66,6 +66,13 @@ class Run:
   sums: Any = None  # the epoch's step sums on device since this process started (or resumed) it
   resumed_from: int | None = None
   written: int | None = None  # the step of the last 'train' record
+
+
+def run_keys(seed: int) -> tuple[jax.Array, jax.Array]:
+  """(init key, step key) of a run with this seed: the initial parameters come from the first, every step's
+  randomness (dropout, negatives) from the second folded with the step number."""
+  init_key, step_key = jax.random.split(jax.random.key(seed))
+  return init_key, step_key
 
 
 _add = jax.jit(lambda a, b: jax.tree_util.tree_map(jnp.add, a, b), donate_argnums=(0,))
