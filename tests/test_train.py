@@ -330,6 +330,17 @@ def test_a_value_no_run_can_train_with_is_refused_before_anything_is_built(tiny_
   lm.check_ranges(tiny_config(learning_rate=0.0, dropout=0.0, dropout_h=0.99))  # the edges that are allowed
 
 
+def test_a_one_device_task_builds_no_mesh_and_refuses_a_members_config(tiny_corpus):
+  """On one device of one process `LMTask` places nothing itself (no `DataParallel`: `parallel.data_parallel` is
+  None); a members config is refused in one line, since `LMTask` trains one model (`lm.fit` trains members as
+  `MembersTask`)."""
+  corpus, _ = tiny_corpus
+  assert jax.device_count() == 1 and lm.LMTask(tiny_config(), corpus).dp is None
+  for members in (dict(members=2), dict(member_values="learning_rate=1,0.5")):
+    with pytest.raises(InputError, match="asks for members"):
+      lm.LMTask(tiny_config(**members), corpus)
+
+
 @pytest.mark.slow  # (three processes that stop while parsing their flags)
 def test_entry_point_rejects_unknown_config_key(tiny_corpus, tmp_path):
   """A mistyped key (ml_collections raises it while absl parses the flags) or a config file that is not there:

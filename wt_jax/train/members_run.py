@@ -12,7 +12,6 @@ the run stops (`NonFiniteLossError`) when none trains. Each member's best state 
 """
 from __future__ import annotations
 
-import contextlib
 import statistics
 
 import jax
@@ -24,15 +23,14 @@ from etils import epath
 from wt_jax import files, parallel
 from wt_jax import members as members_lib
 from wt_jax.train.checkpoint import Checkpoints
-from wt_jax.train.lock import workdir_lock
 from wt_jax.train.record import record_run
-from wt_jax.train.run_folder import NonFiniteLossError, RunFolder, writable
+from wt_jax.train.run_folder import Folder, NonFiniteLossError, RunFolder
 
 MEMBERS_DIR = "members"  # <workdir>/members/<k>/: member k's run folder
 SUMMARY_FILE = "summary.json"  # <workdir>/summary.json: the members' numbers, mean and standard deviation
 
 
-class MembersFolder(contextlib.ExitStack):
+class MembersFolder(Folder):
   """What the trainer keeps of a members run (`trainer.run`'s folder): the run's lock on `path`, and each member's
   `RunFolder` in <path>/members/<k>/, its numbers the k-th of the lists (see the module docstring)."""
 
@@ -43,17 +41,9 @@ class MembersFolder(contextlib.ExitStack):
     self.each = [RunFolder(self.path / MEMBERS_DIR / str(k), task, c, lambda s, step, c=c: task.train_metrics(
         s, step, c), lock=False) for k, c in enumerate(configs)]
 
-  def __enter__(self):
-    try:  # (as `RunFolder.__enter__`)
-      self.path.mkdir(parents=True, exist_ok=True)
-      self.enter_context(workdir_lock(self.path))
-      writable(self.path)
-      for folder in self.each:
-        self.enter_context(folder)
-    except BaseException:
-      self.close()
-      raise
-    return self
+  def _open(self) -> None:
+    for folder in self.each:
+      self.enter_context(folder)
 
   def start(self, run_config, run_versions: dict, resumed_from, saved_config) -> None:
     """The run's run.json and each member's (its own config), written or checked; each member's vocab.txt."""

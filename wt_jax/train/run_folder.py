@@ -49,16 +49,33 @@ def check_or_stop(values: dict, why: str) -> None:
     raise NonFiniteLossError(f"{why[0].upper()}{why[1:]}: the model diverged", why)
 
 
-def writable(folder: epath.Path) -> epath.Path:
-  """`folder`, made (process 0), with what a run would write again in it refused before any work if it could not
-  be (`files.check_writable`)."""
-  if parallel.is_writer():
-    folder.mkdir(parents=True, exist_ok=True)
-    files.check_writable(folder, RUN_OUTPUTS, RUN_FOLDERS)
-  return folder
+class Folder(contextlib.ExitStack):
+  """A run's folder as a context: entering makes `path`, takes its lock (unless `lock` is False: a member's folder,
+  under its run's lock), refuses before any work what a run could not write again there (process 0:
+  `files.check_writable`), then `_open`s what the folder needs. A refusal releases what was taken (`with` calls no
+  __exit__ for an __enter__ that raised)."""
+
+  path: epath.Path
+  lock: bool = True
+
+  def __enter__(self):
+    try:
+      self.path.mkdir(parents=True, exist_ok=True)
+      if self.lock:
+        self.enter_context(workdir_lock(self.path))
+      if parallel.is_writer():
+        files.check_writable(self.path, RUN_OUTPUTS, RUN_FOLDERS)
+      self._open()
+    except BaseException:
+      self.close()
+      raise
+    return self
+
+  def _open(self) -> None:
+    """What the folder opens once it is locked and checked (a writer, members' folders)."""
 
 
-class RunFolder(contextlib.ExitStack):
+class RunFolder(Folder):
   """The folder of one model's run: its lock (`lock=False`: a member's folder, under its run's lock), metrics
   writer and record — `records` (one per epoch), `best` and `best_epoch` by `task.selection` (metric, 'min' |
   'max'; None: no best), `epoch_sums` (the epoch's train sums from before a resume, on the host) and `diverged`
@@ -71,19 +88,10 @@ class RunFolder(contextlib.ExitStack):
     self.config, self.train_metrics = config or task.config, train_metrics or task.train_metrics
     self.records, self.epoch_sums, self.best, self.best_epoch, self.diverged = [], None, None, None, None
 
-  def __enter__(self):
-    try:  # (a refusal here releases what was taken: `with` calls no __exit__ for an __enter__ that raised)
-      self.path.mkdir(parents=True, exist_ok=True)
-      if self.lock:
-        self.enter_context(workdir_lock(self.path))
-      writable(self.path)
-      self.writer = (metrics_lib.MetricsWriter(self.path / "metrics.jsonl", self.path) if parallel.is_writer()
-                     else metrics_lib.NoWriter())
-      self.callback(self.writer.close)  # however the run ends, TensorBoard's queued events reach the disk
-    except BaseException:
-      self.close()
-      raise
-    return self
+  def _open(self) -> None:
+    self.writer = (metrics_lib.MetricsWriter(self.path / "metrics.jsonl", self.path) if parallel.is_writer()
+                   else metrics_lib.NoWriter())
+    self.callback(self.writer.close)  # however the run ends, TensorBoard's queued events reach the disk
 
   def start(self, run_config, run_versions: dict, resumed_from, saved_config) -> None:
     """run.json and the task's files (vocab.txt), written, or checked at a resume (`record.record_run`)."""
