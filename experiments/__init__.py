@@ -55,22 +55,22 @@ def quiet_library_logs() -> None:
 
 
 def apply_determinism(config) -> None:
-  """With `config.deterministic`, ask XLA:GPU for deterministic kernels (XLA_FLAGS, `record.DETERMINISTIC_FLAG`);
+  """With `config.deterministic`, ask XLA:GPU for deterministic kernels (XLA_FLAGS, `run_folder.DETERMINISTIC_FLAG`);
   the flags end up in run.json and results.json. JAX's backends read XLA_FLAGS once, when they start: the entry
   points call this before any JAX computation (`start`); from a notebook, set XLA_FLAGS before the first one.
   Without `config.deterministic`, nothing changes."""
-  from wt_jax.train import record
+  from wt_jax.train import run_folder
   flags = os.environ.get("XLA_FLAGS", "")
-  if config.get("deterministic", False) and not record.determinism_in(flags):
+  if config.get("deterministic", False) and not run_folder.determinism_in(flags):
     os.environ["XLA_FLAGS"] = xla_flags_with_determinism(flags, True)
 
 
 def xla_flags_with_determinism(flags: str, deterministic: bool) -> str:
-  """`flags` (an XLA_FLAGS value) with `record.DETERMINISTIC_FLAG` set on or off: any earlier setting of it replaced,
+  """`flags` (an XLA_FLAGS value) with `run_folder.DETERMINISTIC_FLAG` set on or off: any earlier setting of it replaced,
   every other flag kept in order."""
-  from wt_jax.train import record
-  kept = [f for f in flags.split() if f.split("=", 1)[0] != record.DETERMINISTIC_FLAG]
-  return " ".join(kept + [f"{record.DETERMINISTIC_FLAG}={'true' if deterministic else 'false'}"])
+  from wt_jax.train import run_folder
+  kept = [f for f in flags.split() if f.split("=", 1)[0] != run_folder.DETERMINISTIC_FLAG]
+  return " ".join(kept + [f"{run_folder.DETERMINISTIC_FLAG}={'true' if deterministic else 'false'}"])
 
 
 class Stopped(KeyboardInterrupt):
@@ -79,7 +79,7 @@ class Stopped(KeyboardInterrupt):
 
 def stop_at_once(signum, frame):
   """A training tool's SIGINT/SIGTERM handler outside its training loop (`start` sets it; inside the loop
-  `wt_jax.train.signals.deferred` lets the step end and saves `last` first, then puts this one back): stop at once,
+  `wt_jax.train.trainer.deferred` lets the step end and saves `last` first, then puts this one back): stop at once,
   as one line (`one_line`). Nothing is being trained then: the tool is setting up (reading the corpus,
   restoring, compiling), scoring after the last step, or saving `last` when a second signal comes (a save cut
   short stays an unfinished `<step>.orbax-checkpoint-tmp`, which is never restored: `checkpoint.Checkpoints`)."""

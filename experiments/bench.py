@@ -33,7 +33,7 @@ from ml_collections import config_flags
 from experiments import run_main
 from wt_jax import lm_eval, losses, members, models, precision, sampling, softmax, tying
 from wt_jax.data import batching, lm_corpora, paths, ptb, translation, vocab
-from wt_jax.train import lm, nmt, optim, record, skipgram, trainer
+from wt_jax.train import lm, nmt, optim, run_folder, skipgram, trainer
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
 _STEPS = flags.DEFINE_integer("steps", 200, "Timed train steps per repeat.")
@@ -209,7 +209,7 @@ def bench_sampling(config, max_len: int, num_samples: int, repeats: int) -> dict
           "max_len": max_len, "repeats": repeats, "compile_s": round(compile_s, 2),
           "scan_tokens_per_s": round(rate(scan), 1), "step_loop_tokens_per_s": round(rate(loop), 1),
           "same_tokens": same, "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
-          "host": record.host(), "wt_jax_commit": record.code_revision()}
+          "host": run_folder.host(), "wt_jax_commit": run_folder.code_revision()}
 
 
 def _median_ms(f, *args, repeats: int = 30) -> float:
@@ -401,8 +401,8 @@ def members_sweep(config, sweep: list[int]) -> None:
       "train_ms_per_step_median": {str(k): med[k] for k in sweep},
       "time_of_one": {str(k): round(med[k] / med[0], 3) for k in sweep},
       "ms_per_model_step": {str(k): round(med[k] / max(k, 1), 3) for k in sweep},
-      "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__, "host": record.host(),
-      "wt_jax_commit": record.code_revision(), "runs": {str(k): v for k, v in runs.items()}}))
+      "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__, "host": run_folder.host(),
+      "wt_jax_commit": run_folder.code_revision(), "runs": {str(k): v for k, v in runs.items()}}))
 
 
 def members_task(config, train_stream, valid_stream):

@@ -304,8 +304,8 @@ def test_a_diverged_run_stops_with_an_error_and_keeps_the_last_finite_checkpoint
     json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} in metrics.jsonl"))
 
 
-_HOLD_LOCK = ("import os, sys, time\nfrom etils import epath\nfrom wt_jax.train import lock\n"
-              "with lock.workdir_lock(epath.Path(sys.argv[1])):\n"
+_HOLD_LOCK = ("import os, sys, time\nfrom etils import epath\nfrom wt_jax.train import run_folder\n"
+              "with run_folder.workdir_lock(epath.Path(sys.argv[1])):\n"
               "  if float(sys.argv[3]) and os.fork() == 0:  # a child that shares the lock, and ends later\n"
               "    time.sleep(float(sys.argv[3]))\n    os._exit(0)\n"
               "  print('held', flush=True)\n  time.sleep(float(sys.argv[2]))\n")
@@ -351,12 +351,12 @@ def test_a_killed_holders_lock_is_free_at_once_and_one_still_held_as_it_exits_is
   (Through the entry point, the same command again after kill -9: test_a_run_killed_with_sigkill_resumes_...)"""
   import signal
   from etils import epath
-  from wt_jax.train import lock
+  from wt_jax.train import run_folder
   holder = _lock_holder(tmp_path, 60)
   os.kill(holder.pid, signal.SIGKILL)  # (not waited for: a zombie until the end of the test)
   t0 = time.time()
   try:
-    with caplog.at_level("WARNING"), lock.workdir_lock(epath.Path(tmp_path), wait_s=20):
+    with caplog.at_level("WARNING"), run_folder.workdir_lock(epath.Path(tmp_path), wait_s=20):
       assert time.time() - t0 < 5 and json.loads((tmp_path / "run.lock").read_text())["pid"] == os.getpid()
     assert any(f"Taking over the lock of PID {holder.pid} " in r.getMessage() for r in caplog.records)
   finally:
@@ -365,7 +365,7 @@ def test_a_killed_holders_lock_is_free_at_once_and_one_still_held_as_it_exits_is
   os.kill(holder.pid, signal.SIGKILL)
   t0 = time.time()
   try:
-    with lock.workdir_lock(epath.Path(tmp_path), wait_s=20):
+    with run_folder.workdir_lock(epath.Path(tmp_path), wait_s=20):
       assert 1.0 < time.time() - t0 < 15, time.time() - t0  # waited for the child to let go
   finally:
     holder.wait()
@@ -406,7 +406,7 @@ def test_a_signal_while_a_run_sets_up_is_one_line(tiny_corpus, tmp_path, signame
   """SIGINT or SIGTERM before the training loop (where no step waits to be saved) ends the tool at once with
   one line and exit status 1 (`experiments.stop_at_once`), not a traceback or death by the signal. The run is
   held in set-up: its lock is taken by a process that has not yet written who it is, which a run waits for
-  (`lock.LOCK_WAIT_S`) before its loop; the signal is sent once the tool has logged its config."""
+  (`run_folder.LOCK_WAIT_S`) before its loop; the signal is sent once the tool has logged its config."""
   import signal
   _, root = tiny_corpus
   holder = subprocess.Popen([sys.executable, "-c", _HOLD_SILENTLY, str(tmp_path / "run.lock")],
@@ -431,17 +431,17 @@ def test_a_signal_while_a_run_sets_up_is_one_line(tiny_corpus, tmp_path, signame
 
 
 def test_a_second_signal_in_the_training_loop_stops_at_once_with_one_line():
-  """Inside the loop the first signal is a flag (`signals.deferred`: the step ends and `last` is saved); a
+  """Inside the loop the first signal is a flag (`trainer.deferred`: the step ends and `last` is saved); a
   second one, while that save runs, meets the handler `experiments.start` set, put back by the first: one line,
   exit status 1."""
   import signal
   import experiments
-  from wt_jax.train import signals
+  from wt_jax.train import trainer
   before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
   reached = []
 
   def main(argv):
-    with signals.deferred() as interrupted:
+    with trainer.deferred() as interrupted:
       os.kill(os.getpid(), signal.SIGTERM)
       reached.append(interrupted.is_set())
       os.kill(os.getpid(), signal.SIGTERM)

@@ -132,7 +132,7 @@ import hashlib, sys
 import numpy as np
 from configs import large_bd_tied
 import experiments
-from wt_jax.train import record
+from wt_jax.train import run_folder
 c = large_bd_tied.get_config()
 c.hidden_size, c.batch_size, c.bptt, c.vocab_size = 256, 20, 35, 97
 c.matmul_precision, c.deterministic = "tensorfloat32", sys.argv[1] == "1"
@@ -154,7 +154,7 @@ for _ in range(5):
 digest = hashlib.sha256()
 for leaf in jax.tree_util.tree_leaves(jax.device_get(state["params"])):
   digest.update(np.asarray(leaf).tobytes())
-print(record.determinism_in(__import__("os").environ.get("XLA_FLAGS", "")), digest.hexdigest())
+print(run_folder.determinism_in(__import__("os").environ.get("XLA_FLAGS", "")), digest.hexdigest())
 """
 
 

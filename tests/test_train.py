@@ -278,7 +278,6 @@ def test_entry_point_end_to_end_with_deterministic_kernels(tiny_corpus, tmp_path
   """`python -m experiments.ptb` trains and records what ran: the config's name, the parameters, the versions and
   commit, the host; `--config.deterministic=true` reaches XLA_FLAGS before JAX starts (only a new process shows
   that: XLA reads the flags once) beside the caller's own flags, and both records say so."""
-  from wt_jax.train import record
   _, root = tiny_corpus
   env = dict(os.environ, WT_JAX_DATA=str(root), JAX_PLATFORMS="cpu",
              XLA_FLAGS="--xla_force_host_platform_device_count=1")
@@ -472,14 +471,14 @@ def test_a_run_folder_describes_itself_and_a_changed_config_does_not_resume(tiny
 # --- deterministic GPU kernels: the setting reaches XLA_FLAGS and the records ----------------------
 
 def test_the_determinism_flag_is_set_replaced_and_read_as_xla_reads_it():
-  from wt_jax.train import record
+  from wt_jax.train import run_folder
   assert experiments.xla_flags_with_determinism("", True) == "--xla_gpu_deterministic_ops=true"
   assert experiments.xla_flags_with_determinism(
       "--xla_gpu_deterministic_ops=false --xla_gpu_autotune_level=0", True) == \
       "--xla_gpu_autotune_level=0 --xla_gpu_deterministic_ops=true"
-  assert record.determinism_in("--xla_gpu_deterministic_ops=true --xla_gpu_deterministic_ops=0") is False
-  assert record.determinism_in("--xla_gpu_deterministic_ops") is True
-  assert record.determinism_in("--xla_gpu_deterministic_ops_x=true") is None  # another flag
+  assert run_folder.determinism_in("--xla_gpu_deterministic_ops=true --xla_gpu_deterministic_ops=0") is False
+  assert run_folder.determinism_in("--xla_gpu_deterministic_ops") is True
+  assert run_folder.determinism_in("--xla_gpu_deterministic_ops_x=true") is None  # another flag
 
 
 def test_a_deterministic_run_without_the_flag_in_xla_flags_stops(tiny_corpus, tmp_path, monkeypatch):

@@ -72,7 +72,7 @@ fi
 common=(--config.matmul_precision="$PRECISION" --peak=false --steps=100 --warmup=10 --repeats=3 --eval_windows=50
         ${BENCH_FLAGS:-})
 if want determinism; then
-  DET=$(python3 -c "from wt_jax.train.record import xla_flags_with_determinism as f; print(f('', True))")
+  DET=$(python3 -c "from experiments import xla_flags_with_determinism as f; print(f('', True))")
   for c in $DET_CONFIGS; do
     for round in $(seq 1 "${DET_ROUNDS:-2}"); do  # off and on alternately: drift of the card's clock falls on both
       for det in off on; do

@@ -23,8 +23,7 @@ from etils import epath
 from wt_jax import files, parallel
 from wt_jax import members as members_lib
 from wt_jax.train.checkpoint import Checkpoints
-from wt_jax.train.record import record_run
-from wt_jax.train.run_folder import Folder, NonFiniteLossError, RunFolder
+from wt_jax.train.run_folder import Folder, NonFiniteLossError, RunFolder, record_run
 
 MEMBERS_DIR = "members"  # <workdir>/members/<k>/: member k's run folder
 SUMMARY_FILE = "summary.json"  # <workdir>/summary.json: the members' numbers, mean and standard deviation

@@ -1,15 +1,14 @@
 """The trainer every task shares (language models, NMT, skip-gram): run(task, config, workdir) → results.
 
 One state trained: epochs of the task's steps (`task.batches`, `task.train_step`), validated at each epoch's end;
-checkpoint `last` (`_save_due`: epoch ends, every `checkpoint_every_epochs`-th, and every `checkpoint_every_steps`)
-and `best` by the task's validation metric (held on the devices); resume mid-epoch from the newest readable
-checkpoint; SIGINT/SIGTERM finish the step, save `last` and stop (`signals.deferred`); progress lines at least
-every `LOG_EVERY_S` (`_progress`); profiles. The folder, its record and the model's history are a
-`run_folder.RunFolder`, whose `check_or_stop` is the non-finite policy. A members run (`wt_jax.train.members_run`)
-is the same loop over a stacked state with its own folder object.
+checkpoints `last` (cadence: `_save_due`) and `best` by the task's validation metric; resume mid-epoch from the
+newest readable checkpoint; SIGINT/SIGTERM finish the step, save `last` and stop (`deferred`); progress lines at
+least every `LOG_EVERY_S` (`_progress`). The folder, its record and the model's history are a
+`run_folder.RunFolder` (its `check_or_stop`: the non-finite policy); a members run brings its own folder object.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import signal
 import threading
@@ -20,23 +19,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import logging
-from etils import epath
 
 from wt_jax.data import paths
 from wt_jax.errors import InputError
 from wt_jax.train import metrics as metrics_lib
-from wt_jax.train import signals
 from wt_jax.train.checkpoint import CheckpointMismatchError, CheckpointUnreadableError, Checkpoints
-from wt_jax.train.lock import WorkdirBusyError
-from wt_jax.train.record import ConfigChangedError, versions
-from wt_jax.train.run_folder import NonFiniteLossError, RunFolder
+from wt_jax.train.run_folder import ConfigChangedError, NonFiniteLossError, RunFolder, WorkdirBusyError, versions
 from wt_jax.train.task import Task
 
 LOG_EVERY_S = 30.0  # a progress line at least this often, whatever log_every is
 
 
 class Interrupted(KeyboardInterrupt):
-  """SIGINT or SIGTERM arrived; `last` was saved at the step reached."""
+  """SIGINT or SIGTERM arrived (`deferred`); `last` was saved at the step reached."""
 
 
 # What stops a run for a reason its user acts on; the entry points print the message as one line and exit 1.
@@ -53,14 +48,13 @@ class Run:
   folder: Any  # a `RunFolder` (a members run: `members_run.MembersFolder`)
   ckpts: Checkpoints
   state: Any
-  profiler: Any
+  profiler: metrics_lib.Profiler
   versions: dict  # the code and libraries this process runs
   epoch: int = 1
   pos: int = 0  # steps taken in the epoch
   step: int = 0
   clock: metrics_lib.Clock = None  # seconds in training steps (all processes), progress lines
-  wall_before: float = 0.0  # wall seconds of the processes before this one
-  t_start: float = dataclasses.field(default_factory=time.time)
+  t_start: float = dataclasses.field(default_factory=time.time)  # less the wall seconds of earlier processes
   best_state: Any = None  # the best state so far, on the devices
   best_unsaved: bool = False  # `best_state` changed since checkpoint `best` was written
   sums: Any = None  # the epoch's step sums on device since this process started (or resumed) it
@@ -69,23 +63,44 @@ class Run:
 
 
 def run_keys(seed: int) -> tuple[jax.Array, jax.Array]:
-  """(init key, step key) of a run with this seed: the initial parameters come from the first, every step's
-  randomness (dropout, negatives) from the second folded with the step number."""
-  init_key, step_key = jax.random.split(jax.random.key(seed))
-  return init_key, step_key
+  """(init key, step key) of a seed: the initial parameters from the first; each step's randomness from the second."""
+  return tuple(jax.random.split(jax.random.key(seed)))
+
+
+@contextlib.contextmanager
+def deferred(signums=(signal.SIGINT, signal.SIGTERM)):
+  """Within the block the first of `signums` sets the yielded flag (`flag.signum` names it) and puts the previous
+  handler back for a second (`experiments.stop_at_once`). Off the main thread no signal comes: the flag stays unset."""
+  flag = threading.Event()
+  if threading.current_thread() is not threading.main_thread():
+    yield flag
+    return
+  previous = {s: signal.getsignal(s) for s in signums}
+
+  def handler(signum, frame):
+    flag.signum = signum
+    flag.set()
+    signal.signal(signum, previous[signum])
+
+  for s in signums:
+    signal.signal(s, handler)
+  try:
+    yield flag
+  finally:
+    for s in signums:
+      signal.signal(s, previous[s])
 
 
 _add = jax.jit(lambda a, b: jax.tree_util.tree_map(jnp.add, a, b), donate_argnums=(0,))
 
 
 def run(task: Task, config, workdir, folder=None) -> dict:
-  """Train `task` under `workdir` (resuming from its last checkpoint), then evaluate; see the module doc. Returns
-  results.json's dict. `workdir` is a local folder or a bucket (`etils.epath`); `folder` the run's folder object
-  (default: a `RunFolder` of `workdir`)."""
+  """Train `task` in `workdir` (local or a bucket), resuming from its last checkpoint; evaluate → results.json's
+  dict. `folder`: the run's folder object (default: a `RunFolder` of `workdir`)."""
   with folder or RunFolder(workdir, task) as folder:
     r = _start(task, config, folder)
     try:
-      with signals.deferred() as interrupted:
+      with deferred() as interrupted:
         _train(r, interrupted)
       return _finish(r)
     except NonFiniteLossError as e:  # (the newest checkpoint is the last finite state: nothing is saved)
@@ -107,7 +122,8 @@ def _start(task: Task, config, folder) -> Run:
   if restored is not None:
     r.state, meta, kind, r.resumed_from = restored
     saved_config = meta["config"]
-    r.epoch, r.pos, train_s, r.wall_before = meta["epoch"], meta["pos"], meta["train_s"], meta["wall_s"]
+    r.epoch, r.pos, train_s = meta["epoch"], meta["pos"], meta["train_s"]
+    r.t_start -= meta["wall_s"]
     folder.restore(meta)
     had_best = ckpts.latest_step("best") is not None
     best = ckpts.restore_intact(r.state, kinds=("best",)) if had_best else None  # (damage: moved aside)
@@ -169,10 +185,9 @@ def _train_epoch(r: Run, interrupted: threading.Event) -> bool:
 def _save_due(r: Run, before: int, epoch_end: bool = False) -> bool:
   """The checkpoint cadence: at every `checkpoint_every_steps`-th step crossed since step `before`; at an epoch's
   end (`epoch_end`), every `checkpoint_every_epochs`-th (default 1) and the last."""
+  every = r.config.get("checkpoint_every_epochs", 1) if epoch_end else r.config.checkpoint_every_steps
   if epoch_end:
-    every = r.config.get("checkpoint_every_epochs", 1)
     return bool(every) and ((r.epoch - 1) % every == 0 or _done(r))
-  every = r.config.checkpoint_every_steps
   return bool(every) and before // every != r.step // every
 
 
@@ -181,11 +196,10 @@ def _end_epoch(r: Run) -> None:
   if r.written != r.step:
     _progress(r, write=True)
   r.state, _, shown = r.folder.progress(r.state, r.sums, r.step, r.epoch)
-  t0 = time.time()
-  values = r.task.validate(r.state, r.epoch)
+  t0, values = time.time(), r.task.validate(r.state, r.epoch)
   logging.info("epoch %d done: %s (eval %.1fs)", r.epoch, r.folder.line(shown, values), time.time() - t0)
-  head = {"epoch": r.epoch, "step": r.step}
-  r.state, r.best_state, improved = r.folder.add_epoch(r.state, r.best_state, head, shown, values, r.clock.train_s)
+  r.state, r.best_state, improved = r.folder.add_epoch(r.state, r.best_state, {"epoch": r.epoch, "step": r.step},
+                                                       shown, values, r.clock.train_s)
   r.best_unsaved |= improved
   r.epoch, r.pos = r.epoch + 1, 0
   if _save_due(r, r.step, epoch_end=True):
@@ -210,13 +224,12 @@ def _progress(r: Run, write: bool) -> None:
 
 def _progress_meta(r: Run) -> dict:
   return {"config": r.config.to_dict(), "epoch": r.epoch, "pos": r.pos, "step": r.step, "train_s": r.clock.train_s,
-          "wall_s": r.wall_before + time.time() - r.t_start}
+          "wall_s": time.time() - r.t_start}
 
 
 def _save(r: Run) -> None:
-  """Checkpoint `last` (the state) and, when it changed since it was written, `best`, with the folder's record,
-  once the non-finite policy has passed it: `best` is always the one a test with `test_params='best'` uses, and a
-  resume restores it."""
+  """Checkpoint `last` and, when it changed since it was written, `best` (the state `test_params='best'` tests and
+  a resume restores), with the folder's record, once the non-finite policy has passed it."""
   r.state, totals, _ = r.folder.progress(r.state, r.sums, r.step, r.epoch)
   meta = {**_progress_meta(r), **r.folder.meta(totals)}
   r.ckpts.save("last", r.step, r.state, meta)
@@ -231,8 +244,7 @@ def _finish(r: Run) -> dict:
   r.state, totals, _ = r.folder.progress(r.state, r.sums, r.step, r.epoch)
   if r.ckpts.latest_step() != r.step:  # stopped mid-epoch: keep the final state too
     _save(r)
-  run_info = {"wall_s": r.wall_before + time.time() - r.t_start, "resumed_from": r.resumed_from,
-              "run_versions": r.versions}
+  run_info = {"wall_s": time.time() - r.t_start, "resumed_from": r.resumed_from, "run_versions": r.versions}
   out = r.folder.finish(r.state, r.best_state, _progress_meta(r), totals, run_info)
   r.ckpts.close()
   return out
