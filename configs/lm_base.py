@@ -13,9 +13,22 @@ here with neutral values. Each family's settings are a function below (`zaremba`
 import ml_collections
 
 
-def words_config() -> ml_collections.ConfigDict:
-  """The word layers (`wt_jax.tying`): how input embedding and softmax share parameters."""
-  w = ml_collections.ConfigDict()
+def get_config():
+  c = ml_collections.ConfigDict()
+  c.name = "lm"
+  # Model.
+  c.model = "lstm_lm"         # lstm_lm | bd_lstm_lm | rhn_lm | nnlm | lbl | transformer_lm (wt_jax.models)
+  c.vocab_size = 10000        # PTB, Mikolov et al. (2011): 9,999 words + <eos>
+  c.hidden_size = 200         # Zaremba small: 200 units; embedding size = hidden size
+  c.num_layers = 2            # Zaremba: 2 LSTM layers
+  c.dropout = 0.0             # Zaremba small: keep_prob 1.0 (no dropout); lstm_lm, nnlm, lbl
+  c.init_scale = 0.1          # Zaremba small: U(-0.1, 0.1)
+  c.compute_dtype = "float32"  # ours; "bfloat16": bf16 matmul inputs, f32 sums (wt_jax/precision.py)
+  c.matmul_precision = "default"  # float32 matmuls: "default" (the backend's: TF32 on an A100/H100, one bf16
+  #                                 pass on a TPU, exact on a CPU) | "float32" (exact everywhere, as the papers'
+  #                                 pre-TF32 GPUs) | "tensorfloat32" (wt_jax/precision.py)
+  # The word layers (`wt_jax.tying`): how input embedding and softmax share parameters.
+  w = c.words = ml_collections.ConfigDict()
   w.mode = "untied"           # untied | tied | projection | tied_projection (Press & Wolf 2017)
   w.pr_lambda = 1.0 / 6.5     # Press & Wolf code: l2_loss(P) / (batch * 6.5); the paper rounds to 0.15
   w.proj_bias = True          # Press & Wolf code: proj_b (a bias after P)
@@ -25,25 +38,17 @@ def words_config() -> ml_collections.ConfigDict:
   w.init_scale = 0.0          # ours, off: >0 draws the embedding/output layer from U(-s, s) (lstm_lm, transformer_lm)
   w.row_norm = 0.0            # off; >0 holds every input-embedding row at this L2 norm (Inan Section 6.2: 1)
   w.lr_scale = 1.0            # ours, off (1): × the optimiser's steps of embedding and out_embedding
-  return w
-
-
-def al_config() -> ml_collections.ConfigDict:
-  """Inan et al. (2017)'s augmented loss: cost = w_ce·CE + α·KL(ỹ‖ŷ), ŷ = softmax(logits/τ),
-  ỹ = softmax(L·u_y/τ)."""
-  a = ml_collections.ConfigDict()
+  # Inan et al. (2017)'s augmented loss: cost = w_ce·CE + α·KL(ỹ‖ŷ), ŷ = softmax(logits/τ),
+  # ỹ = softmax(L·u_y/τ).
+  a = c.al = ml_collections.ConfigDict()
   a.alpha = 0.0               # α, the AL's weight; 0 turns it off (Inan: α = γτ; γ's ranges: configs/inan.py)
   a.tau = 20.0                # τ, the temperature (Inan Appendix A; blank in our text: configs/inan.py)
   a.embedding = "input"       # which matrix builds ỹ in an untied model: input (Inan's L) | output
   a.target_gradient = False   # False: ỹ is a fixed target (gradient through ŷ only)
   a.ce_weight = 1.0           # w_ce, the cross-entropy's weight (Inan Section 6.2 mixes (1 − β)·CE + ...)
-  return a
-
-
-def softmax_config() -> ml_collections.ConfigDict:
-  """The training cost's softmax (`wt_jax.softmax`); evaluation is always exact. Not in the papers, which
-  train with the full softmax: the approximations of the lecture notes' "Softmax approximations"."""
-  s = ml_collections.ConfigDict()
+  # The training cost's softmax (`wt_jax.softmax`); evaluation is always exact. Not in the papers, which
+  # train with the full softmax: the approximations of the lecture notes' "Softmax approximations".
+  s = c.softmax = ml_collections.ConfigDict()
   s.kind = "full"             # full | sampled (importance sampling of the normaliser, Bengio & Senécal 2008, the
   #                             target's term exact: not TensorFlow's sampled_softmax_loss, which also corrects
   #                             the target by log Q) | nce (Mnih & Teh 2012) | class (Goodman 2001)
@@ -60,26 +65,6 @@ def softmax_config() -> ml_collections.ConfigDict:
   s.class_power = 0.5         # class: bins of equal Σ count^power; 0.5 is the RNNLM toolkit's default, 1 plain
   #                             frequency binning
   s.class_bounds = ()         # class: filled from the training counts at the start (wt_jax.softmax.resolve)
-  return s
-
-
-def get_config():
-  c = ml_collections.ConfigDict()
-  c.name = "lm"
-  # Model.
-  c.model = "lstm_lm"         # lstm_lm | bd_lstm_lm | rhn_lm | nnlm | lbl | transformer_lm (wt_jax.models)
-  c.vocab_size = 10000        # PTB, Mikolov et al. (2011): 9,999 words + <eos>
-  c.hidden_size = 200         # Zaremba small: 200 units; embedding size = hidden size
-  c.num_layers = 2            # Zaremba: 2 LSTM layers
-  c.dropout = 0.0             # Zaremba small: keep_prob 1.0 (no dropout); lstm_lm, nnlm, lbl
-  c.init_scale = 0.1          # Zaremba small: U(-0.1, 0.1)
-  c.compute_dtype = "float32"  # ours; "bfloat16": bf16 matmul inputs, f32 sums (wt_jax/precision.py)
-  c.matmul_precision = "default"  # float32 matmuls: "default" (the backend's: TF32 on an A100/H100, one bf16
-  #                                 pass on a TPU, exact on a CPU) | "float32" (exact everywhere, as the papers'
-  #                                 pre-TF32 GPUs) | "tensorfloat32" (wt_jax/precision.py)
-  c.words = words_config()
-  c.al = al_config()
-  c.softmax = softmax_config()
   # Variational dropout (bd_lstm_lm, rhn_lm): drop probabilities, one mask per window (Gal 2015).
   c.dropout_x = 0.0           # word types of the embedding
   c.dropout_i = 0.0           # each layer's input

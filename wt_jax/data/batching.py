@@ -51,8 +51,4 @@ def lm_windows(stream: np.ndarray, batch_size: int, bptt: int, drop_remainder: b
   y = np.pad(rows[:, 1:], ((0, 0), (0, max(pad, 0))))[:, : num * bptt]
   mask = np.zeros((batch_size, num * bptt), np.float32)
   mask[:, :n_targets] = 1.0
-
-  def split(a):
-    return np.ascontiguousarray(a.reshape(batch_size, num, bptt).transpose(1, 0, 2))
-
-  return Windows(split(x), split(y), split(mask))
+  return Windows(*(np.ascontiguousarray(a.reshape(batch_size, num, bptt).transpose(1, 0, 2)) for a in (x, y, mask)))

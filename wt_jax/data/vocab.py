@@ -27,8 +27,7 @@ class Vocab:
 
   @classmethod
   def from_tokens(cls, tokens: Iterable[str], max_size: int | None = None) -> "Vocab":
-    counts = collections.Counter(tokens)
-    words = sorted(counts, key=lambda w: (-counts[w], w))
+    words = [w for _, w in sorted((-n, w) for w, n in collections.Counter(tokens).items())]
     return cls(words[:max_size] if max_size else words)
 
   def __len__(self) -> int:
