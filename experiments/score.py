@@ -11,6 +11,12 @@ corpus the run was trained on (the config's data_dir, else $WT_JAX_DATA) with th
 used (results.json's test_params: "best (epoch N)" → best, "final" → last). `--per_token=FILE` writes each
 target's log-probability (natural log) and rank as JSONL. The last line printed is one JSON object with `ppl`,
 `tokens` and `oov`. See `wt_jax.trained_lm`.
+
+Test-time adaptation (`wt_jax.adapt`; one at a time, `--split=valid` to tune): the continuous cache,
+`--cache_size=N --cache_theta=θ --cache_lambda=λ`; dynamic evaluation, `--dynamic_eval=sgd|rms --dynamic_lr=η
+--dynamic_decay=λ` (segments of `--dynamic_segment`, default the run's bptt; 'rms' first collects the RMS of the
+gradients over `--dynamic_stats_batches` training windows, 0: all, of `--dynamic_stats_batch_size` × segment).
+The JSON line then adds `adaptation` (the settings) and `plain_ppl`; the run's own parameters are never changed.
 """
 import json
 from pathlib import Path
@@ -19,7 +25,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 
 from experiments import check_folder, lm_run_flags, quiet_library_logs, run_main
-from wt_jax import files, trained_lm
+from wt_jax import adapt, files, trained_lm
 from wt_jax.errors import InputError
 from wt_jax.train.checkpoint import CheckpointUnreadableError
 
@@ -28,12 +34,41 @@ _SPLIT = flags.DEFINE_enum("split", None, list(trained_lm.SPLITS), "Score the ru
 _PER_TOKEN = flags.DEFINE_string("per_token", None, "Write each target's token, log-probability and rank to this "
                                  "file (JSONL).")
 
+_CACHE_SIZE = flags.DEFINE_integer("cache_size", 0, "The continuous cache's n, the states kept (0: no cache).")
+_CACHE_THETA = flags.DEFINE_float("cache_theta", 0.3, "The cache's θ, the flatness of its softmax over h_t·h_i.")
+_CACHE_LAMBDA = flags.DEFINE_float("cache_lambda", 0.1, "The cache's weight λ in [0, 1].")
+_DYNAMIC = flags.DEFINE_enum("dynamic_eval", None, list(adapt.RULES), "Dynamic evaluation's rule (none: off).")
+_DYNAMIC_LR = flags.DEFINE_float("dynamic_lr", 0.0, "Dynamic evaluation's step size η.")
+_DYNAMIC_DECAY = flags.DEFINE_float("dynamic_decay", 0.0, "Dynamic evaluation's decay λ toward the trained "
+                                    "parameters.")
+_DYNAMIC_SEGMENT = flags.DEFINE_integer("dynamic_segment", None, "Dynamic evaluation's segment length (default: "
+                                        "the run's bptt).")
+_DYNAMIC_STATS = flags.DEFINE_integer("dynamic_stats_batches", 0, "rms: training windows for the gradients' RMS "
+                                      "(0: all).")
+_DYNAMIC_STATS_B = flags.DEFINE_integer("dynamic_stats_batch_size", 100, "rms: streams per training window.")
+
+
+def _adapted(lm, ids, per_token: bool) -> dict:
+  """`ids` scored with the cache or dynamic evaluation the flags ask for."""
+  if _CACHE_SIZE.value:
+    return adapt.score_cache(lm, ids, _CACHE_SIZE.value, _CACHE_THETA.value, _CACHE_LAMBDA.value, per_token)
+  ms = None
+  if _DYNAMIC.value == "rms":
+    ms = adapt.gradient_rms(lm, trained_lm.split_stream(lm, "train"), _DYNAMIC_STATS_B.value,
+                            _DYNAMIC_SEGMENT.value, _DYNAMIC_STATS.value)
+  return adapt.score_dynamic(lm, ids, _DYNAMIC.value, _DYNAMIC_LR.value, _DYNAMIC_DECAY.value, ms,
+                             _DYNAMIC_SEGMENT.value, per_token=per_token)
+
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   if (_TEXT.value is None) == (_SPLIT.value is None):
     raise app.UsageError("Give one of --text=FILE and --split=test|valid|train.")
+  if _CACHE_SIZE.value < 0:
+    raise app.UsageError(f"--cache_size must be ≥ 1 (0: no cache), not {_CACHE_SIZE.value}.")
+  if _CACHE_SIZE.value and _DYNAMIC.value:
+    raise app.UsageError("Give one of --cache_size and --dynamic_eval: one adaptation at a time.")
   if _PER_TOKEN.value:
     check_folder(Path(_PER_TOKEN.value).parent, "--per_token")
   quiet_library_logs()
@@ -49,6 +84,10 @@ def main(argv):
   per_token = bool(_PER_TOKEN.value)
   out = (trained_lm.score(lm, text, per_token) if text is not None else
          trained_lm.score_split(lm, _SPLIT.value, per_token=per_token))
+  if _CACHE_SIZE.value or _DYNAMIC.value:
+    ids = trained_lm.encode_text(lm, text).ids if text is not None else trained_lm.split_stream(lm, _SPLIT.value)
+    out = {**out, **_adapted(lm, ids, per_token), "plain_ppl": out["ppl"]}
+    out.pop("not_the_runs_test", None)
   if per_token:
     files.write_whole(_PER_TOKEN.value, "".join(json.dumps(t) + "\n" for t in out.pop("per_token")))
   run = out["run"]
@@ -59,7 +98,8 @@ def main(argv):
     print(f"{out['oov']} token(s) outside the vocabulary, scored as <unk>: {', '.join(out['oov_words'])}")
   if per_token:
     print(f"wrote {out['tokens']} per-token scores to {_PER_TOKEN.value}")
-  last = {key: out[key] for key in ("ppl", "tokens", "oov", "oov_words", "nll", "split") if key in out}
+  last = {key: out[key] for key in ("ppl", "tokens", "oov", "oov_words", "nll", "split", "plain_ppl",
+                                       "adaptation") if key in out}
   print(json.dumps(files.finite({**last, **run})))  # (a diverged model's inf perplexity as null: valid JSON)
 
 

@@ -297,6 +297,29 @@ def test_score_prints_the_runs_test_ppl_last_and_writes_per_token_scores(runs, c
   assert math.exp(-np.mean([r["logp"] for r in rows])) == pytest.approx(last["ppl"], rel=1e-5)
 
 
+def test_score_adapts_with_the_cache_or_dynamic_evaluation_and_switched_off_is_the_runs_test(runs, data_root,
+                                                                                            monkeypatch, capsys):
+  """`--cache_size … --cache_lambda=0` and `--dynamic_eval … --dynamic_lr=0` print results.json's test_ppl again,
+  with the adaptation's settings and the plain perplexity in the JSON line (the mechanisms: tests/test_adapt.py)."""
+  workdir, results = runs("lstm")
+  monkeypatch.setenv("WT_JAX_DATA", str(data_root))
+  for flag_values in (dict(cache_size=10, cache_lambda=0.0), dict(dynamic_eval="sgd", dynamic_lr=0.0),
+                      dict(dynamic_eval="rms", dynamic_lr=0.0, dynamic_decay=0.01, dynamic_stats_batches=2,
+                           dynamic_stats_batch_size=4)):
+    assert main_ends_with(score_tool.main, ["score"], workdir=str(workdir), split="test", **flag_values) is None
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert last["ppl"] == pytest.approx(results["test_ppl"], rel=1e-6), flag_values
+    assert last["plain_ppl"] == pytest.approx(results["test_ppl"], rel=1e-6)
+    assert last["adaptation"]["method"].startswith("cache" if "cache_size" in flag_values else "dynamic")
+  score = lambda **f: main_ends_with(score_tool.main, ["score"], **{"workdir": str(workdir), "split": "test", **f})
+  cases = {"--cache_size must be ≥ 1": score(cache_size=-3),
+           "one adaptation at a time": score(cache_size=5, dynamic_eval="sgd"),
+           "λ must lie in [0, 1]": score(cache_size=5, cache_lambda=1.5),
+           "must be finite numbers ≥ 0": score(dynamic_eval="sgd", dynamic_lr=-1.0)}
+  for expected, line in cases.items():
+    assert line is not None and "\n" not in line and expected in line, (expected, line)
+
+
 def test_generate_prints_samples_and_writes_them_as_jsonl(runs, capsys, tmp_path):
   workdir, results = runs("lstm")
   out = tmp_path / "samples.jsonl"

@@ -221,11 +221,17 @@ def score_ids(lm: TrainedLM, ids: np.ndarray, per_token: bool = False) -> dict:
 def score(lm: TrainedLM, text: str, per_token: bool = False) -> dict:
   """`score_ids` of `text` tokenised as the run's corpus, with 'oov' (words outside the vocabulary, each scored as
   `<unk>`) and 'oov_words' (the first of them). A text with no word is refused."""
+  enc = encode_text(lm, text)
+  return {**score_ids(lm, enc.ids, per_token), "oov": enc.oov, "oov_words": enc.oov_words, "run": lm.describe()}
+
+
+def encode_text(lm: TrainedLM, text: str):
+  """`text` tokenised as the run's corpus and encoded with its vocabulary (`text.encode`: ids, oov, oov_words); a
+  text with no word is refused."""
   tokens = text_lib.words(text_lib.lines(text), lm.config.dataset)
   if all(t == ptb.EOS for t in tokens):
     raise InputError("The text is empty: it has no word to score.")
-  enc = text_lib.encode(tokens, lm.vocab)
-  return {**score_ids(lm, enc.ids, per_token), "oov": enc.oov, "oov_words": enc.oov_words, "run": lm.describe()}
+  return text_lib.encode(tokens, lm.vocab)
 
 
 def read_text(path) -> str:

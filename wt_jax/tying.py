@@ -144,19 +144,26 @@ class WordEmbeddings(nn.Module):
     """h[..., D] → logits[..., V]; sows the projection penalty when there is a projection. With
     `class_bounds`: the class-factored model's exact log-probabilities (a valid input to any softmax)."""
     if self.class_bounds:
-      z = self.features(h)
-      lead = z.shape[:-1]
-      logp = softmax.class_log_probs(z.reshape(-1, self.dim), self.output_matrix(),
-                                     self.out_bias if self.output_bias else None, self.class_embedding,
-                                     self.class_bias if self.output_bias else None, self.class_bounds,
-                                     self.dtype)
-      return logp.reshape(*lead, self.vocab_size)
+      return self.scores(self.features(h))
     out = precision.dot(self._project(h), self.output_matrix().T, self.dtype)
     if self.logit_scale:
       out = out * (1.0 / math.sqrt(self.dim))
     if self.output_bias:
       out = out + self.out_bias
     return out
+
+  def scores(self, z: jax.Array) -> jax.Array:
+    """The features z[..., D] (`features`) → logits[..., V]: s_w = z·W_w + b_w (the class-factored model's exact
+    log-probabilities with `class_bounds`). `logits(h)` is `scores(features(h))` up to where D^-½ is applied."""
+    if self.class_bounds:
+      lead = z.shape[:-1]
+      logp = softmax.class_log_probs(z.reshape(-1, self.dim), self.output_matrix(),
+                                     self.out_bias if self.output_bias else None, self.class_embedding,
+                                     self.class_bias if self.output_bias else None, self.class_bounds,
+                                     self.dtype)
+      return logp.reshape(*lead, self.vocab_size)
+    out = precision.dot(z, self.output_matrix().T, self.dtype)
+    return out + self.out_bias if self.output_bias else out
 
   def output(self, h: jax.Array, features: bool = False) -> jax.Array:
     """What a language model returns for its top-layer states h[..., D]: `logits` (or, for the costs of

@@ -1,6 +1,6 @@
 """Model registry: `config.model` (a name) → a linen module built from the config.
 
-A language model plugs into `wt_jax.train.loop` through one interface:
+A language model plugs into the trainer (`wt_jax.train.lm`) through one interface:
   module.init(rngs, ids[B, T], carry, train=False)       → variables ({'params': ...})
   module.apply(variables, ids[B, T], carry, train=...)   → (logits[B, T, V], carry)
   module.apply(..., features=True)                       → (z[B, T, D], carry): the output layer's input, for
