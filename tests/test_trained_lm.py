@@ -18,7 +18,7 @@ from experiments import generate as generate_tool
 from experiments import score as score_tool
 from tests.conftest import tiny_config, write_corpus
 from tests.in_process import main_ends_with
-from wt_jax import models, sampling, trained_lm
+from wt_jax import adapt, models, sampling, trained_lm
 from wt_jax.data import ptb, text
 from wt_jax.data.vocab import Vocab
 from wt_jax.train import lm
@@ -318,6 +318,32 @@ def test_score_adapts_with_the_cache_or_dynamic_evaluation_and_switched_off_is_t
            "must be finite numbers ≥ 0": score(dynamic_eval="sgd", dynamic_lr=-1.0)}
   for expected, line in cases.items():
     assert line is not None and "\n" not in line and expected in line, (expected, line)
+
+
+@pytest.mark.slow  # (dynamic evaluation's grid: a dozen passes)
+def test_the_test_time_study_tunes_on_valid_and_reports_test(runs, data_root, monkeypatch, tmp_path):
+  """experiments.studies.test_time: each method's chosen setting is its grid's best on validation, and the test
+  perplexity recorded for it is that setting's score; the plain row is the run's own test."""
+  from experiments.studies import test_time
+  workdir, results = runs("lstm")
+  monkeypatch.setenv("WT_JAX_DATA", str(data_root))
+  grids = dict(cache_sizes=["5", "20"], cache_thetas=["0.1", "0.5"], cache_lambdas=["0.1", "0.3"], sgd_lrs=["0.1"],
+               sgd_decays=["0", "0.01"], rms_lrs=["1e-4"], rms_decays=["0.001"], stats_batch_size=4)
+  assert main_ends_with(test_time.main, ["test_time", str(workdir)], records=str(tmp_path), **grids) is None
+  record = json.loads((tmp_path / f"{workdir.name}.json").read_text())
+  assert record["plain"]["test_ppl"] == pytest.approx(results["test_ppl"], rel=1e-6)
+  assert len(record["cache"]["grid"]) == 8 and len(record["dynamic_sgd"]["grid"]) == 2
+  lm_ = trained_lm.load(workdir, trained_lm.tested_checkpoint(workdir))
+  test = trained_lm.split_stream(lm_, "test")
+  for method in ("cache", "dynamic_sgd", "dynamic_rms"):
+    best = record[method]["best"]
+    assert best["valid_ppl"] == min(g["valid_ppl"] for g in record[method]["grid"])
+  best = record["cache"]["best"]
+  assert record["cache"]["test_ppl"] == pytest.approx(
+      adapt.score_cache(lm_, test, best["n"], best["theta"], best["lambda"])["ppl"], rel=1e-6)
+  best = record["dynamic_sgd"]["best"]
+  assert record["dynamic_sgd"]["test_ppl"] == pytest.approx(
+      adapt.score_dynamic(lm_, test, "sgd", best["lr"], best["decay"])["ppl"], rel=1e-6)
 
 
 def test_generate_prints_samples_and_writes_them_as_jsonl(runs, capsys, tmp_path):

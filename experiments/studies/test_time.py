@@ -1,0 +1,94 @@
+"""Test-time adaptation of trained runs (issue 93's study): for each run folder, the continuous cache and dynamic
+evaluation (`wt_jax.adapt`) tuned on the run's validation split, then scored on its test split.
+
+    python -m experiments.studies.test_time --records=runs/test_time runs/ptb_table6/small_seed0 \
+        runs/ptb_table6/small_tied_seed0
+
+Writes <records>/<run name>.json per run (a finished one is not redone): the plain valid and test perplexity (the
+run's own test protocol, its tested checkpoint), every grid point's validation perplexity, the chosen settings and
+their test perplexity, and the time each took. The grids (ours; `--cache_sizes`, `--cache_thetas`, ...): the cache
+over n × θ × λ (one model pass per n: `adapt.cache_nll`); dynamic evaluation over η × λ per rule, in segments of
+the run's bptt, the rms rule's MS from the training split (`--stats_batches` windows of `--stats_batch_size` streams).
+`--valid_max_tokens` tunes on a prefix of validation (smoke runs).
+"""
+import json
+import time
+from pathlib import Path
+
+from absl import flags, logging
+
+from experiments import check_folder, quiet_library_logs, run_main
+from wt_jax import adapt, files, lm_eval, trained_lm
+from wt_jax.train import run_folder
+
+_RECORDS = flags.DEFINE_string("records", None, "Folder for the per-run records.")
+_CACHE_SIZES = flags.DEFINE_list("cache_sizes", ["100", "500", "2000"], "The cache's n to try.")
+_CACHE_THETAS = flags.DEFINE_list("cache_thetas", ["0.1", "0.2", "0.3", "0.5", "0.7", "1.0"], "θ to try.")
+_CACHE_LAMBDAS = flags.DEFINE_list("cache_lambdas", ["0.02", "0.05", "0.1", "0.15", "0.2", "0.3"], "λ to try.")
+_SGD_LRS = flags.DEFINE_list("sgd_lrs", ["0.01", "0.02", "0.05", "0.1", "0.2"], "sgd: η to try.")
+_SGD_DECAYS = flags.DEFINE_list("sgd_decays", ["0", "0.001", "0.01"], "sgd: λ to try.")
+_RMS_LRS = flags.DEFINE_list("rms_lrs", ["1e-5", "2e-5", "5e-5", "1e-4", "2e-4"], "rms: η to try (Krause et al.'s "
+                             "code tries 3e-5 … 1e-4 at segments of 5).")
+_RMS_DECAYS = flags.DEFINE_list("rms_decays", ["0.001", "0.002", "0.005"], "rms: λ to try.")
+_STATS_BATCHES = flags.DEFINE_integer("stats_batches", 0, "rms: training windows for MS (0: all).")
+_STATS_BATCH_SIZE = flags.DEFINE_integer("stats_batch_size", 100, "rms: streams per training window for MS.")
+_VALID_MAX = flags.DEFINE_integer("valid_max_tokens", 0, "Tune on this prefix of validation (0: all of it).")
+flags.mark_flag_as_required("records")
+
+
+def _floats(values) -> list[float]:
+  return [float(v) for v in values]
+
+
+def study(lm, valid, test, train) -> dict:
+  """The record of one run: plain, cache and dynamic evaluation, each tuned on `valid` and scored on `test`."""
+  t0 = time.time()
+  out = {"plain": {"valid_ppl": trained_lm.score_ids(lm, valid)["ppl"],
+                   "test_ppl": trained_lm.score_ids(lm, test)["ppl"]}}
+  thetas, lambdas = _floats(_CACHE_THETAS.value), _floats(_CACHE_LAMBDAS.value)
+  if lm.config.model != "nnlm":  # (no cache for the NNLM: `adapt`)
+    grid = []
+    for n in (int(v) for v in _CACHE_SIZES.value):
+      nll = adapt.cache_nll(lm, valid, n, thetas, lambdas)
+      grid += [{"n": n, "theta": th, "lambda": la, "valid_ppl": lm_eval.perplexity(nll[i, j], len(valid) - 1)}
+               for i, la in enumerate(lambdas) for j, th in enumerate(thetas)]
+    best = min(grid, key=lambda g: g["valid_ppl"])
+    test_ppl = adapt.score_cache(lm, test, best["n"], best["theta"], best["lambda"])["ppl"]
+    out["cache"] = {"grid": grid, "best": best, "test_ppl": test_ppl, "s": time.time() - t0}
+  for rule, lrs, decays in (("sgd", _SGD_LRS.value, _SGD_DECAYS.value), ("rms", _RMS_LRS.value, _RMS_DECAYS.value)):
+    t1 = time.time()
+    ms = (adapt.gradient_rms(lm, train, _STATS_BATCH_SIZE.value, max_batches=_STATS_BATCHES.value) if rule == "rms"
+          else None)
+    grid = [{"lr": lr, "decay": d, "valid_ppl": adapt.score_dynamic(lm, valid, rule, lr, d, ms)["ppl"]}
+            for lr in _floats(lrs) for d in _floats(decays)]
+    best = min(grid, key=lambda g: g["valid_ppl"])
+    test_ppl = adapt.score_dynamic(lm, test, rule, best["lr"], best["decay"], ms)["ppl"]
+    out[f"dynamic_{rule}"] = {"grid": grid, "best": best, "test_ppl": test_ppl, "segment": lm.config.bptt,
+                              "s": time.time() - t1}
+  return out
+
+
+def main(argv):
+  check_folder(_RECORDS.value, "--records")
+  quiet_library_logs()
+  out_dir = Path(_RECORDS.value)
+  for workdir in argv[1:]:
+    record = out_dir / f"{Path(workdir).name}.json"
+    if record.exists():
+      logging.info("%s done already: %s", workdir, record)
+      continue
+    lm = trained_lm.load(workdir, trained_lm.tested_checkpoint(workdir))
+    valid, test, train = (trained_lm.split_stream(lm, s) for s in ("valid", "test", "train"))
+    valid = valid[:_VALID_MAX.value] if _VALID_MAX.value else valid
+    t0 = time.time()
+    result = study(lm, valid, test, train)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files.write_json(record, {"run": lm.describe(), "config": lm.config.name, "tying": lm.config.words.mode,
+                              "seed": lm.config.seed, "valid_tokens": len(valid) - 1, "test_tokens": len(test) - 1,
+                              **result, "wall_s": time.time() - t0, "versions": run_folder.versions(),
+                              "host": run_folder.host()})
+    logging.info("%s: %s", workdir, json.dumps({k: result[k].get("test_ppl") for k in result}))
+
+
+if __name__ == "__main__":
+  run_main(main)
