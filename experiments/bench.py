@@ -6,6 +6,7 @@
     python -m experiments.bench --config=configs/nmt_multi30k_three_way.py [--nmt_train_pairs=2000]
     python -m experiments.bench --config=configs/small_tied.py --members_sweep=0,1,2,4,8 --rounds=2
     python -m experiments.bench --config=configs/small_tied.py --sample_len=200 --sample_batch=1
+    python -m experiments.bench --config=configs/small_tied.py --adapt_tokens=20000 --cache_size=500
 
 An LM config: the train step's compile time, steady-state ms/step and tokens/s (median over --repeats blocks of
 --steps steps after --warmup), batched evaluation tokens/s, and the step's matmul FLOPs against this machine's
@@ -31,7 +32,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from experiments import run_main
-from wt_jax import lm_eval, losses, members, models, precision, sampling, softmax, tying
+from wt_jax import adapt, lm_eval, losses, members, models, precision, sampling, softmax, trained_lm, tying
 from wt_jax.data import batching, lm_corpora, paths, ptb, translation, vocab
 from wt_jax.train import lm, nmt, optim, run_folder, skipgram, trainer
 
@@ -59,6 +60,9 @@ _NMT_EVAL = flags.DEFINE_integer("nmt_eval_sentences", 200,
 _PEAK = flags.DEFINE_bool("peak", True, "Measure the float32 matmul peak and report the fraction reached.")
 _SAMPLE_LEN = flags.DEFINE_integer("sample_len", 0, "Time sampling this many tokens per sequence instead (0: off).")
 _SAMPLE_BATCH = flags.DEFINE_integer("sample_batch", 1, "With --sample_len: sequences drawn as one batch.")
+_ADAPT_TOKENS = flags.DEFINE_integer("adapt_tokens", 0, "Time scoring a stream of this many tokens plain, with the "
+                                     "cache and with dynamic evaluation instead (0: off).")
+_CACHE_SIZE = flags.DEFINE_integer("cache_size", 500, "With --adapt_tokens: the cache's n.")
 _MEMBERS_SWEEP = flags.DEFINE_list("members_sweep", [], "Numbers of members K (0: one plain run) to time, each in "
                                    "its own process, --rounds times interleaved; prints their ratios to K = 0.")
 flags.mark_flag_as_required("config")
@@ -210,6 +214,44 @@ def bench_sampling(config, max_len: int, num_samples: int, repeats: int) -> dict
           "scan_tokens_per_s": round(rate(scan), 1), "step_loop_tokens_per_s": round(rate(loop), 1),
           "same_tokens": same, "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
           "host": run_folder.host(), "wt_jax_commit": run_folder.code_revision()}
+
+
+def bench_adaptation(config, tokens: int, cache_size: int, repeats: int) -> dict:
+  """Scored tokens per second of the test protocol (batch 1) on one random stream of `tokens`: plain
+  (`trained_lm.score_ids`), with the continuous cache of `cache_size` states and with sgd dynamic evaluation
+  (segments of the config's bptt), at the config's initial parameters (the values do not change the work); the
+  median of `repeats` timings of each, the three interleaved, after a first call that compiles; and the
+  adapted passes' temporary memory (XLA's estimate, MiB)."""
+  model = models.build(config)
+  params = jax.jit(lambda k: models.init_params(model, config, k))(jax.random.key(0))
+  lm_ = trained_lm.in_memory(config, params, vocab.Vocab([str(i) for i in range(config.vocab_size)]))
+  ids = np.random.default_rng(0).integers(0, config.vocab_size, tokens).astype(np.int32)
+  runs = {"plain": lambda: trained_lm.score_ids(lm_, ids), "cache": lambda: adapt.score_cache(lm_, ids, cache_size,
+                                                                                              0.3, 0.1),
+          "dynamic_sgd": lambda: adapt.score_dynamic(lm_, ids, "sgd", 0.01)}
+  compile_s, seconds = {}, {name: [] for name in runs}
+  for name, f in runs.items():
+    t0 = time.perf_counter()
+    f()
+    compile_s[name] = round(time.perf_counter() - t0, 2)
+  for _ in range(repeats):
+    for name, f in runs.items():
+      t0 = time.perf_counter()
+      f()  # (returns Python floats: the work is done)
+      seconds[name].append(time.perf_counter() - t0)
+  xs, ys, mask, _ = adapt._windows(lm_, ids, config.test_window)
+  one = jnp.ones((1,), jnp.float32)
+  cache = adapt._cache_pass.lower(params, xs, ys, mask, one, one, model=model, size=cache_size).compile()
+  xs, ys, mask, _ = adapt._windows(lm_, ids, config.bptt)
+  dynamic = adapt._dynamic_pass.lower(params, params, xs, ys, mask, 0.01, 0.0, 2e-5, model=model, rms=False).compile()
+  temp = lambda c: _memory(c).get("step_temp_mib")
+  return {"bench": "adaptation", "config": config.name, "model": config.model, "tokens": tokens,
+          "cache_size": cache_size, "segment": config.bptt, "test_window": config.test_window, "repeats": repeats,
+          "compile_s": compile_s,
+          "tokens_per_s": {name: round((tokens - 1) / statistics.median(t), 1) for name, t in seconds.items()},
+          "temp_mib": {"cache": temp(cache), "dynamic_sgd": temp(dynamic)},
+          "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__, "host": run_folder.host(),
+          "wt_jax_commit": run_folder.code_revision()}
 
 
 def _median_ms(f, *args, repeats: int = 30) -> float:
@@ -454,6 +496,8 @@ def _other_benchmark(config) -> bool:
     print(json.dumps(bench_nmt(config, data, _NMT_TRAIN_PAIRS.value, _NMT_EPOCHS.value, _NMT_EVAL.value)))
   elif _MEMBERS_SWEEP.value:
     members_sweep(config, [int(k) for k in _MEMBERS_SWEEP.value])
+  elif _ADAPT_TOKENS.value > 0:
+    print(json.dumps(bench_adaptation(config, _ADAPT_TOKENS.value, _CACHE_SIZE.value, _REPEATS.value)))
   elif _SAMPLE_LEN.value > 0:
     print(json.dumps(bench_sampling(config, _SAMPLE_LEN.value, max(_SAMPLE_BATCH.value, 1), _REPEATS.value)))
   elif _TORCH_PYTHON.value:

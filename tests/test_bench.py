@@ -217,3 +217,11 @@ def test_sampling_speed_times_the_scan_and_the_step_loop_on_the_same_draws(model
   out = bench.bench_sampling(tiny_config(model=model, **extra), max_len=12, num_samples=3, repeats=2)
   assert out["same_tokens"] is True and out["max_len"] == 12 and out["num_samples"] == 3
   assert out["scan_tokens_per_s"] > 0 and out["step_loop_tokens_per_s"] > 0
+
+
+@pytest.mark.slow  # (three compiled passes)
+def test_adaptation_speed_times_plain_cache_and_dynamic_scoring_of_one_stream():
+  from tests.conftest import tiny_config
+  out = bench.bench_adaptation(tiny_config(), tokens=300, cache_size=20, repeats=2)
+  assert set(out["tokens_per_s"]) == {"plain", "cache", "dynamic_sgd"} and min(out["tokens_per_s"].values()) > 0
+  assert (out["tokens"], out["cache_size"], out["segment"]) == (300, 20, 5)
