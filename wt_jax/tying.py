@@ -52,12 +52,6 @@ def uniform_init(scale: float):
   return init
 
 
-def check_mode(mode: str) -> str:
-  if mode not in MODES:
-    raise InputError(f"Unknown tying mode {mode!r}; expected one of {', '.join(MODES)}.")
-  return mode
-
-
 class WordEmbeddings(nn.Module):
   """Input embedding and output layer of a language model, tied or not.
 
@@ -91,7 +85,8 @@ class WordEmbeddings(nn.Module):
   class_bounds: tuple[int, ...] = ()
 
   def setup(self):
-    check_mode(self.mode)
+    if self.mode not in MODES:
+      raise InputError(f"Unknown tying mode {self.mode!r}; expected one of {', '.join(MODES)}.")
     init = uniform_init(self.init_scale)
     V, D = self.vocab_size, self.dim
     self.embedding = self.param("embedding", init, (V, D))
@@ -111,13 +106,9 @@ class WordEmbeddings(nn.Module):
       if self.output_bias:
         self.class_bias = self.param("class_bias", init, (len(b) - 1,))
 
-  @property
-  def tied(self) -> bool:
-    return self.mode in ("tied", "tied_projection")
-
   def output_matrix(self) -> jax.Array:
     """The V×D matrix the logits are computed against: the embedding itself when tied."""
-    return self.embedding if self.tied else self.out_embedding
+    return self.embedding if self.mode in ("tied", "tied_projection") else self.out_embedding
 
   def embed(self, ids: jax.Array) -> jax.Array:
     """ids[...] int → embeddings[..., D] (× √D with `input_scale`)."""

@@ -46,11 +46,6 @@ def _bias_init(scale: float, transform_bias: float):
   return init
 
 
-def _gate_scale(hidden: int) -> jax.Array:
-  """Pre-activation scale of z = [z_h, z_t]: 2 for the h half, 1 for the t half (see `_micro_layers`)."""
-  return jnp.concatenate([jnp.full(hidden, 2.0), jnp.ones(hidden)])
-
-
 def _micro_layers(s_BxH, xw_Bx2H, r_c, b_dx2H, s_mask, dtype):
   """One RHN time step: the d micro-layers from state s[B, H]; r_c is a list of d matrices [H, 2H]. Returns
   the new state, the input state of every micro-layer (d arrays [B, H]) and its σ-activations
@@ -59,7 +54,7 @@ def _micro_layers(s_BxH, xw_Bx2H, r_c, b_dx2H, s_mask, dtype):
   h = tanh(z_h) is computed as 2σ(2z_h) − 1, so both halves of z come out of one σ over [B, 2H] (one fused
   elementwise op instead of two slices; the same trick as `lstm_lm.lstm_recurrence`)."""
   d, H = len(r_c), r_c[0].shape[0]
-  scale = _gate_scale(H)
+  scale = jnp.concatenate([jnp.full(H, 2.0), jnp.ones(H)])  # z·scale: 2 for the h half, 1 for the t half
   s_in, acts = [], []
   for l in range(d):  # d is small and static: unrolled inside the scan body
     z = precision.matmul(s_BxH * s_mask if s_mask is not None else s_BxH, r_c[l], dtype) + b_dx2H[l]

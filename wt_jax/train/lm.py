@@ -14,6 +14,7 @@ skeleton's (`wt_jax.train.trainer`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from pathlib import Path
 from typing import Callable
@@ -181,7 +182,7 @@ class LMTask:
   def initial(self, config, key):
     """A model's state before its first step, on the default device: random parameters from `key`, or converted
     ones (`config.init_from`, `wt_jax.convert`)."""
-    state = jax.jit(lambda k: initial_state(config, self.model, self.tx, k))(key)
+    state = jax.jit(functools.partial(initial_state, config, self.model, self.tx))(key)
     if config.init_from:
       params = convert.load_init(config.init_from, like=jax.device_get(state["params"]))
       params = tying.constrain_embedding_rows(params, config.words.row_norm)

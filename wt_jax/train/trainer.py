@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import signal
 import threading
 import time
@@ -91,7 +92,7 @@ def deferred(signums=(signal.SIGINT, signal.SIGTERM)):
       signal.signal(s, previous[s])
 
 
-_add = jax.jit(lambda a, b: jax.tree_util.tree_map(jnp.add, a, b), donate_argnums=(0,))
+_add = jax.jit(functools.partial(jax.tree_util.tree_map, jnp.add), donate_argnums=(0,))  # sums += step's sums
 
 
 def run(task: Task, config, workdir, folder=None) -> dict:
@@ -122,8 +123,7 @@ def _start(task: Task, config, folder) -> Run:
   if restored is not None:
     r.state, meta, kind, r.resumed_from = restored
     saved_config = meta["config"]
-    r.epoch, r.pos, train_s = meta["epoch"], meta["pos"], meta["train_s"]
-    r.t_start -= meta["wall_s"]
+    r.epoch, r.pos, train_s, r.t_start = meta["epoch"], meta["pos"], meta["train_s"], r.t_start - meta["wall_s"]
     folder.restore(meta)
     had_best = ckpts.latest_step("best") is not None
     best = ckpts.restore_intact(r.state, kinds=("best",)) if had_best else None  # (damage: moved aside)
