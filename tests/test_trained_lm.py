@@ -297,6 +297,7 @@ def test_score_prints_the_runs_test_ppl_last_and_writes_per_token_scores(runs, c
   assert math.exp(-np.mean([r["logp"] for r in rows])) == pytest.approx(last["ppl"], rel=1e-5)
 
 
+@pytest.mark.slow  # (the CLI over the mechanisms tests/test_adapt.py tests in the fast tier)
 def test_score_adapts_with_the_cache_or_dynamic_evaluation_and_switched_off_is_the_runs_test(runs, data_root,
                                                                                             monkeypatch, capsys):
   """`--cache_size … --cache_lambda=0` and `--dynamic_eval … --dynamic_lr=0` print results.json's test_ppl again,
