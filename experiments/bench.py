@@ -6,7 +6,7 @@
     python -m experiments.bench --config=configs/nmt_multi30k_three_way.py [--nmt_train_pairs=2000]
     python -m experiments.bench --config=configs/small_tied.py --members_sweep=0,1,2,4,8 --rounds=2
     python -m experiments.bench --config=configs/small_tied.py --sample_len=200 --sample_batch=1
-    python -m experiments.bench --config=configs/small_tied.py --adapt_tokens=20000 --cache_size=500
+    python -m experiments.bench --config=configs/small_tied.py --adapt_tokens=20000 --adapt_cache_size=500
 
 An LM config: the train step's compile time, steady-state ms/step and tokens/s (median over --repeats blocks of
 --steps steps after --warmup), batched evaluation tokens/s, and the step's matmul FLOPs against this machine's
@@ -62,7 +62,7 @@ _SAMPLE_LEN = flags.DEFINE_integer("sample_len", 0, "Time sampling this many tok
 _SAMPLE_BATCH = flags.DEFINE_integer("sample_batch", 1, "With --sample_len: sequences drawn as one batch.")
 _ADAPT_TOKENS = flags.DEFINE_integer("adapt_tokens", 0, "Time scoring a stream of this many tokens plain, with the "
                                      "cache and with dynamic evaluation instead (0: off).")
-_CACHE_SIZE = flags.DEFINE_integer("cache_size", 500, "With --adapt_tokens: the cache's n.")
+_ADAPT_CACHE_SIZE = flags.DEFINE_integer("adapt_cache_size", 500, "With --adapt_tokens: the cache's n.")
 _MEMBERS_SWEEP = flags.DEFINE_list("members_sweep", [], "Numbers of members K (0: one plain run) to time, each in "
                                    "its own process, --rounds times interleaved; prints their ratios to K = 0.")
 flags.mark_flag_as_required("config")
@@ -497,7 +497,7 @@ def _other_benchmark(config) -> bool:
   elif _MEMBERS_SWEEP.value:
     members_sweep(config, [int(k) for k in _MEMBERS_SWEEP.value])
   elif _ADAPT_TOKENS.value > 0:
-    print(json.dumps(bench_adaptation(config, _ADAPT_TOKENS.value, _CACHE_SIZE.value, _REPEATS.value)))
+    print(json.dumps(bench_adaptation(config, _ADAPT_TOKENS.value, _ADAPT_CACHE_SIZE.value, _REPEATS.value)))
   elif _SAMPLE_LEN.value > 0:
     print(json.dumps(bench_sampling(config, _SAMPLE_LEN.value, max(_SAMPLE_BATCH.value, 1), _REPEATS.value)))
   elif _TORCH_PYTHON.value:
