@@ -62,6 +62,10 @@ def load_nmt_runs(report_dir: Path) -> dict[tuple[str, str], list[dict]]:
   return runs
 
 
+def _epochs(r: dict) -> str:
+  return f"{r['best_epoch']} / {r['epochs']:g}"
+
+
 def nmt_table(spec: NmtReportSpec, runs: dict[tuple[str, str], list[dict]]) -> str:
   """Markdown: per language pair and tying mode, parameters, size relative to the baseline, BLEU, ppl."""
   lines = [
@@ -85,7 +89,7 @@ def nmt_table(spec: NmtReportSpec, runs: dict[tuple[str, str], list[dict]]) -> s
           f"| en→{tgt} | {row.label} | {params:,} | {rel} | {row.paper_size} "
           f"| {seeds_cell([r['valid_bleu'] for r in rs])} | {seeds_cell([r['test_bleu'] for r in rs])} "
           f"| {seeds_cell([r['valid_ppl'] for r in rs])} | {seeds_cell([r['test_ppl'] for r in rs])} "
-          f"| {', '.join(str(r['best_epoch']) + ' / ' + str(r['epochs']) for r in rs)} | {paper} |")
+          f"| {', '.join(_epochs(r) for r in rs)} | {paper} |")
   return "\n".join(lines)
 
 
@@ -144,12 +148,13 @@ def nmt_provenance(spec: NmtReportSpec, name: str, runs: dict[tuple[str, str], l
         host = r.get("host") or {}
         machine = f"{host.get('cpu', '?')}, {host.get('cpu_count', '?')} cores" if host else "not recorded"
         cmd = spec.command.format(mode=_MODE_CONFIG[row.tying], tgt=tgt, workdir=f"runs/nmt/{r['_dir']}")
+        cmd += f" --config.seed={r['seed']}" if r.get("seed") else ""  # (records before seeds were kept: seed 0)
         commit = (r.get("versions") or {}).get("wt_jax_commit") or "not recorded"
         # wall_s is the last session's (a resumed run that only decoded took a minute): say so
         wall = (f"{r['train_s'] / 60:.0f} min training" +
                 (f" (the last session, which resumed it, {r['wall_s'] / 60:.0f} min wall)"
                  if r["wall_s"] < r["train_s"] else f", {r['wall_s'] / 60:.0f} min wall"))
-        lines.append(f"- `{r['_dir']}`: `{cmd}` — commit of its last session `{commit}`, machine: {machine}; {r['epochs']} epochs, "
+        lines.append(f"- `{r['_dir']}`: `{cmd}` — commit of its last session `{commit}`, machine: {machine}; {r['epochs']:g} epochs, "
                      f"{wall}; beam "
                      f"{r['beam']}, length α {r['length_alpha']}; BLEU `{r['bleu_signature']}`; "
                      f"test translations: `runs/nmt/{r['_dir']}/test.hyp.txt` (in the run's workdir)")
