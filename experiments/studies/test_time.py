@@ -1,4 +1,4 @@
-"""Test-time adaptation of trained runs (issue 93's study): for each run folder, the continuous cache and dynamic
+"""Test-time adaptation of trained runs: for each run folder, the continuous cache and dynamic
 evaluation (`wt_jax.adapt`) tuned on the run's validation split, then scored on its test split.
 
     python -m experiments.studies.test_time --records=runs/test_time runs/ptb_table6/small_seed0 \
