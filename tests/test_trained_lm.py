@@ -329,13 +329,17 @@ def test_the_test_time_study_tunes_on_valid_and_reports_test(runs, data_root, mo
   workdir, results = runs("lstm")
   monkeypatch.setenv("WT_JAX_DATA", str(data_root))
   grids = dict(cache_sizes=["5", "20"], cache_thetas=["0.1", "0.5"], cache_lambdas=["0.1", "0.3"], sgd_lrs=["0.1"],
-               sgd_decays=["0", "0.01"], rms_lrs=["1e-4"], rms_decays=["0.001"], stats_batch_size=4)
+               sgd_decays=["0", "0.01"], rms_lrs=["1e-4"], rms_decays=["0.001"], stats_batch_size=4,
+               dynamic_valid_tokens=30)
   assert main_ends_with(test_time.main, ["test_time", str(workdir)], records=str(tmp_path), **grids) is None
   record = json.loads((tmp_path / f"{workdir.name}.json").read_text())
   assert record["plain"]["test_ppl"] == pytest.approx(results["test_ppl"], rel=1e-6)
   assert len(record["cache"]["grid"]) == 8 and len(record["dynamic_sgd"]["grid"]) == 2
   lm_ = trained_lm.load(workdir, trained_lm.tested_checkpoint(workdir))
   test = trained_lm.split_stream(lm_, "test")
+  point = record["dynamic_sgd"]["grid"][1]  # (tuned on validation's first 30 targets)
+  assert record["dynamic_sgd"]["tuned_tokens"] == 30 and point["valid_ppl"] == pytest.approx(adapt.score_dynamic(
+      lm_, trained_lm.split_stream(lm_, "valid")[:31], "sgd", point["lr"], point["decay"])["ppl"], rel=1e-6)
   for method in ("cache", "dynamic_sgd", "dynamic_rms"):
     best = record[method]["best"]
     assert best["valid_ppl"] == min(g["valid_ppl"] for g in record[method]["grid"])

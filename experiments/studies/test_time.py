@@ -9,7 +9,8 @@ run's own test protocol, its tested checkpoint), every grid point's validation p
 their test perplexity, and the time each took. The grids (ours; `--cache_sizes`, `--cache_thetas`, ...): the cache
 over n × θ × λ (one model pass per n: `adapt.cache_nll`); dynamic evaluation over η × λ per rule, in segments of
 the run's bptt, the rms rule's MS from the training split (`--stats_batches` windows of `--stats_batch_size` streams).
-`--valid_max_tokens` tunes on a prefix of validation (smoke runs).
+`--valid_max_tokens` tunes everything on a prefix of validation (smoke runs); `--dynamic_valid_tokens` tunes only
+dynamic evaluation on one (its passes cost a gradient step per segment).
 """
 import json
 import time
@@ -33,6 +34,8 @@ _RMS_DECAYS = flags.DEFINE_list("rms_decays", ["0.001", "0.002", "0.005"], "rms:
 _STATS_BATCHES = flags.DEFINE_integer("stats_batches", 0, "rms: training windows for MS (0: all).")
 _STATS_BATCH_SIZE = flags.DEFINE_integer("stats_batch_size", 100, "rms: streams per training window for MS.")
 _VALID_MAX = flags.DEFINE_integer("valid_max_tokens", 0, "Tune on this prefix of validation (0: all of it).")
+_DYNAMIC_VALID = flags.DEFINE_integer("dynamic_valid_tokens", 0, "Tune dynamic evaluation on this prefix of "
+                                      "validation (0: all of it).")
 flags.mark_flag_as_required("records")
 
 
@@ -55,16 +58,17 @@ def study(lm, valid, test, train) -> dict:
     best = min(grid, key=lambda g: g["valid_ppl"])
     test_ppl = adapt.score_cache(lm, test, best["n"], best["theta"], best["lambda"])["ppl"]
     out["cache"] = {"grid": grid, "best": best, "test_ppl": test_ppl, "s": time.time() - t0}
+  tune = valid[:_DYNAMIC_VALID.value + 1] if _DYNAMIC_VALID.value else valid
   for rule, lrs, decays in (("sgd", _SGD_LRS.value, _SGD_DECAYS.value), ("rms", _RMS_LRS.value, _RMS_DECAYS.value)):
     t1 = time.time()
     ms = (adapt.gradient_rms(lm, train, _STATS_BATCH_SIZE.value, max_batches=_STATS_BATCHES.value) if rule == "rms"
           else None)
-    grid = [{"lr": lr, "decay": d, "valid_ppl": adapt.score_dynamic(lm, valid, rule, lr, d, ms)["ppl"]}
+    grid = [{"lr": lr, "decay": d, "valid_ppl": adapt.score_dynamic(lm, tune, rule, lr, d, ms)["ppl"]}
             for lr in _floats(lrs) for d in _floats(decays)]
     best = min(grid, key=lambda g: g["valid_ppl"])
     test_ppl = adapt.score_dynamic(lm, test, rule, best["lr"], best["decay"], ms)["ppl"]
     out[f"dynamic_{rule}"] = {"grid": grid, "best": best, "test_ppl": test_ppl, "segment": lm.config.bptt,
-                              "s": time.time() - t1}
+                              "tuned_tokens": len(tune) - 1, "s": time.time() - t1}
   return out
 
 
