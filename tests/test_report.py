@@ -841,3 +841,45 @@ def test_sampling_page_sets_each_runs_scores_and_samples_side_by_side(tmp_path):
   with pytest.raises(records.ReportError, match="text.json line 1 is not JSON"):
     samples.build_sampling("sampling", tmp_path / "out2", runs)
   assert not (tmp_path / "out2" / "sampling" / "small_seed0" / "scores").exists()
+
+
+def _fake_adapt_record(config: str, tying: str, seed: int, plain: float, cache: float, sgd: float) -> dict:
+  grid = lambda key, values, best: [{key: v, "decay": 0.0, "valid_ppl": 100.0 if v == best else 101.0} for v in values]
+  return {"run": {"workdir": f"runs/test_time/{config}_seed{seed}", "checkpoint": "last", "step": 30199,
+                  "commit": "abc123"},
+          "config": config, "tying": tying, "seed": seed, "valid_tokens": 73760, "test_tokens": 82430, "wall_s": 600.0,
+          "plain": {"valid_ppl": 120.0, "test_ppl": plain},
+          "cache": {"grid": [{"n": 500, "theta": th, "lambda": 0.1, "valid_ppl": 99.0 + th} for th in (0.1, 0.3)],
+                    "best": {"n": 500, "theta": 0.1, "lambda": 0.1, "valid_ppl": 99.1}, "test_ppl": cache},
+          "dynamic_sgd": {"grid": grid("lr", [0.01, 0.05, 0.1], 0.05), "test_ppl": sgd, "segment": 20,
+                          "tuned_tokens": 20000, "best": {"lr": 0.05, "decay": 0.0, "valid_ppl": 100.0}}}
+
+
+def test_test_time_page_gives_each_gain_and_reads_tied_against_untied_against_the_seed_spread(tmp_path):
+  """The per-run records of experiments.studies.test_time: mean ± sd per config and method, the relative gain, the
+  tied − untied difference in gain read against twice the larger seed sd, the tuned settings (a best on the grid's
+  border said so); a damaged record stops the import with nothing copied."""
+  from experiments.reports import test_time
+  runs = tmp_path / "records"
+  runs.mkdir()
+  for config, tying, seed, plain, cache, sgd in (("small", "untied", 0, 100.0, 90.0, 80.0),
+                                                 ("small", "untied", 1, 100.0, 92.0, 80.0),
+                                                 ("small_tied", "tied", 0, 100.0, 95.0, 79.0),
+                                                 ("small_tied", "tied", 1, 100.0, 95.0, 81.0)):
+    (runs / f"{config}_seed{seed}.json").write_text(json.dumps(_fake_adapt_record(config, tying, seed, plain, cache,
+                                                                                  sgd)))
+  tab = test_time.build_test_time("test_time", tmp_path / "results", runs)
+  assert ("| small | untied | 0, 1 | 100.0 ± 0.0 (100.0, 100.0) | 91.0 ± 1.4 (90.0, 92.0) "
+          "(-9.0 ± 1.4 (-10.0, -8.0)%) | 80.0 ± 0.0 (80.0, 80.0) (-20.0 ± 0.0 (-20.0, -20.0)%) | — |") in tab
+  page = (tmp_path / "results" / "test_time" / "README.md").read_text()
+  # cache: tied −5.0% against untied −9.0%, difference +4.0 > 2 × 1.41; SGD: −20.0 vs −20.0, 0 < 2 × 1.41
+  assert ("+ cache (Grave et al.), small_tied − small: gain -5.0% against -9.0%, a difference of +4.00 points, beyond "
+          "twice the larger seed sd (2.83 points).") in page
+  assert "a difference of +0.00 points, within twice the larger seed sd (2.83 points)." in page
+  assert "Grave et al. (2016), LSTM + continuous cache pointer: 82.3 → 72.1 (-12.4%)." in page
+  assert "| `small_seed0` | 500 / 0.1 (grid edge) / 0.1 (99.1; 2 points) | 0.05 / 0 (100.0; 3 points) | — |" in page
+  assert test_time.build_test_time("test_time", tmp_path / "results") == tab  # from the committed files alone
+  (runs / "small_seed1.json").write_text('{"run": ')
+  with pytest.raises(records.ReportError, match="small_seed1.json is not JSON"):
+    test_time.build_test_time("test_time", tmp_path / "out2", runs)
+  assert not list((tmp_path / "out2" / "test_time").glob("*.json"))

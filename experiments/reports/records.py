@@ -120,12 +120,12 @@ def load_runs(report_dir: Path, dataset: str | None = "ptb", check=None) -> dict
   return by_config
 
 
-def seeds_cell(values: list[float]) -> str:
+def seeds_cell(values: list[float], fmt: str = ".1f") -> str:
   """One run: its value; several (seeds, or the members of a run): mean ± the sample standard deviation over
-  them, then each (seed order)."""
+  them, then each (seed order); `fmt` formats the values (the sd is always to one decimal)."""
   if not values:
     return "—"
   if len(values) == 1:
-    return f"{values[0]:.1f}"
-  return (f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f} "
-          f"({', '.join(f'{v:.1f}' for v in values)})")
+    return f"{values[0]:{fmt}}"
+  return (f"{statistics.mean(values):{fmt}} ± {statistics.stdev(values):.1f} "
+          f"({', '.join(f'{v:{fmt}}' for v in values)})")

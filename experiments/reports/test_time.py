@@ -1,0 +1,149 @@
+"""Test-time adaptation of trained LMs: plain, + continuous cache, + dynamic evaluation, tied against untied,
+from the per-run records `experiments.studies.test_time` writes (one JSON file per run folder).
+
+    python -m experiments.report test_time --runs=runs/test_time_records
+
+With --runs, every record there (<run>.json) is read first and then copied into results/test_time/; the page's
+tables are built from those files alone: test perplexity per config and method (mean ± sd over seeds), each
+method's relative gain, the tied − untied difference in gain against the seeds' spread, and the tuned settings.
+"""
+from __future__ import annotations
+
+import shutil
+import statistics
+from pathlib import Path
+
+from experiments.reports.pages import write_page
+from experiments.reports.records import ReportError, json_record, runs_folder, seeds_cell
+
+METHODS = {"cache": "+ cache (Grave et al.)", "dynamic_sgd": "+ dynamic eval, SGD",
+           "dynamic_rms": "+ dynamic eval, RMS + decay (Krause et al.)"}
+PAIRS = {"small": "small_tied", "inan_small_vd": "inan_small_re"}  # untied config → its tied counterpart
+# The published anchor, checked in ../shared/papers/notes_neural_lm.txt ("Recent Results", Merity et al.'s Table 1).
+ANCHORS = [("Grave et al. (2016), LSTM + continuous cache pointer", 82.3, 72.1),
+           ("AWD-LSTM (tied) + continuous cache pointer", 57.3, 52.8)]
+KEYS = ("run", "config", "tying", "seed", "plain", "valid_tokens", "test_tokens", "wall_s")
+
+
+def import_records(runs_dir: Path, report_dir: Path) -> list[str]:
+  """Copy every <run>.json of `runs_dir` into `report_dir`, after reading each (a damaged one raises
+  `ReportError` before anything is copied)."""
+  found = sorted(runs_folder(runs_dir).glob("*.json"))
+  if not found:
+    raise ReportError(f"{runs_dir} holds no records; run python -m experiments.studies.test_time first.")
+  for path in found:
+    json_record(path.read_text(errors="replace"), path, KEYS)
+  for path in found:
+    shutil.copy2(path, report_dir / path.name)
+  return [p.stem for p in found]
+
+
+def load_records(report_dir: Path) -> dict[str, list[dict]]:
+  """config name → its records sorted by seed (`_name`: the record's file name without .json)."""
+  by_config: dict[str, list[dict]] = {}
+  for path in sorted(report_dir.glob("*.json")):
+    r = json_record(path.read_text(errors="replace"), path, KEYS)
+    by_config.setdefault(r["config"], []).append({**r, "_name": path.stem})
+  for records in by_config.values():
+    records.sort(key=lambda r: r["seed"])
+  return by_config
+
+
+def gain(r: dict, method: str) -> float | None:
+  """The method's relative change of test perplexity, in percent (negative: lower perplexity)."""
+  return 100 * (r[method]["test_ppl"] / r["plain"]["test_ppl"] - 1) if method in r else None
+
+
+def ppl_table(by_config: dict[str, list[dict]]) -> str:
+  rows = ["| config | tying | seeds | plain | " + " | ".join(f"{label} (gain)" for label in METHODS.values()) + " |",
+          "|---|---|---|---|" + "---|" * len(METHODS)]
+  for config, records in by_config.items():
+    cells = [seeds_cell([r["plain"]["test_ppl"] for r in records])]
+    for method in METHODS:
+      have = [r for r in records if method in r]
+      ppl, gains = [r[method]["test_ppl"] for r in have], [gain(r, method) for r in have]
+      cells.append(f"{seeds_cell(ppl)} ({seeds_cell(gains, '+.1f')}%)" if have else "—")
+    rows.append(f"| {config} | {records[0]['tying']} | {', '.join(str(r['seed']) for r in records)} | "
+                + " | ".join(cells) + " |")
+  return "\n".join(rows)
+
+
+def tied_vs_untied(by_config: dict[str, list[dict]]) -> str:
+  """Per pair and method: the mean gains, their difference, and whether it exceeds twice the larger seed sd."""
+  lines = []
+  for untied, tied in PAIRS.items():
+    if untied not in by_config or tied not in by_config:
+      continue
+    for method, label in METHODS.items():
+      u = [gain(r, method) for r in by_config[untied] if method in r]
+      t = [gain(r, method) for r in by_config[tied] if method in r]
+      if not u or not t:
+        continue
+      diff = statistics.mean(t) - statistics.mean(u)
+      if min(len(u), len(t)) < 2:
+        verdict = "one seed on a side: no spread to read it against"
+      else:
+        spread = max(statistics.stdev(u), statistics.stdev(t))
+        verdict = (f"{'beyond' if abs(diff) > 2 * spread else 'within'} twice the larger seed sd "
+                   f"({2 * spread:.2f} points)")
+      lines.append(f"- {label}, {tied} − {untied}: gain {statistics.mean(t):+.1f}% against "
+                   f"{statistics.mean(u):+.1f}%, a difference of {diff:+.2f} points, {verdict}.")
+  return "\n".join(lines) or "- (no config with both its untied and its tied records yet)"
+
+
+def _edge(value: float, grid: list[dict], key: str) -> str:
+  values = sorted({g[key] for g in grid})
+  return f"{value:g}" + (" (grid edge)" if len(values) > 1 and value in (values[0], values[-1]) else "")
+
+
+def settings_table(by_config: dict[str, list[dict]]) -> str:
+  rows = ["| record | cache n / θ / λ (valid ppl) | SGD η / λ (valid ppl) | RMS η / λ (valid ppl) | dynamic tuned on | "
+          "wall |", "|---|---|---|---|---|---|"]
+  for records in by_config.values():
+    for r in records:
+      cells = []
+      for method, keys in (("cache", ("n", "theta", "lambda")), ("dynamic_sgd", ("lr", "decay")),
+                           ("dynamic_rms", ("lr", "decay"))):
+        if method not in r:
+          cells.append("—")
+          continue
+        best, grid = r[method]["best"], r[method]["grid"]
+        cells.append(" / ".join(_edge(best[k], grid, k) for k in keys) + f" ({best['valid_ppl']:.1f}; "
+                     f"{len(grid)} points)")
+      tuned = r.get("dynamic_sgd", {}).get("tuned_tokens", r["valid_tokens"])
+      rows.append(f"| `{r['_name']}` | " + " | ".join(cells) + f" | first {tuned:,} of {r['valid_tokens']:,} valid "
+                  f"targets, segments of {r.get('dynamic_sgd', {}).get('segment', '—')} | {r['wall_s'] / 60:.0f} min |")
+  return "\n".join(rows)
+
+
+def provenance(by_config: dict[str, list[dict]]) -> str:
+  lines = []
+  for records in by_config.values():
+    for r in records:
+      host, run = r.get("host") or {}, r["run"]
+      commit = (r.get("versions") or {}).get("wt_jax_commit") or "not recorded"
+      lines.append(f"- `{r['_name']}`: run `{run['workdir']}` (config {r['config']}, seed {r['seed']}, trained at "
+                   f"`{run['commit']}`), checkpoint `{run['checkpoint']}` step {run['step']:,}; evaluated at "
+                   f"`{commit}` on {host.get('cpu', '?')}, {host.get('cpu_count', '?')} cores.")
+  return "\n".join(lines)
+
+
+def build_test_time(name: str, out_root: Path, runs_dir: Path | None = None, readme: Path | None = None) -> str:
+  """Import (optionally), then write the page; returns the perplexity table."""
+  report_dir = out_root / name
+  report_dir.mkdir(parents=True, exist_ok=True)
+  if runs_dir is not None:
+    import_records(runs_dir, report_dir)
+  by_config = load_records(report_dir)
+  if not by_config:
+    raise ReportError(f"{report_dir} holds no records; import them with --runs.")
+  tab = ppl_table(by_config)
+  anchors = "\n".join(f"- {label}: {a} → {b} ({100 * (b / a - 1):+.1f}%)." for label, a, b in ANCHORS)
+  body = (f"Test perplexity (the run's batch-1 stream); a cell of several seeds is mean ± sample sd (each seed); "
+          f"gain: the change against plain, in percent.\n\n{tab}\n\n**Tied against untied.**\n\n"
+          f"{tied_vs_untied(by_config)}\n\n**Published gains (PTB test perplexity).**\n\n{anchors}\n\n"
+          f"**Tuned on validation** (each method's best grid point; \"grid edge\": the best lies on the grid's "
+          f"border).\n\n{settings_table(by_config)}\n\nRebuild: `python -m experiments.report {name}`")
+  write_page(report_dir / "README.md", name, "Test-time adaptation: the continuous cache and dynamic evaluation",
+             body, f"## Runs\n\n{provenance(by_config)}")
+  return tab
