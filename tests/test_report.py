@@ -858,7 +858,8 @@ def _fake_adapt_record(config: str, tying: str, seed: int, plain: float, cache: 
 def test_test_time_page_gives_each_gain_and_reads_tied_against_untied_against_the_seed_spread(tmp_path):
   """The per-run records of experiments.studies.test_time: mean ± sd per config and method, the relative gain, the
   tied − untied difference in gain read against twice the larger seed sd, the tuned settings (a best on the grid's
-  border said so); a damaged record stops the import with nothing copied."""
+  border said so), a variant subfolder's record against the same run's main one; a damaged record stops the import
+  with nothing copied."""
   from experiments.reports import test_time
   runs = tmp_path / "records"
   runs.mkdir()
@@ -868,6 +869,11 @@ def test_test_time_page_gives_each_gain_and_reads_tied_against_untied_against_th
                                                  ("small_tied", "tied", 1, 100.0, 95.0, 81.0)):
     (runs / f"{config}_seed{seed}.json").write_text(json.dumps(_fake_adapt_record(config, tying, seed, plain, cache,
                                                                                   sgd)))
+  wide = _fake_adapt_record("small", "untied", 0, 100.0, 90.0, 75.0)  # the same run, η grid extended upward
+  wide["dynamic_sgd"].update(grid=[{**g, "lr": lr} for g, lr in zip(wide["dynamic_sgd"]["grid"], (0.05, 0.5, 0.1))],
+                             best={"lr": 0.5, "decay": 0.0, "valid_ppl": 100.0})
+  (runs / "wide_eta").mkdir()
+  (runs / "wide_eta" / "small_seed0.json").write_text(json.dumps(wide))
   tab = test_time.build_test_time("test_time", tmp_path / "results", runs)
   assert ("| small | untied | 0, 1 | 100.0 ± 0.0 (100.0, 100.0) | 91.0 ± 1.4 (90.0, 92.0) "
           "(-9.0 ± 1.4 (-10.0, -8.0)%) | 80.0 ± 0.0 (80.0, 80.0) (-20.0 ± 0.0 (-20.0, -20.0)%) | — |") in tab
@@ -878,7 +884,10 @@ def test_test_time_page_gives_each_gain_and_reads_tied_against_untied_against_th
   assert "a difference of +0.00 points, within twice the larger seed sd (2.83 points)." in page
   assert "Grave et al. (2016), LSTM + continuous cache pointer: 82.3 → 72.1 (-12.4%)." in page
   assert "| `small_seed0` | 500 / 0.1 (grid edge) / 0.1 (99.1; 2 points) | 0.05 / 0 (100.0; 3 points) | — |" in page
+  assert ("| `small_seed0` | wide_eta | + dynamic eval, SGD | 0.05, 0.1, 0.5 | 0.05 / 0, 80.0 | 0.5 (grid edge) / 0, "
+          "75.0 | -5.0 |") in page
   assert test_time.build_test_time("test_time", tmp_path / "results") == tab  # from the committed files alone
+  assert "0.5 (grid edge) / 0, 75.0" in (tmp_path / "results" / "test_time" / "README.md").read_text()
   (runs / "small_seed1.json").write_text('{"run": ')
   with pytest.raises(records.ReportError, match="small_seed1.json is not JSON"):
     test_time.build_test_time("test_time", tmp_path / "out2", runs)

@@ -430,3 +430,13 @@ def test_a_members_runs_member_is_scored_with_its_own_parameters(corpus, data_ro
   assert stacked.config.to_dict() == own.config.to_dict() and stacked.step == own.step
   jax.tree_util.tree_map(np.testing.assert_array_equal, stacked.params, own.params)
   assert trained_lm.tested_checkpoint(tmp_path, 1) == "last"
+
+
+def test_the_test_time_study_never_chooses_a_setting_that_diverged():
+  """A grid point whose validation perplexity is NaN or inf is passed over; a grid of nothing else is one line."""
+  from absl import app
+  from experiments.studies import test_time
+  grid = [{"lr": 0.1, "valid_ppl": float("nan")}, {"lr": 0.2, "valid_ppl": 90.0}, {"lr": 1.0, "valid_ppl": math.inf}]
+  assert test_time.best_point(grid)["lr"] == 0.2
+  with pytest.raises(app.UsageError, match="every one of the grid's 2 points diverged"):
+    test_time.best_point([grid[0], grid[2]])

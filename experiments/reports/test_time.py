@@ -5,7 +5,8 @@ from the per-run records `experiments.studies.test_time` writes (one JSON file p
 
 With --runs, every record there (<run>.json) is read first and then copied into results/test_time/; the page's
 tables are built from those files alone: test perplexity per config and method (mean ± sd over seeds), each
-method's relative gain, the tied − untied difference in gain against the seeds' spread, and the tuned settings.
+method's relative gain, the tied − untied difference in gain against the seeds' spread, the tuned settings, and
+what a `VARIANTS` subfolder's records (the same runs, other grids) change.
 """
 from __future__ import annotations
 
@@ -22,20 +23,25 @@ PAIRS = {"small": "small_tied", "inan_small_vd": "inan_small_re"}  # untied conf
 # The published anchor, checked in ../shared/papers/notes_neural_lm.txt ("Recent Results", Merity et al.'s Table 1).
 ANCHORS = [("Grave et al. (2016), LSTM + continuous cache pointer", 82.3, 72.1),
            ("AWD-LSTM (tied) + continuous cache pointer", 57.3, 52.8)]
+# A subfolder of records re-evaluating runs of the main table with other grids → what it changes.
+VARIANTS = {"wide_eta": "dynamic evaluation's η grid extended upward"}
 KEYS = ("run", "config", "tying", "seed", "plain", "valid_tokens", "test_tokens", "wall_s")
 
 
 def import_records(runs_dir: Path, report_dir: Path) -> list[str]:
-  """Copy every <run>.json of `runs_dir` into `report_dir`, after reading each (a damaged one raises
-  `ReportError` before anything is copied)."""
-  found = sorted(runs_folder(runs_dir).glob("*.json"))
+  """Copy every <run>.json of `runs_dir`, and of its `VARIANTS` subfolders, to the same place under `report_dir`,
+  after reading each (a damaged one raises `ReportError` before anything is copied)."""
+  runs_folder(runs_dir)
+  found = [p for sub in ("", *VARIANTS) for p in sorted((runs_dir / sub).glob("*.json"))]
   if not found:
     raise ReportError(f"{runs_dir} holds no records; run python -m experiments.studies.test_time first.")
   for path in found:
     json_record(path.read_text(errors="replace"), path, KEYS)
   for path in found:
-    shutil.copy2(path, report_dir / path.name)
-  return [p.stem for p in found]
+    dest = report_dir / path.relative_to(runs_dir)
+    dest.parent.mkdir(exist_ok=True)
+    shutil.copy2(path, dest)
+  return [str(p.relative_to(runs_dir).with_suffix("")) for p in found]
 
 
 def load_records(report_dir: Path) -> dict[str, list[dict]]:
@@ -116,6 +122,33 @@ def settings_table(by_config: dict[str, list[dict]]) -> str:
   return "\n".join(rows)
 
 
+def _dynamic_cell(r: dict, method: str) -> str:
+  best, grid = r[method]["best"], r[method]["grid"]
+  return " / ".join(_edge(best[k], grid, k) for k in ("lr", "decay")) + f", {r[method]['test_ppl']:.1f}"
+
+
+def variants_table(report_dir: Path, by_config: dict[str, list[dict]]) -> str:
+  """Per variant record and dynamic rule: the best η / λ and its test perplexity on the grid of the same run's
+  main record and on the variant's grid; '' when there is no variant record."""
+  main = {r["_name"]: r for records in by_config.values() for r in records}
+  rows = []
+  for variant in VARIANTS:
+    for path in sorted((report_dir / variant).glob("*.json")):
+      r, base = json_record(path.read_text(errors="replace"), path, KEYS), main.get(path.stem)
+      for method in ("dynamic_sgd", "dynamic_rms"):
+        if method not in r:
+          continue
+        lrs = ", ".join(f"{v:g}" for v in sorted({g["lr"] for g in r[method]["grid"]}))
+        known = base is not None and method in base
+        rows.append(f"| `{path.stem}` | {variant} | {METHODS[method]} | {lrs} | "
+                    f"{_dynamic_cell(base, method) if known else '—'} | {_dynamic_cell(r, method)} | "
+                    + (f"{r[method]['test_ppl'] - base[method]['test_ppl']:+.1f} |" if known else "— |"))
+  if not rows:
+    return ""
+  return "\n".join(["| record | variant | method | its η values | main grid: best η / λ, test ppl | this grid: best "
+                    "η / λ, test ppl | change in test ppl |", "|---|---|---|---|---|---|---|", *rows])
+
+
 def provenance(by_config: dict[str, list[dict]]) -> str:
   lines = []
   for records in by_config.values():
@@ -138,12 +171,15 @@ def build_test_time(name: str, out_root: Path, runs_dir: Path | None = None, rea
   if not by_config:
     raise ReportError(f"{report_dir} holds no records; import them with --runs.")
   tab = ppl_table(by_config)
+  variants = variants_table(report_dir, by_config)
+  variants = (f"**Other grids** (a record of a subfolder re-evaluates a run of the main table: "
+              f"{'; '.join(f'`{k}`: {v}' for k, v in VARIANTS.items())}).\n\n{variants}\n\n" if variants else "")
   anchors = "\n".join(f"- {label}: {a} → {b} ({100 * (b / a - 1):+.1f}%)." for label, a, b in ANCHORS)
   body = (f"Test perplexity (the run's batch-1 stream); a cell of several seeds is mean ± sample sd (each seed); "
           f"gain: the change against plain, in percent.\n\n{tab}\n\n**Tied against untied.**\n\n"
           f"{tied_vs_untied(by_config)}\n\n**Published gains (PTB test perplexity).**\n\n{anchors}\n\n"
           f"**Tuned on validation** (each method's best grid point; \"grid edge\": the best lies on the grid's "
-          f"border).\n\n{settings_table(by_config)}\n\nRebuild: `python -m experiments.report {name}`")
+          f"border).\n\n{settings_table(by_config)}\n\n{variants}Rebuild: `python -m experiments.report {name}`")
   write_page(report_dir / "README.md", name, "Test-time adaptation: the continuous cache and dynamic evaluation",
              body, f"## Runs\n\n{provenance(by_config)}")
   return tab

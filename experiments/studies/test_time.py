@@ -13,10 +13,11 @@ the run's bptt, the rms rule's MS from the training split (`--stats_batches` win
 dynamic evaluation on one (its passes cost a gradient step per segment).
 """
 import json
+import math
 import time
 from pathlib import Path
 
-from absl import flags, logging
+from absl import app, flags, logging
 
 from experiments import check_folder, quiet_library_logs, run_main
 from wt_jax import adapt, files, lm_eval, trained_lm
@@ -43,6 +44,14 @@ def _floats(values) -> list[float]:
   return [float(v) for v in values]
 
 
+def best_point(grid: list[dict]) -> dict:
+  """The grid point of lowest finite validation perplexity: a setting that diverged (NaN or inf) is never chosen."""
+  finite = [g for g in grid if math.isfinite(g["valid_ppl"])]
+  if not finite:
+    raise app.UsageError(f"every one of the grid's {len(grid)} points diverged on validation; give smaller values.")
+  return min(finite, key=lambda g: g["valid_ppl"])
+
+
 def study(lm, valid, test, train) -> dict:
   """The record of one run: plain, cache and dynamic evaluation, each tuned on `valid` and scored on `test`."""
   t0 = time.time()
@@ -55,7 +64,7 @@ def study(lm, valid, test, train) -> dict:
       nll = adapt.cache_nll(lm, valid, n, thetas, lambdas)
       grid += [{"n": n, "theta": th, "lambda": la, "valid_ppl": lm_eval.perplexity(nll[i, j], len(valid) - 1)}
                for i, la in enumerate(lambdas) for j, th in enumerate(thetas)]
-    best = min(grid, key=lambda g: g["valid_ppl"])
+    best = best_point(grid)
     test_ppl = adapt.score_cache(lm, test, best["n"], best["theta"], best["lambda"])["ppl"]
     out["cache"] = {"grid": grid, "best": best, "test_ppl": test_ppl, "s": time.time() - t0}
   tune = valid[:_DYNAMIC_VALID.value + 1] if _DYNAMIC_VALID.value else valid
@@ -65,7 +74,7 @@ def study(lm, valid, test, train) -> dict:
           else None)
     grid = [{"lr": lr, "decay": d, "valid_ppl": adapt.score_dynamic(lm, tune, rule, lr, d, ms)["ppl"]}
             for lr in _floats(lrs) for d in _floats(decays)]
-    best = min(grid, key=lambda g: g["valid_ppl"])
+    best = best_point(grid)
     test_ppl = adapt.score_dynamic(lm, test, rule, best["lr"], best["decay"], ms)["ppl"]
     out[f"dynamic_{rule}"] = {"grid": grid, "best": best, "test_ppl": test_ppl, "segment": lm.config.bptt,
                               "tuned_tokens": len(tune) - 1, "s": time.time() - t1}
