@@ -176,7 +176,6 @@ def test_bleu_on_known_strings():
   """sacrebleu through decode.bleu: identical text scores 100; 'the cat sat on the mat' against 'the cat
   sat on a mat' has clipped n-gram precisions 5/6, 3/5, 2/4, 1/3 and no brevity penalty, so
   BLEU = 100 · (5/6 · 3/5 · 2/4 · 1/3)^(1/4) = 100 · (1/12)^(1/4) ≈ 53.73."""
-  from wt_jax.train import nmt as nmt_train
   score, signature = decode.bleu(["Ein Hund läuft.", "Zwei Männer."], ["Ein Hund läuft.", "Zwei Männer."])
   assert score == pytest.approx(100.0) and signature.startswith("nrefs:1|case:mixed|eff:no|tok:13a")
   score, _ = decode.bleu(["the cat sat on the mat"], ["the cat sat on a mat"])

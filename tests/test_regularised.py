@@ -167,7 +167,7 @@ def test_unknown_weight_decay_mode_is_rejected():
 
 def test_rhn_depth_one_matches_the_paper_formula_by_hand():
   """Depth 1: s' = h·t + s·(1 − t), h = tanh(x W_H + s R_H + b_H), t = σ(x W_T + s R_T + b_T)."""
-  H, I = 2, 3
+  H = 2  # (input width 3: x below)
   layer = rhn_lm.RHNLayer(hidden=H, depth=1, init_scale=0.5)
   x = jnp.array([[[0.5, -1.0, 2.0]]])  # [T=1, B=1, I]
   s0 = jnp.array([[0.3, -0.2]])

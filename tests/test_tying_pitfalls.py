@@ -7,8 +7,8 @@ import optax
 import pytest
 
 from tests.conftest import tiny_config
-from wt_jax import convert, export, losses, models, trained_lm, tying
-from wt_jax.train import lm, optim, trainer
+from wt_jax import convert, export, losses, models, trained_lm
+from wt_jax.train import lm, optim
 from wt_jax.train.checkpoint import Checkpoints
 
 V = 31  # tiny_corpus's vocabulary

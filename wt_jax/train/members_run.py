@@ -33,7 +33,7 @@ class MembersFolder(Folder):
   """What the trainer keeps of a members run (`trainer.run`'s folder): the run's lock on `path`, and each member's
   `RunFolder` in <path>/members/<k>/, its numbers the k-th of the lists (see the module docstring)."""
 
-  def __init__(self, path, task: MembersTask):
+  def __init__(self, path, task):  # (task: `lm.MembersTask`)
     super().__init__()
     self.path, self.task = epath.Path(path), task
     configs = task.group.configs
