@@ -858,8 +858,8 @@ def _fake_adapt_record(config: str, tying: str, seed: int, plain: float, cache: 
 def test_test_time_page_gives_each_gain_and_reads_tied_against_untied_against_the_seed_spread(tmp_path):
   """The per-run records of experiments.studies.test_time: mean ± sd per config and method, the relative gain, the
   tied − untied difference in gain read against twice the larger seed sd, the tuned settings (a best on the grid's
-  border said so), a variant subfolder's record against the same run's main one; a damaged record stops the import
-  with nothing copied."""
+  border said so), a variant subfolder's record against the same run's main one, the bench's speeds; a damaged
+  record stops the import with nothing copied."""
   from experiments.reports import test_time
   runs = tmp_path / "records"
   runs.mkdir()
@@ -874,6 +874,11 @@ def test_test_time_page_gives_each_gain_and_reads_tied_against_untied_against_th
                              best={"lr": 0.5, "decay": 0.0, "valid_ppl": 100.0})
   (runs / "wide_eta").mkdir()
   (runs / "wide_eta" / "small_seed0.json").write_text(json.dumps(wide))
+  bench = {"bench": "adaptation", "config": "small", "tokens": 20000, "cache_size": 500, "repeats": 3,
+           "tokens_per_s": {"plain": 8000.0, "cache": 6000.0, "dynamic_sgd": 1000.0},
+           "temp_mib": {"cache": 1.5, "dynamic_sgd": 20.0}, "host": {"cpu": "Test CPU", "cpu_count": 2}}
+  (tmp_path / "results" / "test_time").mkdir(parents=True)
+  (tmp_path / "results" / "test_time" / "bench.jsonl").write_text(json.dumps(bench) + "\n")
   tab = test_time.build_test_time("test_time", tmp_path / "results", runs)
   assert ("| small | untied | 0, 1 | 100.0 ± 0.0 (100.0, 100.0) | 91.0 ± 1.4 (90.0, 92.0) "
           "(-9.0 ± 1.4 (-10.0, -8.0)%) | 80.0 ± 0.0 (80.0, 80.0) (-20.0 ± 0.0 (-20.0, -20.0)%) | — |") in tab
@@ -886,6 +891,8 @@ def test_test_time_page_gives_each_gain_and_reads_tied_against_untied_against_th
   assert "| `small_seed0` | 500 / 0.1 (grid edge) / 0.1 (99.1; 2 points) | 0.05 / 0 (100.0; 3 points) | — |" in page
   assert ("| `small_seed0` | wide_eta | + dynamic eval, SGD | 0.05, 0.1, 0.5 | 0.05 / 0, 80.0 | 0.5 (grid edge) / 0, "
           "75.0 | -5.0 |") in page
+  assert ("| small | 20,000 | 500 | 8,000 | 6,000 (×0.75) | 1,000 (×0.12) | 1.5 / 20.0 | Test CPU, 2 cores; median of "
+          "3 |") in page
   assert test_time.build_test_time("test_time", tmp_path / "results") == tab  # from the committed files alone
   assert "0.5 (grid edge) / 0, 75.0" in (tmp_path / "results" / "test_time" / "README.md").read_text()
   (runs / "small_seed1.json").write_text('{"run": ')

@@ -149,6 +149,27 @@ def variants_table(report_dir: Path, by_config: dict[str, list[dict]]) -> str:
                     "η / λ, test ppl | change in test ppl |", "|---|---|---|---|---|---|---|", *rows])
 
 
+def speed_table(report_dir: Path) -> str:
+  """Tokens/s of plain scoring, the cache and SGD dynamic evaluation from `bench.jsonl` (`experiments.bench
+  --adapt_tokens`: one line per bench run, the three interleaved); '' when there is none."""
+  path = report_dir / "bench.jsonl"
+  lines = [l for l in path.read_text(errors="replace").splitlines() if l.strip()] if path.exists() else []
+  rows = []
+  for i, line in enumerate(lines, 1):
+    b = json_record(line, f"{path} line {i}", ("config", "tokens", "cache_size", "tokens_per_s", "host"))
+    tps, temp = b["tokens_per_s"], b.get("temp_mib") or {}
+    rows.append(f"| {b['config']} | {b['tokens']:,} | {b['cache_size']} | {tps['plain']:,.0f} | "
+                f"{tps['cache']:,.0f} (×{tps['cache'] / tps['plain']:.2f}) | {tps['dynamic_sgd']:,.0f} "
+                f"(×{tps['dynamic_sgd'] / tps['plain']:.2f}) | {temp.get('cache', '—')} / "
+                f"{temp.get('dynamic_sgd', '—')} "
+                f"| {b['host'].get('cpu', '?')}, {b['host'].get('cpu_count', '?')} cores; median of "
+                f"{b.get('repeats', '?')} |")
+  if not rows:
+    return ""
+  return "\n".join(["| config | tokens | cache n | plain tok/s | cache tok/s (× plain) | dynamic SGD tok/s (× plain) | "
+                    "temp MiB cache / dynamic | machine |", "|---|---|---|---|---|---|---|---|", *rows])
+
+
 def provenance(by_config: dict[str, list[dict]]) -> str:
   lines = []
   for records in by_config.values():
@@ -174,12 +195,16 @@ def build_test_time(name: str, out_root: Path, runs_dir: Path | None = None, rea
   variants = variants_table(report_dir, by_config)
   variants = (f"**Other grids** (a record of a subfolder re-evaluates a run of the main table: "
               f"{'; '.join(f'`{k}`: {v}' for k, v in VARIANTS.items())}).\n\n{variants}\n\n" if variants else "")
+  speed = speed_table(report_dir)
+  speed = (f"**Speed** (`bench.jsonl`: `python -m experiments.bench --config=... --adapt_tokens=N "
+           f"--adapt_cache_size=n`, the three passes interleaved in one run, batch 1, medians).\n\n{speed}\n\n"
+           if speed else "")
   anchors = "\n".join(f"- {label}: {a} → {b} ({100 * (b / a - 1):+.1f}%)." for label, a, b in ANCHORS)
   body = (f"Test perplexity (the run's batch-1 stream); a cell of several seeds is mean ± sample sd (each seed); "
           f"gain: the change against plain, in percent.\n\n{tab}\n\n**Tied against untied.**\n\n"
           f"{tied_vs_untied(by_config)}\n\n**Published gains (PTB test perplexity).**\n\n{anchors}\n\n"
           f"**Tuned on validation** (each method's best grid point; \"grid edge\": the best lies on the grid's "
-          f"border).\n\n{settings_table(by_config)}\n\n{variants}Rebuild: `python -m experiments.report {name}`")
+          f"border).\n\n{settings_table(by_config)}\n\n{variants}{speed}Rebuild: `python -m experiments.report {name}`")
   write_page(report_dir / "README.md", name, "Test-time adaptation: the continuous cache and dynamic evaluation",
              body, f"## Runs\n\n{provenance(by_config)}")
   return tab
