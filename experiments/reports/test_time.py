@@ -197,7 +197,8 @@ def build_test_time(name: str, out_root: Path, runs_dir: Path | None = None, rea
               f"{'; '.join(f'`{k}`: {v}' for k, v in VARIANTS.items())}).\n\n{variants}\n\n" if variants else "")
   speed = speed_table(report_dir)
   speed = (f"**Speed** (`bench.jsonl`: `python -m experiments.bench --config=... --adapt_tokens=N "
-           f"--adapt_cache_size=n`, the three passes interleaved in one run, batch 1, medians).\n\n{speed}\n\n"
+           f"--adapt_cache_size=n`, the three passes interleaved in one run, batch 1, medians; compare within a row, "
+           f"not across rows, which ran one after another).\n\n{speed}\n\n"
            if speed else "")
   anchors = "\n".join(f"- {label}: {a} → {b} ({100 * (b / a - 1):+.1f}%)." for label, a, b in ANCHORS)
   body = (f"Test perplexity (the run's batch-1 stream); a cell of several seeds is mean ± sample sd (each seed); "
