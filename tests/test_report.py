@@ -890,7 +890,7 @@ def test_test_time_page_gives_each_gain_and_reads_tied_against_untied_against_th
   assert "Grave et al. (2016), LSTM + continuous cache pointer: 82.3 → 72.1 (-12.4%)." in page
   assert "| `small_seed0` | 500 / 0.1 (grid edge) / 0.1 (99.1; 2 points) | 0.05 / 0 (100.0; 3 points) | — |" in page
   assert ("| `small_seed0` | wide_eta | + dynamic eval, SGD | 0.05, 0.1, 0.5 | 0.05 / 0, 80.0 | 0.5 (grid edge) / 0, "
-          "75.0 | -5.0 |") in page
+          "75.0 | -5.0 | -25.0% |") in page
   assert ("| small | 20,000 | 500 | 8,000 | 6,000 (×0.75) | 1,000 (×0.12) | 1.5 / 20.0 | Test CPU, 2 cores; median of "
           "3 |") in page
   assert test_time.build_test_time("test_time", tmp_path / "results") == tab  # from the committed files alone

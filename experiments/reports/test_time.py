@@ -142,11 +142,13 @@ def variants_table(report_dir: Path, by_config: dict[str, list[dict]]) -> str:
         known = base is not None and method in base
         rows.append(f"| `{path.stem}` | {variant} | {METHODS[method]} | {lrs} | "
                     f"{_dynamic_cell(base, method) if known else '—'} | {_dynamic_cell(r, method)} | "
-                    + (f"{r[method]['test_ppl'] - base[method]['test_ppl']:+.1f} |" if known else "— |"))
+                    + (f"{r[method]['test_ppl'] - base[method]['test_ppl']:+.1f} |" if known else "— |")
+                    + f" {gain(r, method):+.1f}% |")
   if not rows:
     return ""
   return "\n".join(["| record | variant | method | its η values | main grid: best η / λ, test ppl | this grid: best "
-                    "η / λ, test ppl | change in test ppl |", "|---|---|---|---|---|---|---|", *rows])
+                    "η / λ, test ppl | change in test ppl | gain on this grid |", "|---|---|---|---|---|---|---|---|",
+                    *rows])
 
 
 def speed_table(report_dir: Path) -> str:
