@@ -858,8 +858,8 @@ def _fake_adapt_record(config: str, tying: str, seed: int, plain: float, cache: 
 def test_test_time_page_gives_each_gain_and_reads_tied_against_untied_against_the_seed_spread(tmp_path):
   """The per-run records of experiments.studies.test_time: mean ± sd per config and method, the relative gain, the
   tied − untied difference in gain read against twice the larger seed sd, the tuned settings (a best on the grid's
-  border said so), a variant subfolder's record against the same run's main one, the bench's speeds; a damaged
-  record stops the import with nothing copied."""
+  border said so), a variant subfolder's record against the same run's main one (one of another model stops
+  the build), the bench's speeds; a damaged record stops the import with nothing copied."""
   from experiments.reports import test_time
   runs = tmp_path / "records"
   runs.mkdir()
@@ -895,6 +895,10 @@ def test_test_time_page_gives_each_gain_and_reads_tied_against_untied_against_th
           "3 |") in page
   assert test_time.build_test_time("test_time", tmp_path / "results") == tab  # from the committed files alone
   assert "0.5 (grid edge) / 0, 75.0" in (tmp_path / "results" / "test_time" / "README.md").read_text()
+  (tmp_path / "results" / "test_time" / "wide_eta" / "small_seed0.json").write_text(json.dumps(
+      {**wide, "plain": {"valid_ppl": 120.0, "test_ppl": 100.5}}))  # a retrained run: another model
+  with pytest.raises(records.ReportError, match="scores another model than small_seed0.json"):
+    test_time.build_test_time("test_time", tmp_path / "results")
   (runs / "small_seed1.json").write_text('{"run": ')
   with pytest.raises(records.ReportError, match="small_seed1.json is not JSON"):
     test_time.build_test_time("test_time", tmp_path / "out2", runs)

@@ -25,6 +25,9 @@ ANCHORS = [("Grave et al. (2016), LSTM + continuous cache pointer", 82.3, 72.1),
            ("AWD-LSTM (tied) + continuous cache pointer", 57.3, 52.8)]
 # A subfolder of records re-evaluating runs of the main table with other grids → what it changes.
 VARIANTS = {"wide_eta": "dynamic evaluation's η grid extended upward"}
+# A variant record and its main one must score one model: their plain test ppl agree far inside a retraining's
+# spread (seeds differ by ~0.3%), up to the float32 summation order of another machine (~1e-6).
+SAME_MODEL_RTOL = 1e-4
 KEYS = ("run", "config", "tying", "seed", "plain", "valid_tokens", "test_tokens", "wall_s")
 
 
@@ -135,6 +138,10 @@ def variants_table(report_dir: Path, by_config: dict[str, list[dict]]) -> str:
   for variant in VARIANTS:
     for path in sorted((report_dir / variant).glob("*.json")):
       r, base = json_record(path.read_text(errors="replace"), path, KEYS), main.get(path.stem)
+      if base is not None and abs(r["plain"]["test_ppl"] / base["plain"]["test_ppl"] - 1) > SAME_MODEL_RTOL:
+        raise ReportError(f"{path} scores another model than {path.stem}.json (plain test ppl "
+                          f"{r['plain']['test_ppl']:.3f} against {base['plain']['test_ppl']:.3f}): evaluate both "
+                          f"grids from one run folder.")
       for method in ("dynamic_sgd", "dynamic_rms"):
         if method not in r:
           continue
