@@ -77,13 +77,14 @@ def ppl_table(by_config: dict[str, list[dict]]) -> str:
   return "\n".join(rows)
 
 
-def tied_vs_untied(by_config: dict[str, list[dict]]) -> str:
+def tied_vs_untied(by_config: dict[str, list[dict]], methods=tuple(METHODS)) -> str:
   """Per pair and method: the mean gains, their difference, and whether it exceeds twice the larger seed sd."""
   lines = []
   for untied, tied in PAIRS.items():
     if untied not in by_config or tied not in by_config:
       continue
-    for method, label in METHODS.items():
+    for method in methods:
+      label = METHODS[method]
       u = [gain(r, method) for r in by_config[untied] if method in r]
       t = [gain(r, method) for r in by_config[tied] if method in r]
       if not u or not t:
@@ -204,6 +205,10 @@ def build_test_time(name: str, out_root: Path, runs_dir: Path | None = None, rea
   variants = variants_table(report_dir, by_config)
   variants = (f"**Other grids** (a record of a subfolder re-evaluates a run of the main table: "
               f"{'; '.join(f'`{k}`: {v}' for k, v in VARIANTS.items())}).\n\n{variants}\n\n" if variants else "")
+  for variant in VARIANTS:  # the cache's grid is the main one's: only dynamic evaluation is read again
+    pairs = tied_vs_untied(load_records(report_dir / variant), ("dynamic_sgd", "dynamic_rms"))
+    variants += (f"**Tied against untied on the `{variant}` grid.**\n\n{pairs}\n\n" if pairs.startswith("- +")
+                 else "")
   speed = speed_table(report_dir)
   speed = (f"**Speed** (`bench.jsonl`: `python -m experiments.bench --config=... --adapt_tokens=N "
            f"--adapt_cache_size=n`, the three passes interleaved in one run, batch 1, medians; compare within a row, "
