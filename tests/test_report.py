@@ -876,6 +876,8 @@ def test_test_time_page_gives_each_gain_and_reads_tied_against_untied_against_th
   (runs / "wide_eta" / "small_seed0.json").write_text(json.dumps(wide))
   wide_tied = _fake_adapt_record("small_tied", "tied", 0, 100.0, 95.0, 79.0)
   (runs / "wide_eta" / "small_tied_seed0.json").write_text(json.dumps(wide_tied))
+  (runs / "rms_mid").mkdir()  # a variant that reads the RMS rule alone: its SGD point is not a row
+  (runs / "rms_mid" / "small_seed0.json").write_text(json.dumps(wide))
   bench = {"bench": "adaptation", "config": "small", "tokens": 20000, "cache_size": 500, "repeats": 3,
            "tokens_per_s": {"plain": 8000.0, "cache": 6000.0, "dynamic_sgd": 1000.0},
            "temp_mib": {"cache": 1.5, "dynamic_sgd": 20.0}, "host": {"cpu": "Test CPU", "cpu_count": 2}}
@@ -895,6 +897,7 @@ def test_test_time_page_gives_each_gain_and_reads_tied_against_untied_against_th
           "75.0 | -5.0 | -25.0% |") in page
   assert ("**Tied against untied on the `wide_eta` grid.**\n\n- + dynamic eval, SGD, small_tied − small: gain -21.0% "
           "against -25.0%, a difference of +4.00 points, one seed on a side: no spread to read it against.\n\n") in page
+  assert "| `small_seed0` | wide_eta | + dynamic eval, SGD |" in page and "| `small_seed0` | rms_mid |" not in page
   assert ("| small | 20,000 | 500 | 8,000 | 6,000 (×0.75) | 1,000 (×0.12) | 1.5 / 20.0 | Test CPU, 2 cores; median of "
           "3 |") in page
   assert test_time.build_test_time("test_time", tmp_path / "results") == tab  # from the committed files alone

@@ -23,8 +23,10 @@ PAIRS = {"small": "small_tied", "inan_small_vd": "inan_small_re"}  # untied conf
 # The published anchor, checked in ../shared/papers/notes_neural_lm.txt ("Recent Results", Merity et al.'s Table 1).
 ANCHORS = [("Grave et al. (2016), LSTM + continuous cache pointer", 82.3, 72.1),
            ("AWD-LSTM (tied) + continuous cache pointer", 57.3, 52.8)]
-# A subfolder of records re-evaluating runs of the main table with other grids → what it changes.
-VARIANTS = {"wide_eta": "dynamic evaluation's η grid extended upward"}
+# A subfolder of records re-evaluating runs of the main table with other grids → (what it changes, the methods it
+# reads again: the others' grids are the main one's, or one point of it).
+VARIANTS = {"wide_eta": ("dynamic evaluation's η grid extended upward", ("dynamic_sgd", "dynamic_rms")),
+            "rms_mid": ("the RMS rule's η between 2e-4 and 5e-4", ("dynamic_rms",))}
 # A variant record and its main one must score one model: their plain test ppl agree far inside a retraining's
 # spread (seeds differ by ~0.3%), up to the float32 summation order of another machine (~1e-6).
 SAME_MODEL_RTOL = 1e-4
@@ -136,14 +138,14 @@ def variants_table(report_dir: Path, by_config: dict[str, list[dict]]) -> str:
   main record and on the variant's grid; '' when there is no variant record."""
   main = {r["_name"]: r for records in by_config.values() for r in records}
   rows = []
-  for variant in VARIANTS:
+  for variant, (_, methods) in VARIANTS.items():
     for path in sorted((report_dir / variant).glob("*.json")):
       r, base = json_record(path.read_text(errors="replace"), path, KEYS), main.get(path.stem)
       if base is not None and abs(r["plain"]["test_ppl"] / base["plain"]["test_ppl"] - 1) > SAME_MODEL_RTOL:
         raise ReportError(f"{path} scores another model than {path.stem}.json (plain test ppl "
                           f"{r['plain']['test_ppl']:.3f} against {base['plain']['test_ppl']:.3f}): evaluate both "
                           f"grids from one run folder.")
-      for method in ("dynamic_sgd", "dynamic_rms"):
+      for method in methods:
         if method not in r:
           continue
         lrs = ", ".join(f"{v:g}" for v in sorted({g["lr"] for g in r[method]["grid"]}))
@@ -204,9 +206,9 @@ def build_test_time(name: str, out_root: Path, runs_dir: Path | None = None, rea
   tab = ppl_table(by_config)
   variants = variants_table(report_dir, by_config)
   variants = (f"**Other grids** (a record of a subfolder re-evaluates a run of the main table: "
-              f"{'; '.join(f'`{k}`: {v}' for k, v in VARIANTS.items())}).\n\n{variants}\n\n" if variants else "")
-  for variant in VARIANTS:  # the cache's grid is the main one's: only dynamic evaluation is read again
-    pairs = tied_vs_untied(load_records(report_dir / variant), ("dynamic_sgd", "dynamic_rms"))
+              f"{'; '.join(f'`{k}`: {v}' for k, (v, _) in VARIANTS.items())}).\n\n{variants}\n\n" if variants else "")
+  for variant, (_, methods) in VARIANTS.items():
+    pairs = tied_vs_untied(load_records(report_dir / variant), methods)
     variants += (f"**Tied against untied on the `{variant}` grid.**\n\n{pairs}\n\n" if pairs.startswith("- +")
                  else "")
   speed = speed_table(report_dir)
