@@ -25,5 +25,5 @@ run() {  # run NAME SEED
 # one run alone ~106 ms/step, so two queues finish slightly sooner than one.
 # `small` seed 1 is there to measure the seed spread of the untied row (its seed 0 test ppl is 2.9 above the paper).
 ( run small_tied_pr 0; run small_tied 1; run small_pr 0; run small 1 ) &
-( run small 0; run small_tied 0; run small_tied_pr 1 ) &
+( run small 0; run small_tied 0; run small_tied_pr 1; run small_pr 1 ) &
 wait
