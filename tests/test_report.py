@@ -859,7 +859,8 @@ def test_test_time_page_gives_each_gain_and_reads_tied_against_untied_against_th
   """The per-run records of experiments.studies.test_time: mean ± sd per config and method, the relative gain, the
   tied − untied difference in gain read against twice the larger seed sd, the tuned settings (a best on the grid's
   border said so), a variant subfolder's record against the same run's main one (one of another model stops
-  the build), the bench's speeds; a damaged record stops the import with nothing copied."""
+  the build), the bench's speeds; a damaged record stops the import with nothing copied, an unfinished study's
+  partial record is not imported."""
   from experiments.reports import test_time
   runs = tmp_path / "records"
   runs.mkdir()
@@ -878,12 +879,14 @@ def test_test_time_page_gives_each_gain_and_reads_tied_against_untied_against_th
   (runs / "wide_eta" / "small_tied_seed0.json").write_text(json.dumps(wide_tied))
   (runs / "rms_mid").mkdir()  # a variant that reads the RMS rule alone: its SGD point is not a row
   (runs / "rms_mid" / "small_seed0.json").write_text(json.dumps(wide))
+  (runs / "small_seed2.partial.json").write_text(json.dumps({"settings": {}, "methods": {}}))  # unfinished: skipped
   bench = {"bench": "adaptation", "config": "small", "tokens": 20000, "cache_size": 500, "repeats": 3,
            "tokens_per_s": {"plain": 8000.0, "cache": 6000.0, "dynamic_sgd": 1000.0},
            "temp_mib": {"cache": 1.5, "dynamic_sgd": 20.0}, "host": {"cpu": "Test CPU", "cpu_count": 2}}
   (tmp_path / "results" / "test_time").mkdir(parents=True)
   (tmp_path / "results" / "test_time" / "bench.jsonl").write_text(json.dumps(bench) + "\n")
   tab = test_time.build_test_time("test_time", tmp_path / "results", runs)
+  assert not (tmp_path / "results" / "test_time" / "small_seed2.partial.json").exists()
   assert ("| small | untied | 0, 1 | 100.0 ± 0.0 (100.0, 100.0) | 91.0 ± 1.4 (90.0, 92.0) "
           "(-9.0 ± 1.4 (-10.0, -8.0)%) | 80.0 ± 0.0 (80.0, 80.0) (-20.0 ± 0.0 (-20.0, -20.0)%) | — |") in tab
   page = (tmp_path / "results" / "test_time" / "README.md").read_text()

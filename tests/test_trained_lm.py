@@ -351,6 +351,43 @@ def test_the_test_time_study_tunes_on_valid_and_reports_test(runs, data_root, mo
       adapt.score_dynamic(lm_, test, "sgd", best["lr"], best["decay"])["ppl"], rel=1e-6)
 
 
+def test_a_killed_test_time_study_redoes_only_the_methods_it_had_not_finished(runs, data_root, monkeypatch, tmp_path):
+  """experiments.studies.test_time keeps each finished method in <run>.partial.json: after a kill inside dynamic
+  evaluation the same command scores neither the plain model nor the cache again, and the record is whole; other
+  grids are refused with one line naming the file."""
+  from experiments.studies import test_time
+  workdir, _ = runs("lstm")
+  monkeypatch.setenv("WT_JAX_DATA", str(data_root))
+  grids = dict(cache_sizes=["5"], cache_thetas=["0.5"], cache_lambdas=["0.1"], sgd_lrs=["0.1"], sgd_decays=["0"],
+               rms_lrs=["1e-4"], rms_decays=["0.001"], stats_batch_size=4, stats_batches=2, dynamic_valid_tokens=30)
+  study = lambda **f: main_ends_with(test_time.main, ["test_time", str(workdir)], records=str(tmp_path),
+                                     **{**grids, **f})
+  partial, record = tmp_path / f"{workdir.name}.partial.json", tmp_path / f"{workdir.name}.json"
+
+  class Killed(Exception):
+    pass
+
+  def killed(*args, **kwargs):
+    raise Killed
+
+  with monkeypatch.context() as m:
+    m.setattr(adapt, "score_dynamic", killed)
+    with pytest.raises(Killed):
+      study()
+  done = json.loads(partial.read_text())["methods"]
+  assert set(done) == {"plain", "cache"} and not record.exists()
+  line = study(sgd_lrs=["0.2"])
+  assert line is not None and "\n" not in line and str(partial) in line and not record.exists()
+  with monkeypatch.context() as m:
+    for name in ("cache_nll", "score_cache"):
+      m.setattr(adapt, name, killed)
+    m.setattr(trained_lm, "score_ids", killed)
+    assert study() is None
+  finished = json.loads(record.read_text())
+  assert {k: finished[k] for k in done} == done and finished["reused"] == ["cache", "plain"]
+  assert finished["dynamic_sgd"]["best"]["lr"] == 0.1 and "dynamic_rms" in finished and not partial.exists()
+
+
 def test_generate_prints_samples_and_writes_them_as_jsonl(runs, capsys, tmp_path):
   workdir, results = runs("lstm")
   out = tmp_path / "samples.jsonl"

@@ -110,7 +110,7 @@ def subword_table(spec: NmtReportSpec, runs: dict[tuple[str, str], list[dict]]) 
 
 
 def nmt_figure(spec: NmtReportSpec, runs: dict[tuple[str, str], list[dict]], png: Path) -> Path | None:
-  """Greedy validation BLEU per epoch: one panel per language pair, one line per tying mode."""
+  """Greedy validation BLEU per epoch: one panel per language pair, one line per run, a colour per tying mode."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
@@ -119,11 +119,13 @@ def nmt_figure(spec: NmtReportSpec, runs: dict[tuple[str, str], list[dict]], png
   drawn = False
   for ax, tgt in zip(axes[0], spec.pairs):
     for i, row in enumerate(spec.rows):
-      for r in runs.get((tgt, row.tying), []):
-        if r["_bleu_curve"]:
-          xs, ys = zip(*r["_bleu_curve"])
-          ax.plot(xs, ys, color=f"C{i}", marker="o", markersize=3, label=row.label)
-          drawn = True
+      rs = [r for r in runs.get((tgt, row.tying), []) if r["_bleu_curve"]]
+      seeds = ", ".join(str(r.get("seed", 0)) for r in rs)
+      for j, r in enumerate(rs):  # one legend entry per mode, naming its seeds
+        xs, ys = zip(*r["_bleu_curve"])
+        label = f"{row.label} (seed{'s' if len(rs) > 1 else ''} {seeds})" if j == 0 else "_nolegend_"
+        ax.plot(xs, ys, color=f"C{i}", marker="o", markersize=3, label=label)
+        drawn = True
     ax.set_title(f"en→{tgt}", fontsize=9)
     ax.set_xlabel("epoch")
     ax.set_ylabel("validation BLEU (greedy)")

@@ -35,9 +35,11 @@ KEYS = ("run", "config", "tying", "seed", "plain", "valid_tokens", "test_tokens"
 
 def import_records(runs_dir: Path, report_dir: Path) -> list[str]:
   """Copy every <run>.json of `runs_dir`, and of its `VARIANTS` subfolders, to the same place under `report_dir`,
-  after reading each (a damaged one raises `ReportError` before anything is copied)."""
+  after reading each (a damaged one raises `ReportError` before anything is copied); an unfinished study's
+  <run>.partial.json is not a record."""
   runs_folder(runs_dir)
-  found = [p for sub in ("", *VARIANTS) for p in sorted((runs_dir / sub).glob("*.json"))]
+  found = [p for sub in ("", *VARIANTS) for p in sorted((runs_dir / sub).glob("*.json"))
+           if not p.name.endswith(".partial.json")]
   if not found:
     raise ReportError(f"{runs_dir} holds no records; run python -m experiments.studies.test_time first.")
   for path in found:

@@ -10,7 +10,10 @@ their test perplexity, and the time each took. The grids (ours; `--cache_sizes`,
 over n × θ × λ (one model pass per n: `adapt.cache_nll`); dynamic evaluation over η × λ per rule, in segments of
 the run's bptt, the rms rule's MS from the training split (`--stats_batches` windows of `--stats_batch_size` streams).
 `--valid_max_tokens` tunes everything on a prefix of validation (smoke runs); `--dynamic_valid_tokens` tunes only
-dynamic evaluation on one (its passes cost a gradient step per segment).
+dynamic evaluation on one (its passes cost a gradient step per segment). Each method's result is kept in
+<run name>.partial.json as it finishes, so the same command after a kill redoes only the methods not yet done
+(with other grids it is refused, naming the file); the record's `reused` names them, and its `wall_s` is
+the last command's.
 """
 import json
 import math
@@ -52,13 +55,24 @@ def best_point(grid: list[dict]) -> dict:
   return min(finite, key=lambda g: g["valid_ppl"])
 
 
-def study(lm, valid, test, train) -> dict:
-  """The record of one run: plain, cache and dynamic evaluation, each tuned on `valid` and scored on `test`."""
+def settings(valid_tokens: int) -> dict:
+  """What a record depends on besides the run: the grids and the tuning prefixes, as the flags give them."""
+  names = ("cache_sizes", "cache_thetas", "cache_lambdas", "sgd_lrs", "sgd_decays", "rms_lrs", "rms_decays",
+           "stats_batches", "stats_batch_size", "dynamic_valid_tokens")
+  return {"valid_tokens": valid_tokens, **{n: flags.FLAGS[n].value for n in names}}
+
+
+def study(lm, valid, test, train, done: dict, keep) -> dict:
+  """The record of one run: plain, cache and dynamic evaluation, each tuned on `valid` and scored on `test`. A
+  method already in `done` is not redone; `keep(out)` is called after each method with what is done so far."""
+  out = dict(done)
+  if "plain" not in out:
+    out["plain"] = {"valid_ppl": trained_lm.score_ids(lm, valid)["ppl"],
+                    "test_ppl": trained_lm.score_ids(lm, test)["ppl"]}
+    keep(out)
   t0 = time.time()
-  out = {"plain": {"valid_ppl": trained_lm.score_ids(lm, valid)["ppl"],
-                   "test_ppl": trained_lm.score_ids(lm, test)["ppl"]}}
   thetas, lambdas = _floats(_CACHE_THETAS.value), _floats(_CACHE_LAMBDAS.value)
-  if lm.config.model != "nnlm":  # (no cache for the NNLM: `adapt`)
+  if lm.config.model != "nnlm" and "cache" not in out:  # (no cache for the NNLM: `adapt`)
     grid = []
     for n in (int(v) for v in _CACHE_SIZES.value):
       nll = adapt.cache_nll(lm, valid, n, thetas, lambdas)
@@ -67,8 +81,11 @@ def study(lm, valid, test, train) -> dict:
     best = best_point(grid)
     test_ppl = adapt.score_cache(lm, test, best["n"], best["theta"], best["lambda"])["ppl"]
     out["cache"] = {"grid": grid, "best": best, "test_ppl": test_ppl, "s": time.time() - t0}
+    keep(out)
   tune = valid[:_DYNAMIC_VALID.value + 1] if _DYNAMIC_VALID.value else valid
   for rule, lrs, decays in (("sgd", _SGD_LRS.value, _SGD_DECAYS.value), ("rms", _RMS_LRS.value, _RMS_DECAYS.value)):
+    if f"dynamic_{rule}" in out:
+      continue
     t1 = time.time()
     ms = (adapt.gradient_rms(lm, train, _STATS_BATCH_SIZE.value, max_batches=_STATS_BATCHES.value) if rule == "rms"
           else None)
@@ -78,6 +95,7 @@ def study(lm, valid, test, train) -> dict:
     test_ppl = adapt.score_dynamic(lm, test, rule, best["lr"], best["decay"], ms)["ppl"]
     out[f"dynamic_{rule}"] = {"grid": grid, "best": best, "test_ppl": test_ppl, "segment": lm.config.bptt,
                               "tuned_tokens": len(tune) - 1, "s": time.time() - t1}
+    keep(out)
   return out
 
 
@@ -94,12 +112,24 @@ def main(argv):
     valid, test, train = (trained_lm.split_stream(lm, s) for s in ("valid", "test", "train"))
     valid = valid[:_VALID_MAX.value] if _VALID_MAX.value else valid
     t0 = time.time()
-    result = study(lm, valid, test, train)
+    given = settings(len(valid) - 1)
+    partial = out_dir / f"{Path(workdir).name}.partial.json"
+    try:
+      done = json.loads(partial.read_text()) if partial.exists() else {"settings": given, "methods": {}}
+    except (json.JSONDecodeError, UnicodeDecodeError):
+      raise app.UsageError(f"{partial} cannot be read; delete it to start this run's record afresh.") from None
+    if done.get("settings") != given:
+      raise app.UsageError(f"{partial} holds methods done with other grids or prefixes; give the same flags, or "
+                           "delete it to start this run's record afresh.")
     out_dir.mkdir(parents=True, exist_ok=True)
+    keep = lambda out: files.write_json(partial, {"settings": given, "methods": out})
+    result = study(lm, valid, test, train, done["methods"], keep)
     files.write_json(record, {"run": lm.describe(), "config": lm.config.name, "tying": lm.config.words.mode,
                               "seed": lm.config.seed, "valid_tokens": len(valid) - 1, "test_tokens": len(test) - 1,
-                              **result, "wall_s": time.time() - t0, "versions": run_folder.versions(),
-                              "host": run_folder.host()})
+                              **result, "settings": given, "reused": sorted(done["methods"]),
+                              "wall_s": time.time() - t0,
+                              "versions": run_folder.versions(), "host": run_folder.host()})
+    partial.unlink()
     logging.info("%s: %s", workdir, json.dumps({k: result[k].get("test_ppl") for k in result}))
 
 
