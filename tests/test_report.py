@@ -64,6 +64,22 @@ def test_report_imports_finished_runs_and_builds_table(tmp_path):
   assert lm_tables.build("ptb_table6", tmp_path / "results", None, None) == tab
 
 
+def test_a_page_reads_each_difference_against_twice_the_larger_seed_sd():
+  """records.differences: b's mean minus a's, beyond or within twice the larger sample sd of the two sides (one
+  verdict when a side has one seed); lm_tables reads a spec's comparisons with it, skipping a row without runs."""
+  assert records.differences({"test": [100.0, 102.0]}, {"test": [95.0, 97.0]}) == (
+      "test -5.0, beyond twice the larger seed sd (2.8)")  # sd √2: 2 × 1.41
+  assert records.differences({"test": [100.0, 104.0]}, {"test": [98.0, 100.0]}) == (
+      "test -3.0, within twice the larger seed sd (5.7)")
+  assert records.differences({"valid": [1.0], "test": [2.0]}, {"valid": [2.0, 3.0], "test": [3.0, 5.0]}) == (
+      "valid +1.5, test +2.0; one seed on a side: no spread to read it against")
+  run = lambda seed, valid, test: {"seed": seed, "valid_ppl": valid, "test_ppl": test}
+  text = lm_tables.spread_readings(lm_tables.REPORTS["ptb_table6"], {
+      "small": [run(0, 120.0, 116.0), run(1, 121.0, 117.0)], "small_tied": [run(0, 117.0, 112.0), run(1, 118.0, 113.0)]})
+  assert text.endswith("\n\n- small + WT − small (seeds 0, 1 / 0, 1): valid -3.0, beyond twice the larger seed sd "
+                       "(1.4); test -4.0, beyond twice the larger seed sd (1.4).")  # (the PR rows have no runs)
+
+
 def test_report_imports_a_collected_gpu_record_whose_epochs_are_in_curve_jsonl(tmp_path):
   """experiments.gpu.run_queue collects a run as results.json + curve.jsonl (its epoch records), without the
   workdir's metrics.jsonl: the import takes the epochs from curve.jsonl, so the figure has the run's curve."""
@@ -207,6 +223,8 @@ def test_nmt_report_table8_relative_sizes_and_table1(tmp_path):
   assert any(l.startswith("| en→de | baseline |") and l.endswith("| 165M, 20.96 / 16.79 |") for l in lines)
   assert any(l.startswith("| en→fr | three-way WT | — |") and l.endswith("| 80M, 29.43 / 33.46 |") for l in lines)
   assert "--config=configs/nmt_multi30k_three_way.py --config.tgt_lang=de" in (out / "README.md").read_text()
+  assert ("- en→de, three-way WT − baseline (seeds 0 / 0): valid +1.0, test +1.0; one seed on a side: no spread to "
+          "read it against.") in tab
   assert "valid_bleu.png" in readme.read_text()
   assert nmt.build_nmt("nmt_table8", tmp_path / "results") == tab
 

@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 
 from experiments.reports.pages import _report_dir, _write
-from experiments.reports.records import ReportError, seeds_cell, load_runs
+from experiments.reports.records import ReportError, differences, seeds_cell, load_runs
 
 @dataclasses.dataclass(frozen=True)
 class PaperRow:
@@ -32,6 +32,7 @@ class ReportSpec:
   runs: str = ""  # where the README's commands put the runs ("" → runs/<report name>)
   comparable: bool = True  # False: the paper's data differ from ours; no Δ column value, no paper lines drawn
   note: str = ""  # Markdown after the table (in results/<name>/README.md and the README section)
+  comparisons: tuple[tuple[str, str], ...] = ()  # (config a, config b): the page reads b's mean minus a's
 
 
 # Inan et al. (ICLR 2017), Table 1, small PTB rows as printed: (variant, label, valid, test).
@@ -50,6 +51,11 @@ TRANSFORMER_CELLS = (
 # The cells also run on WikiText-2: the best PTB scale (√D on the input), tied and untied.
 TRANSFORMER_WT2_CELLS = tuple(cell for cell in TRANSFORMER_CELLS if cell[:2] in
                               (("tied", "sqrt_d"), ("untied", "sqrt_d")))
+
+# What Press & Wolf's small-model tables (6 and 7) read: WT and PR against the untied model, PR against WT, WT + PR
+# against WT.
+SMALL_COMPARISONS = (("small", "small_tied"), ("small", "small_pr"), ("small_tied", "small_pr"),
+                     ("small_tied", "small_tied_pr"))
 
 # Press & Wolf (EACL 2017), Table 7 as printed: perplexity (train, valid, test) of the four small models on
 # text8, IMDB and BBC (the table leaves text8's validation cells empty: None).
@@ -94,7 +100,8 @@ REPORTS = {
             PaperRow("small_tied", "small + WT", "2.65M", 36.4, 117.5, 112.4),
             PaperRow("small_pr", "small + PR", "4.69M", 50.8, 116.0, 111.7),
             PaperRow("small_tied_pr", "small + WT + PR", "2.69M", 53.5, 104.9, 100.9),
-        )),
+        ),
+        comparisons=SMALL_COMPARISONS),
     # Press & Wolf (EACL 2017), Table 7: the same four small models on other corpora; here BBC News with our
     # split and vocabulary (wt_jax/data/bbc.py). The paper's BBC rows stand in the paper column, but its split
     # and vocabulary are not ours, so no Δ is computed; what carries over is the ordering of the four rows.
@@ -108,7 +115,7 @@ REPORTS = {
         rows=tuple(PaperRow(c, label, "—", *PAPER_TABLE7["BBC"][c]) for c, label in (
             ("small", "small"), ("small_tied", "small + WT"), ("small_pr", "small + PR"),
             ("small_tied_pr", "small + WT + PR"))),
-        dataset="bbc", runs="runs/bbc", comparable=False, note=_paper_table7()),
+        dataset="bbc", runs="runs/bbc", comparable=False, note=_paper_table7(), comparisons=SMALL_COMPARISONS),
     # Bengio et al. (2003) NNLM and Mnih & Hinton (2007) LBL, tied vs untied, on PTB. Neither paper reports
     # PTB (they used Brown / AP News), so there is no perplexity to compare with; the question is what
     # tying does to each model at equal size of everything else. The size column gives the lecture notes'
@@ -128,7 +135,8 @@ REPORTS = {
             PaperRow("nnlm_tied_proj", "NNLM + WT through a projection (o = h·P_o)", "—", None, None, None),
             PaperRow("lbl_untied", "LBL, separate tables", "—", None, None, None),
             PaperRow("lbl", "LBL, one table (Mnih & Hinton's)", "notes: 2,170,200", None, None, None),
-        ), runs="runs/ffnn"),
+        ), runs="runs/ffnn",
+        comparisons=(("nnlm", "nnlm_tied"), ("nnlm", "nnlm_tied_proj"), ("lbl_untied", "lbl"))),
     # Inan, Khosravi & Socher (ICLR 2017), Table 1: the small (200-unit) VD-LSTM on PTB, with the augmented
     # loss (AL), reused embeddings (RE: tied, no output bias) and both (REAL). All four small rows as printed
     # in the paper's Table 1 (valid / test; the table has no parameter or training-perplexity column). Each
@@ -148,6 +156,8 @@ REPORTS = {
         )) + tuple(PaperRow(f"inan_small_{v}", f"{label}, earlier recipe", "—", None, valid, test,
                             f"configs/inan.py:small,{v},ptb,gal") for v, label, valid, test in INAN_SMALL),
         runs="runs/inan",
+        comparisons=tuple((f"inan_small_vd{s}", f"inan_small_{v}{s}") for s in ("_keep_s2", "_keep")
+                          for v in ("al", "re", "real")),
         note="App. A: `configs/inan.py:small,V` (Appendix A's lr 1, ×0.9 per epoch after epoch 5, bptt 35, "
              "clip 5, keep 0.7, as a reimplementation transcribes them; ours: 40 epochs, the AL's τ and γ (see the text) and "
              "the AL target ỹ fixed as the paper defines it, except in +REAL, whose gradient runs through ỹ: BUILD_NOTES §18). Retrained: a second training session from the first "
@@ -174,6 +184,7 @@ REPORTS = {
             PaperRow("rhn_tied", "RHN + BD + WT (the main job)", "24M", 74.1, 68.1, 66.0),
         ),
         runs="runs/table5",
+        comparisons=(("large", "large_tied"), ("large_bd_wd", "large_bd_wd_tied"), ("rhn", "rhn_tied")),
         note="Trained on one GPU (`experiments/gpu/run_queue.py`, one window of about 15 minutes of device time "
              "per run; the device, versions and the window's decisions are in `results/table5/gpu_windows/`). "
              "Float32 matmuls at TF32 precision unless the command says `float32`: in true float32 the large "
@@ -193,7 +204,10 @@ REPORTS = {
         rows=tuple(PaperRow(f"transformer_{mode}_{scale}{suffix}", cell, "—", None, None, None,
                             f"configs/transformer.py:{mode},{scale}{suffix.replace('_', ',')}")
                    for mode, scale, cell in cells),
-        dataset=dataset, runs=f"runs/transformer{suffix}", comparable=False)
+        dataset=dataset, runs=f"runs/transformer{suffix}", comparable=False,
+        comparisons=tuple((f"transformer_{a}{suffix}", f"transformer_{b}{suffix}") for a, b in (
+            ("untied_none", "tied_none"), ("untied_sqrt_d", "tied_sqrt_d"), ("untied_logits", "tied_logits"),
+            ("untied_none", "untied_sqrt_d"), ("tied_none", "tied_sqrt_d"))))
        for dataset, label, suffix, cells in (("ptb", "PTB", "", TRANSFORMER_CELLS),
                                               ("wikitext2", "WikiText-2", "_wikitext2", TRANSFORMER_WT2_CELLS))},
 }
@@ -238,6 +252,25 @@ def table(spec: ReportSpec, by_config: dict[str, list[dict]]) -> str:
         f"| {_paper(row.valid)} / {seeds_cell([r['valid_ppl'] for r in runs])} "
         f"| {_paper(row.test)} / {seeds_cell(tests)} | {delta} |")
   return "\n".join(lines)
+
+
+def spread_readings(spec: ReportSpec, by_config: dict[str, list[dict]]) -> str:
+  """Markdown: each of the spec's comparisons whose two rows have runs, b's mean minus a's in valid and test
+  perplexity, each read against twice the larger seed sd of the two rows (`records.differences`)."""
+  labels = {row.config: row.label for row in spec.rows}
+  lines = []
+  for a, b in spec.comparisons:
+    ra, rb = by_config.get(a, []), by_config.get(b, [])
+    if not ra or not rb:
+      continue
+    seeds = lambda runs: ", ".join(str(r["seed"]) for r in runs)
+    text = differences(*({split: [r[f"{split}_ppl"] for r in runs] for split in ("valid", "test")}
+                         for runs in (ra, rb)))
+    lines.append(f"- {labels[b]} − {labels[a]} (seeds {seeds(rb)} / {seeds(ra)}): {text}.")
+  if not lines:
+    return ""
+  return ("Against the seed spread (each difference of two rows' means in perplexity points, against twice the "
+          "larger sample sd of the two rows; a row of one seed has none):\n\n" + "\n".join(lines))
 
 
 def valid_axis_limits(lows: list[float], autoscaled_top: float, cap: float = 200.0) -> tuple[float, float]:
@@ -319,7 +352,7 @@ def build(name: str, out_root: Path, runs_dir: Path | None = None, readme: Path 
   unknown = sorted(set(by_config) - {row.config for row in spec.rows})
   if unknown:
     raise ReportError(f"{report_dir} holds runs of configs not in report {name!r}: {unknown}")
-  tab = table(spec, by_config) + (f"\n\n{spec.note}" if spec.note else "")
+  tab = "\n\n".join(part for part in (table(spec, by_config), spread_readings(spec, by_config), spec.note) if part)
   png = figure(spec, by_config, report_dir / "valid_curves.png")
   lead = (f"Paper: {spec.source}. Ours: test perplexity is the batch-1 protocol (`test_ppl`); several seeds "
           f"are shown as mean ± their sample standard deviation (each seed).")

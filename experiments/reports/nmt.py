@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from experiments.reports.pages import _report_dir, _write
-from experiments.reports.records import CURVE, read_results, seeds_cell
+from experiments.reports.records import CURVE, differences, read_results, seeds_cell
 from wt_jax import files
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +93,26 @@ def nmt_table(spec: NmtReportSpec, runs: dict[tuple[str, str], list[dict]]) -> s
   return "\n".join(lines)
 
 
+def spread_readings(spec: NmtReportSpec, runs: dict[tuple[str, str], list[dict]]) -> str:
+  """Markdown: per pair, each tied mode's mean BLEU minus the baseline's, valid and test, each read against twice
+  the larger seed sd of the two rows (`records.differences`)."""
+  lines = []
+  for tgt in spec.pairs:
+    base = runs.get((tgt, "none"), [])
+    for row in spec.rows[1:]:
+      rs = runs.get((tgt, row.tying), [])
+      if not base or not rs:
+        continue
+      seeds = lambda runs_: ", ".join(str(r.get("seed", 0)) for r in runs_)
+      text = differences(*({split: [r[f"{split}_bleu"] for r in runs_] for split in ("valid", "test")}
+                           for runs_ in (base, rs)))
+      lines.append(f"- en→{tgt}, {row.label} − {spec.rows[0].label} (seeds {seeds(rs)} / {seeds(base)}): {text}.")
+  if not lines:
+    return ""
+  return ("Against the seed spread (each difference of two rows' mean BLEU, against twice the larger sample sd of "
+          "the two rows; a row of one seed has none):\n\n" + "\n".join(lines))
+
+
 def subword_table(spec: NmtReportSpec, runs: dict[tuple[str, str], list[dict]]) -> str:
   """Table 1's analogue: joint-BPE pieces in the segmented training text, only source / only target / both."""
   lines = ["| pair | BPE pieces | only source | only target | both | both / all "
@@ -168,7 +188,9 @@ def build_nmt(name: str, out_root: Path, runs_dir: Path | None = None, readme: P
   spec = NMT_REPORTS[name]
   report_dir = _report_dir(name, out_root, runs_dir)
   runs = load_nmt_runs(report_dir)
-  tab = f"{nmt_table(spec, runs)}\n\nTable 1 analogue (subwords of the joint BPE):\n\n{subword_table(spec, runs)}"
+  readings = spread_readings(spec, runs)
+  tab = (f"{nmt_table(spec, runs)}\n\n" + (f"{readings}\n\n" if readings else "")
+         + f"Table 1 analogue (subwords of the joint BPE):\n\n{subword_table(spec, runs)}")
   png = nmt_figure(spec, runs, report_dir / "valid_bleu.png")
   lead = (f"Paper: {spec.source}. Ours: Multi30k task 1 (train 29,000 pairs; valid = val, "
           f"test = test_2016_flickr), BLEU by sacrebleu on detokenised beam-search output of the parameters "

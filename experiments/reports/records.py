@@ -1,5 +1,6 @@
 """A study's run records: import finished runs into results/<report>/ (results.json and curve.jsonl, the
-per-epoch records), read them back grouped by config, and format a cell of several seeds."""
+per-epoch records), read them back grouped by config, format a cell of several seeds and read a difference
+against their spread."""
 from __future__ import annotations
 
 import json
@@ -129,3 +130,23 @@ def seeds_cell(values: list[float], fmt: str = ".1f") -> str:
     return f"{values[0]:{fmt}}"
   return (f"{statistics.mean(values):{fmt}} ± {statistics.stdev(values):.1f} "
           f"({', '.join(f'{v:{fmt}}' for v in values)})")
+
+
+def against_spread(a: list[float], b: list[float], fmt: str = ".1f", unit: str = "") -> tuple[float, str]:
+  """(mean(b) − mean(a), in words whether that exceeds twice the larger of the two sides' sample sds): the rule
+  by which a page reads a difference against its seeds. A side of one seed has no sd: then no verdict."""
+  diff = statistics.mean(b) - statistics.mean(a)
+  if min(len(a), len(b)) < 2:
+    return diff, "one seed on a side: no spread to read it against"
+  spread = max(statistics.stdev(a), statistics.stdev(b))
+  return diff, (f"{'beyond' if abs(diff) > 2 * spread else 'within'} twice the larger seed sd "
+                f"({2 * spread:{fmt}}{unit})")
+
+
+def differences(a: dict[str, list[float]], b: dict[str, list[float]]) -> str:
+  """b's mean minus a's for each measure (`{"valid": [...], "test": [...]}`, a value a seed), each read by
+  `against_spread`; one verdict for all when a side has one seed."""
+  read = {key: against_spread(a[key], b[key]) for key in a}
+  if min(len(v) for v in (*a.values(), *b.values())) < 2:
+    return ", ".join(f"{key} {diff:+.1f}" for key, (diff, _) in read.items()) + f"; {next(iter(read.values()))[1]}"
+  return "; ".join(f"{key} {diff:+.1f}, {verdict}" for key, (diff, verdict) in read.items())

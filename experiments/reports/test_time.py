@@ -15,7 +15,7 @@ import statistics
 from pathlib import Path
 
 from experiments.reports.pages import write_page
-from experiments.reports.records import ReportError, json_record, runs_folder, seeds_cell
+from experiments.reports.records import ReportError, against_spread, json_record, runs_folder, seeds_cell
 
 METHODS = {"cache": "+ cache (Grave et al.)", "dynamic_sgd": "+ dynamic eval, SGD",
            "dynamic_rms": "+ dynamic eval, RMS + decay (Krause et al.)"}
@@ -93,13 +93,7 @@ def tied_vs_untied(by_config: dict[str, list[dict]], methods=tuple(METHODS)) -> 
       t = [gain(r, method) for r in by_config[tied] if method in r]
       if not u or not t:
         continue
-      diff = statistics.mean(t) - statistics.mean(u)
-      if min(len(u), len(t)) < 2:
-        verdict = "one seed on a side: no spread to read it against"
-      else:
-        spread = max(statistics.stdev(u), statistics.stdev(t))
-        verdict = (f"{'beyond' if abs(diff) > 2 * spread else 'within'} twice the larger seed sd "
-                   f"({2 * spread:.2f} points)")
+      diff, verdict = against_spread(u, t, ".2f", " points")
       lines.append(f"- {label}, {tied} − {untied}: gain {statistics.mean(t):+.1f}% against "
                    f"{statistics.mean(u):+.1f}%, a difference of {diff:+.2f} points, {verdict}.")
   return "\n".join(lines) or "- (no config with both its untied and its tied records yet)"
