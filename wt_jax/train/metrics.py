@@ -2,6 +2,7 @@
 chosen train steps."""
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
@@ -69,15 +70,18 @@ class MetricsWriter:
     self._tb = None
 
   def _tensorboard(self, do) -> None:
-    """`do(events)`; an OSError (a full disk) is a warning, after which no more events are written: it never
-    hides the error that ended the run, nor ends a run itself."""
+    """`do(events)`; an OSError (a full disk) is a warning, after which no more events are written and the
+    event file is closed (its unwritten events are lost): it never hides the error that ended the run, nor ends
+    a run itself."""
     if self._tb is None:
       return
     try:
       do(self._tb)
     except OSError as e:
       logging.warning("TensorBoard events could not be written (%s); metrics.jsonl holds the same numbers.", e)
-      self._tb = None
+      events, self._tb = self._tb, None
+      with contextlib.suppress(OSError):  # (closing flushes again, fails again, and closes the file all the same)
+        events.close()
 
 
 class Events:
