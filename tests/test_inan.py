@@ -1,6 +1,7 @@
 """Inan, Khosravi & Socher (2017): the augmented loss (AL) and reused embeddings (RE) in the LM trainer."""
 import json
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -249,6 +250,13 @@ def test_section_6_2_sweep_runs_end_to_end_and_resumes(tmp_path):
   # sweep.json is the workdir's sweep: a command that measures some points keeps the others' rows.
   assert json.loads((tmp_path / "sweep" / "sweep.json").read_text()) == rows
   assert {r["kl_scale"] for r in rows} == {"tau"} and al_sweep.kl_scale_of({"point": "beta1_tau5_kltau2"}) == "tau2"
+  # Another seed of a point joins the same sweep in its own folder; the table reads the point's two seeds.
+  seed1 = al_sweep.run(tiny_config(train_max_tokens=400, num_epochs=1, seed=1), corpus, tmp_path / "sweep", pts[1:2],
+                       frequent_words=20)
+  assert seed1[0]["point"] == "beta1_tau20_seed1" and seed1[0]["seed"] == 1
+  assert (tmp_path / "sweep" / "beta1_tau20_seed1" / "results.json").is_file()
+  assert "| 1 | 20 | 20 | 0, 1 |" in al_sweep.table(rows + seed1)
+  shutil.rmtree(tmp_path / "sweep" / "beta1_tau20_seed1")
   # A damaged point's results.json is moved aside and the point finished again from its checkpoint, to the same
   # row; a damaged sweep.json is moved aside and the sweep starts anew.
   point = tmp_path / "sweep" / "beta1_tau5"
@@ -267,10 +275,25 @@ def test_section_6_2_sweep_runs_end_to_end_and_resumes(tmp_path):
   al_sweep.run(base, corpus, tmp_path / "sweep", pts[1:], frequent_words=20)
   assert json.loads((tmp_path / "sweep" / "sweep.json").read_text()) == rows
   # A point whose run was removed leaves the sweep at its next write.
-  import shutil
   shutil.rmtree(tmp_path / "sweep" / "beta1_tau20")
   al_sweep.run(base, corpus, tmp_path / "sweep", pts[2:], frequent_words=20)
   assert json.loads((tmp_path / "sweep" / "sweep.json").read_text()) == [rows[0], rows[2]]
+
+
+def test_sweep_table_reads_a_points_seeds_as_mean_and_sd():
+  """Rows of one point at two seeds give one line: mean ± sample sd, then each seed's value; a row without a seed
+  (written before rows recorded it) is seed 0, and another point keeps its own line."""
+  from wt_jax.analysis import al_sweep
+  keys = ("distance_all", "distance_seen", "update_distance_seen", "update_norm_ratio", "distance_frequent",
+          "update_distance_frequent", "update_norm_ratio_frequent", "target_entropy", "train_ppl", "valid_ppl")
+  row = lambda point, proportion, value, **kw: {
+      "point": point, "proportion": proportion, "tau": 10.0, "alpha": proportion, "kl_scale": "tau",
+      "random_seen": 0.9, "random_frequent": 0.8, "words_frequent": 5, **{k: value for k in keys}, **kw}
+  rows = [row("beta1_tau10_seed1", 1.0, 0.5, seed=1), row("beta1_tau10", 1.0, 0.3), row("beta0_tau10", 0.0, 0.9)]
+  lines = al_sweep.table(rows).splitlines()[2:]
+  assert len(lines) == 2
+  assert lines[0].startswith("| 1 | 10 | 1 | 0, 1 | 0.400 ± 0.141 (0.300, 0.500) |")
+  assert lines[1].startswith("| 0 | 10 | 0 | 0 | 0.900 |")
 
 
 def test_sweep_distances_over_the_most_frequent_words():

@@ -11,7 +11,8 @@ and the input embedding.
 
 The paper's recipe (Inan et al. Section 6.2, eq. (18)): loss (1 − β)·CE + β·τ²·|V|·KL, β swept at τ = 10 and
 τ swept with the AL alone (β = 1), the rows of L held at norm 1 (`configs/inan_sec62.py`). The paper averages
-10 runs per point; a sweep here is one seed (`--config.seed`).
+10 runs per point; a command trains its points at `--config.seed`, and another seed's command on the same
+workdir adds <point>_seed<k>/ beside them: the table then reads each point's mean ± sd over its seeds.
 
 Every point is a resumable run in <workdir>/beta<β>_tau<τ>/ (finished points are not retrained). Writes
 <workdir>/sweep.json (the rows of every point measured in the workdir, this command's and earlier ones'),

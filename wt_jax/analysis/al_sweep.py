@@ -10,6 +10,7 @@ gradient is (W·h − Lᵀ·u)/(τ²|V|), eq. (15), so this scaling makes it a l
 weightings, for comparison.
 
 Each point is one ordinary run of the language-model trainer (`wt_jax.train.lm.fit`) in <workdir>/<point>/
+(<point>_seed<k>/ for a seed k other than 0, so a point's seeds share one sweep and its table reads mean ± sd)
 — resumable, skipped when its results.json exists. The distance is reported over all V rows and over the rows of the
 words that occur in the training span (the others never receive a gradient through the softmax targets
 and keep much of their random initialisation), with the mean entropy of the AL's target ỹ over those words
@@ -215,37 +216,59 @@ def run(base, corpus, workdir: str | Path, points: Sequence[Point], frequent_wor
   rows = []
   for point in points:
     config = point_config(base, point)
-    run_dir = workdir / point.name
+    name = point.name + (f"_seed{base.seed}" if base.seed else "")
+    run_dir = workdir / name
     results = _record(run_dir / "results.json", _is_results) or lm.fit(config, corpus, run_dir)
     ckpts = Checkpoints(run_dir / "checkpoints", read_only=True)
     state, _ = ckpts.restore_saved("last")
     ckpts.close()
-    rows.append({"point": point.name, "proportion": point.proportion, "tau": point.tau, "alpha": point.alpha,
-                 "kl_scale": point.kl_scale, **distances(state["params"], seen, initial, frequent),
+    rows.append({"point": name, "seed": base.seed, "proportion": point.proportion, "tau": point.tau,
+                 "alpha": point.alpha, "kl_scale": point.kl_scale, **distances(state["params"], seen, initial, frequent),
                  "target_entropy": target_entropy(state["params"], seen, point.tau),
                  **{k: results[k] for k in RESULT_KEYS}})
     (workdir / SWEEP_FILE).write_text(json.dumps(merge(earlier, rows, workdir), indent=2))
   return rows
 
 
+def by_point(rows: Sequence[dict]) -> list[list[dict]]:
+  """The rows grouped by point (β, τ, KL weighting) in first-seen order, each group in seed order (a row written
+  before rows recorded the seed is seed 0)."""
+  groups: dict[tuple, list[dict]] = {}
+  for r in rows:
+    groups.setdefault((r["proportion"], r["tau"], kl_scale_of(r)), []).append(r)
+  return [sorted(g, key=lambda r: r.get("seed", 0)) for g in groups.values()]
+
+
+def _cell(group: Sequence[dict], key: str, fmt: str) -> str:
+  """One seed: its value; several: mean ± sample sd, then each seed's value."""
+  v = [r[key] for r in group]
+  if len(v) == 1:
+    return f"{v[0]:{fmt}}"
+  return f"{np.mean(v):{fmt}} ± {np.std(v, ddof=1):{fmt}} ({', '.join(f'{x:{fmt}}' for x in v)})"
+
+
 def table(rows: Sequence[dict]) -> str:
+  """One line per point; a point measured at several seeds reads mean ± sd (each seed) in every measured column."""
   k = rows[0]["words_frequent"] if rows else 0
-  lines = ["| β (AL proportion) | τ | α | distance (all words) | distance (words in the span; random) "
+  lines = ["| β (AL proportion) | τ | α | seeds | distance (all words) | distance (words in the span; random) "
            f"| distance ΔW–ΔL (span) | ‖ΔW‖/‖W₀‖ (span) | distance ({k:,} most frequent; random) | ΔW–ΔL ({k:,}) "
            f"| ‖ΔW‖/‖W₀‖ ({k:,}) | entropy of ỹ (nats) | train ppl | valid ppl |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-  for r in rows:
-    lines.append(f"| {r['proportion']:g} | {r['tau']:g} | {r['alpha']:g} | {r['distance_all']:.3f} "
-                 f"| {r['distance_seen']:.3f} ({r['random_seen']:.3f}) | {r['update_distance_seen']:.3f} "
-                 f"| {r['update_norm_ratio']:.3g} "
-                 f"| {r['distance_frequent']:.3f} ({r['random_frequent']:.3f}) | {r['update_distance_frequent']:.3f} "
-                 f"| {r['update_norm_ratio_frequent']:.3g} "
-                 f"| {r['target_entropy']:.2f} | {r['train_ppl']:.1f} | {r['valid_ppl']:.1f} |")
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+  for g in by_point(rows):
+    r, c = g[0], lambda key, fmt=".3f": _cell(g, key, fmt)
+    lines.append(f"| {r['proportion']:g} | {r['tau']:g} | {r['alpha']:g} "
+                 f"| {', '.join(str(x.get('seed', 0)) for x in g)} | {c('distance_all')} "
+                 f"| {c('distance_seen')} ({r['random_seen']:.3f}) | {c('update_distance_seen')} "
+                 f"| {c('update_norm_ratio', '.3g')} "
+                 f"| {c('distance_frequent')} ({r['random_frequent']:.3f}) | {c('update_distance_frequent')} "
+                 f"| {c('update_norm_ratio_frequent', '.3g')} "
+                 f"| {c('target_entropy', '.2f')} | {c('train_ppl', '.1f')} | {c('valid_ppl', '.1f')} |")
   return "\n".join(lines)
 
 
 def plot(rows: Sequence[dict], png: str | Path, fixed_tau: float, fixed_proportion: float) -> Path:
-  """Figure 1's two panels: distance against β (at `fixed_tau`) and against τ (at `fixed_proportion`)."""
+  """Figure 1's two panels: distance against β (at `fixed_tau`) and against τ (at `fixed_proportion`); a point
+  of several seeds is their mean with ± one sd."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
@@ -255,13 +278,15 @@ def plot(rows: Sequence[dict], png: str | Path, fixed_tau: float, fixed_proporti
             (axes[1], "tau", lambda r: r["proportion"] == fixed_proportion,
              f"temperature τ (β = {fixed_proportion:g})"))
   for ax, key, keep, xlabel in panels:
-    sel = sorted((r for r in rows if keep(r)), key=lambda r: r[key])
+    sel = sorted((g for g in by_point(rows) if keep(g[0])), key=lambda g: g[0][key])
     for field, label in (("distance_all", "W from span(L), all words"),
                          ("distance_seen", "W from span(L), words in the span"),
                          ("update_distance_seen", "ΔW from span(ΔL), words in the span")):
-      ax.plot([r[key] for r in sel], [r[field] for r in sel], marker="o", label=label)
+      ax.errorbar([g[0][key] for g in sel], [np.mean([r[field] for r in g]) for g in sel],
+                  [np.std([r[field] for r in g], ddof=1) if len(g) > 1 else 0.0 for g in sel],
+                  marker="o", capsize=3, label=label)
     ax.set_xlabel(xlabel)
-    ax.axhline(sel[0]["random_seen"] if sel else 1.0, color="grey", linestyle=":", linewidth=1,
+    ax.axhline(sel[0][0]["random_seen"] if sel else 1.0, color="grey", linestyle=":", linewidth=1,
                label="random subspaces (words in the span)")
     ax.set_ylabel("subspace distance")
     if key == "tau":
