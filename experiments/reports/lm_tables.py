@@ -207,7 +207,8 @@ REPORTS = {
         dataset=dataset, runs=f"runs/transformer{suffix}", comparable=False,
         comparisons=tuple((f"transformer_{a}{suffix}", f"transformer_{b}{suffix}") for a, b in (
             ("untied_none", "tied_none"), ("untied_sqrt_d", "tied_sqrt_d"), ("untied_logits", "tied_logits"),
-            ("untied_none", "untied_sqrt_d"), ("tied_none", "tied_sqrt_d"))))
+            ("untied_none", "untied_sqrt_d"), ("tied_none", "tied_sqrt_d"), ("tied_t5", "tied_t5_steps"),
+            ("tied_none", "tied_t5_steps"), ("tied_sqrt_d", "tied_t5_steps"), ("tied_none", "tied_projection_none"))))
        for dataset, label, suffix, cells in (("ptb", "PTB", "", TRANSFORMER_CELLS),
                                               ("wikitext2", "WikiText-2", "_wikitext2", TRANSFORMER_WT2_CELLS))},
 }
