@@ -223,7 +223,7 @@ def test_section_6_2_sweep_grid_and_each_points_loss():
 
 
 @pytest.mark.slow
-def test_section_6_2_sweep_runs_end_to_end_and_resumes(tmp_path):
+def test_section_6_2_sweep_runs_end_to_end_and_resumes(tmp_path, monkeypatch):
   """A tiny Section 6.2 sweep: each point trained and measured, its rows in sweep.json; a finished point is not
   trained again, a damaged record is moved aside and rebuilt."""
   from wt_jax.analysis import al_sweep
@@ -250,11 +250,21 @@ def test_section_6_2_sweep_runs_end_to_end_and_resumes(tmp_path):
   # sweep.json is the workdir's sweep: a command that measures some points keeps the others' rows.
   assert json.loads((tmp_path / "sweep" / "sweep.json").read_text()) == rows
   assert {r["kl_scale"] for r in rows} == {"tau"} and al_sweep.kl_scale_of({"point": "beta1_tau5_kltau2"}) == "tau2"
-  # Another seed of a point joins the same sweep in its own folder; the table reads the point's two seeds.
+  # Another seed of a point joins the same sweep in its own folder; the table reads the point's two seeds. A row
+  # another command writes while this one trains (here beta0_tau20's, as if measured again) is kept.
+  (tmp_path / "sweep" / "sweep.json").write_text(json.dumps(rows[1:]))
+  fit = al_sweep.lm.fit
+
+  def fit_beside_another_command(*args):
+    (tmp_path / "sweep" / "sweep.json").write_text(json.dumps(rows))
+    return fit(*args)
+  monkeypatch.setattr(al_sweep.lm, "fit", fit_beside_another_command)
   seed1 = al_sweep.run(tiny_config(train_max_tokens=400, num_epochs=1, seed=1), corpus, tmp_path / "sweep", pts[1:2],
                        frequent_words=20)
   assert seed1[0]["point"] == "beta1_tau20_seed1" and seed1[0]["seed"] == 1
   assert (tmp_path / "sweep" / "beta1_tau20_seed1" / "results.json").is_file()
+  assert json.loads((tmp_path / "sweep" / "sweep.json").read_text()) == rows + seed1
+  monkeypatch.undo()
   assert "| 1 | 20 | 20 | 0, 1 |" in al_sweep.table(rows + seed1)
   shutil.rmtree(tmp_path / "sweep" / "beta1_tau20_seed1")
   # A damaged point's results.json is moved aside and the point finished again from its checkpoint, to the same

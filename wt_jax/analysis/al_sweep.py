@@ -202,12 +202,12 @@ def merge(earlier: Sequence[dict], rows: Sequence[dict], workdir: Path) -> list[
 def run(base, corpus, workdir: str | Path, points: Sequence[Point], frequent_words: int = 1000) -> list[dict]:
   """Train (or resume, or skip if finished) every point; returns one row per point. Distances are measured
   over all words, the span's words and its `frequent_words` most frequent words. Writes <workdir>/sweep.json
-  after each point: these rows merged with those of the points an earlier sweep.json holds and this call does
-  not measure (`merge`). A point whose results.json is damaged (not JSON, or without the keys of a row) has it
-  moved aside and finishes again from its checkpoint, so does a damaged sweep.json (started anew)."""
+  after each point: these rows merged with those of the points sweep.json holds then and this call does not
+  measure (`merge`; read at each write, so rows another command wrote meanwhile are kept). A point whose
+  results.json is damaged (not JSON, or without the keys of a row) has it moved aside and finishes again from
+  its checkpoint, so does a damaged sweep.json (started anew)."""
   workdir = Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
-  earlier = _record(workdir / SWEEP_FILE, _is_rows) or []
   span = corpus.train[:base.train_max_tokens] if base.train_max_tokens else corpus.train
   seen = np.unique(np.asarray(span))
   frequent = most_frequent(span, frequent_words)
@@ -226,6 +226,7 @@ def run(base, corpus, workdir: str | Path, points: Sequence[Point], frequent_wor
                  "alpha": point.alpha, "kl_scale": point.kl_scale, **distances(state["params"], seen, initial, frequent),
                  "target_entropy": target_entropy(state["params"], seen, point.tau),
                  **{k: results[k] for k in RESULT_KEYS}})
+    earlier = _record(workdir / SWEEP_FILE, _is_rows) or []
     (workdir / SWEEP_FILE).write_text(json.dumps(merge(earlier, rows, workdir), indent=2))
   return rows
 
