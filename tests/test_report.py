@@ -827,15 +827,18 @@ def test_an_import_with_a_damaged_run_copies_nothing(tmp_path):
 
 def test_sampling_page_sets_each_runs_scores_and_samples_side_by_side(tmp_path):
   """A run folder's samples/*.jsonl and scores/*.json (as experiments/studies/sampling_study.sh writes them) are
-  imported with its results.json; the page's scores table and each prompt's table read those files; a damaged score
-  stops the import with nothing copied."""
+  imported with its results.json; the page's scores table, its table over seeds and each prompt's table per training
+  seed read those files; a damaged score stops the import with nothing copied."""
   from experiments.reports import samples
   runs = tmp_path / "runs"
-  for name, test in (("small_seed0", 117.25), ("small_tied_seed0", 110.5)):
-    _fake_run(runs / name, name.removesuffix("_seed0"), 0, test)
+  scores = {("small", 0): (117.25, 250.0), ("small_tied", 0): (110.5, 260.0), ("small", 1): (116.75, 258.0),
+            ("small_tied", 1): (111.5, 262.0)}
+  for (config, seed), (test, text) in scores.items():
+    name = f"{config}_seed{seed}"
+    _fake_run(runs / name, config, seed, test)
     results = json.loads((runs / name / "results.json").read_text())
     (runs / name / "results.json").write_text(json.dumps({**results, "steps": 30199, "test_params": "best (epoch 6)"}))
-    run = {"workdir": str(runs / name), "checkpoint": "best", "step": 13938, "commit": "def456", "config": name}
+    run = {"workdir": str(runs / name), "checkpoint": "best", "step": 13938, "commit": "def456", "config": config}
     draw = lambda text, lp, t: {"text": text, "log_prob": lp, "prompt": "the company", "temperature": t, "seed": 0,
                                 "max_len": 30, **run}
     (runs / name / "samples").mkdir()
@@ -845,14 +848,20 @@ def test_sampling_page_sets_each_runs_scores_and_samples_side_by_side(tmp_path):
     (runs / name / "scores").mkdir()
     (runs / name / "scores" / "test.json").write_text(json.dumps({"ppl": test, "tokens": 82430, "oov": 0, **run}))
     (runs / name / "scores" / "text.json").write_text(
-        json.dumps({"ppl": 250.0, "tokens": 49, "oov": 1, "oov_words": ["spokesman"], **run}))
+        json.dumps({"ppl": text, "tokens": 49, "oov": 1, "oov_words": ["spokesman"], **run}))
   tab = samples.build_sampling("sampling", tmp_path / "results", runs)
   assert ("| `small_tied_seed0` | small_tied | 3 epochs, 30,199 steps | 118.00 | 110.5000 (best (epoch 6)) | "
-          "110.5000 (best, step 13,938; 82,430 tokens) | 250.0 (49 tokens, 1 OOV: spokesman) |") in tab
+          "110.5000 (best, step 13,938; 82,430 tokens) | 260.0 (49 tokens, 1 OOV: spokesman) |") in tab
   page = (tmp_path / "results" / "sampling" / "README.md").read_text()
+  assert "| small | 0, 1 | 117.00 ± 0.4 (117.25, 116.75) | 254.0 ± 5.7 (250.0, 258.0) |" in page
+  assert "| small_tied | 0, 1 | 111.00 ± 0.7 (110.50, 111.50) | 261.0 ± 1.4 (260.0, 262.0) |" in page
+  assert ("small → small_tied (tied minus untied): test -6.0, beyond twice the larger seed sd (1.4); "
+          "text.txt +7.0, within twice the larger seed sd (11.3).") in page
+  for seed in (0, 1):
+    assert f"**Prompt: “the company”, models trained with seed {seed}**" in page
+    assert (f"| sample 2 | small_seed{seed} &#124; 2 ⏎ said (log p -12.0) | small_tied_seed{seed} &#124; 2 ⏎ said "
+            "(log p -12.0) |") in page
   assert "| greedy | said <unk> (log p -3.2) | said <unk> (log p -3.2) |" in page
-  assert ("| sample 2 | small_seed0 &#124; 2 ⏎ said (log p -12.0) | small_tied_seed0 &#124; 2 ⏎ said (log p -12.0) |"
-          in page)
   assert "commit `abc123`, machine: Test CPU, 2 cores; 10 min wall; sampled from its checkpoint `best` (step 13,938)" in page
   assert samples.build_sampling("sampling", tmp_path / "results") == tab  # from the committed files alone
   (runs / "small_seed0" / "scores" / "text.json").write_text('{"ppl": 250')

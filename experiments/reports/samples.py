@@ -5,9 +5,10 @@ scores (`experiments.score`) of finished runs, from the records `experiments/stu
 
 Each finished run of RUNS is imported into results/sampling/<run>/ (results.json and curve.jsonl, as every
 report does) with its samples/*.jsonl (one object per sample, as `generate --output` writes them) and
-scores/*.json (the JSON line `score` prints last). The page's two tables are built from those files alone: per
-run, the perplexities of its results.json beside the ones `score` computed again from the run folder; per
-prompt, each run's greedy continuation and samples side by side.
+scores/*.json (the JSON line `score` prints last). The page's tables are built from those files alone: per
+run, the perplexities of its results.json beside the ones `score` computed again from the run folder; per config,
+the scores over its seeds, and untied → tied read against their spread; per prompt and training seed, each run's
+greedy continuation and samples side by side.
 """
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ import shutil
 from pathlib import Path
 
 from experiments.reports.pages import write_page
-from experiments.reports.records import ReportError, import_runs, json_record, read_results, runs_folder
+from experiments.reports.records import (ReportError, differences, import_runs, json_record, read_results,
+                                        runs_folder, seeds_cell)
 
 USES = {"samples": ".jsonl", "scores": ".json"}  # a run folder's subfolder → the suffix of its records
+COMPARE = ("small", "small_tied")  # the page's comparison: untied → tied (Press & Wolf's Table 6 small rows)
 
 
 def import_uses(runs_dir: Path, report_dir: Path, names: list[str]) -> None:
@@ -67,6 +70,24 @@ def scores_table(report_dir: Path, runs: list[tuple[str, dict]]) -> str:
   return "\n".join(rows)
 
 
+def seeds_table(report_dir: Path, runs: list[tuple[str, dict]]) -> str:
+  """Per config, `score`'s test and text.txt perplexities over its seeds (`records.seeds_cell`); then COMPARE's
+  tied minus untied, each read against twice the larger seed sd (`records.differences`)."""
+  by_config: dict[str, dict[str, list[float]]] = {}
+  for run, r in sorted(runs, key=lambda item: item[1]["seed"]):
+    scores = by_config.setdefault(r["config"], {"test": [], "text.txt": [], "seeds": []})
+    scores["test"].append(_score(report_dir, run, "test")["ppl"])
+    scores["text.txt"].append(_score(report_dir, run, "text")["ppl"])
+    scores["seeds"].append(r["seed"])
+  rows = ["| config | seeds | `score --split=test` | `score --text=text.txt` |", "|---|---|---|---|"]
+  rows += [f"| {config} | {', '.join(map(str, v['seeds']))} | {seeds_cell(v['test'], '.2f')} | "
+           f"{seeds_cell(v['text.txt'])} |" for config, v in sorted(by_config.items())]
+  if all(c in by_config for c in COMPARE):
+    a, b = ({k: v for k, v in by_config[c].items() if k != "seeds"} for c in COMPARE)
+    rows.append(f"\n{COMPARE[0]} → {COMPARE[1]} (tied minus untied): {differences(a, b)}.")
+  return "\n".join(rows)
+
+
 def _samples(report_dir: Path, run: str, prompt: int, kind: str) -> list[dict]:
   path = report_dir / run / "samples" / f"prompt{prompt}_{kind}.jsonl"
   if not path.exists():
@@ -79,23 +100,25 @@ def _cell(s: dict) -> str:
 
 
 def samples_tables(report_dir: Path, runs: list[tuple[str, dict]]) -> str:
-  """Per prompt, a table: a row per draw (greedy, then each sample), a column per run."""
+  """Per prompt and training seed, a table: a row per draw (greedy, then each sample), a column per run."""
   prompts = sorted({int(p.name.split("_")[0].removeprefix("prompt"))
                     for run, _ in runs for p in (report_dir / run / "samples").glob("prompt*_*.jsonl")})
   parts = []
   for i in prompts:
-    by_run = {run: _samples(report_dir, run, i, "greedy") + _samples(report_dir, run, i, "t1") for run, _ in runs}
-    first = by_run[runs[0][0]]
-    settings = first[1] if len(first) > 1 else first[0]
-    parts.append(f"**Prompt: “{first[0]['prompt']}”** (greedy: temperature 0; samples: temperature "
-                 f"{settings['temperature']:g}, seed {settings['seed']}, at most {first[0]['max_len']} tokens; "
-                 "⏎ is `<eos>`)\n")
-    parts.append("| draw | " + " | ".join(f"`{run}`" for run, _ in runs) + " |")
-    parts.append("|---|" + "---|" * len(runs))
-    for k in range(max(len(v) for v in by_run.values())):
-      label = "greedy" if k == 0 else f"sample {k - 1}"
-      parts.append(f"| {label} | " + " | ".join(_cell(v[k]) if k < len(v) else "" for v in by_run.values()) + " |")
-    parts.append("")
+    for seed in sorted({r["seed"] for _, r in runs}):
+      by_run = {run: _samples(report_dir, run, i, "greedy") + _samples(report_dir, run, i, "t1")
+                for run, r in runs if r["seed"] == seed}
+      first = next(iter(by_run.values()))
+      settings = first[1] if len(first) > 1 else first[0]
+      parts.append(f"**Prompt: “{first[0]['prompt']}”, models trained with seed {seed}** (greedy: temperature 0; "
+                   f"samples: temperature {settings['temperature']:g}, seed {settings['seed']}, at most "
+                   f"{first[0]['max_len']} tokens; ⏎ is `<eos>`)\n")
+      parts.append("| draw | " + " | ".join(f"`{run}`" for run in by_run) + " |")
+      parts.append("|---|" + "---|" * len(by_run))
+      for k in range(max(len(v) for v in by_run.values())):
+        label = "greedy" if k == 0 else f"sample {k - 1}"
+        parts.append(f"| {label} | " + " | ".join(_cell(v[k]) if k < len(v) else "" for v in by_run.values()) + " |")
+      parts.append("")
   return "\n".join(parts).rstrip()
 
 
@@ -121,7 +144,8 @@ def build_sampling(name: str, out_root: Path, runs_dir: Path | None = None, read
   if not runs:
     raise ReportError(f"{report_dir} holds no runs; import them with --runs.")
   tab = scores_table(report_dir, runs)
-  body = (f"{tab}\n\n{samples_tables(report_dir, runs)}\n\nRebuild: `python -m experiments.report {name}`")
+  body = (f"{tab}\n\n{seeds_table(report_dir, runs)}\n\n{samples_tables(report_dir, runs)}\n\n"
+          f"Rebuild: `python -m experiments.report {name}`")
   write_page(report_dir / "README.md", name, "Samples and scores of trained language models", body,
              f"## Runs\n\n{provenance(report_dir, runs)}")
   return tab
