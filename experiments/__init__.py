@@ -31,9 +31,8 @@ def start(argv, workdir, config) -> None:
   """What a training tool does before it reads its corpus: refuse stray arguments and a `--workdir` that cannot
   be made; ask XLA:GPU for deterministic kernels if `config.deterministic` (before JAX starts its backends,
   which read XLA_FLAGS once); join a multi-host run where WT_JAX_COORDINATOR / WT_JAX_DISTRIBUTED ask for one;
-  quieten the libraries' logs. From here on SIGINT and SIGTERM end the tool with one line (`stop_at_once`)."""
-  for signum in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(signum, stop_at_once)
+  quieten the libraries' logs. From here on SIGINT and SIGTERM end the tool with one line (`stop_on_signals`)."""
+  stop_on_signals()
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   check_folder(workdir, "--workdir")
@@ -71,6 +70,26 @@ def xla_flags_with_determinism(flags: str, deterministic: bool) -> str:
   from wt_jax.train import run_folder
   kept = [f for f in flags.split() if f.split("=", 1)[0] != run_folder.DETERMINISTIC_FLAG]
   return " ".join(kept + [f"{run_folder.DETERMINISTIC_FLAG}={'true' if deterministic else 'false'}"])
+
+
+def stop_on_signals() -> None:
+  """SIGINT and SIGTERM raise `Stopped` (`stop_at_once`). Python drops an exception raised where it cannot pass it
+  on — in a garbage collector's callback (JAX registers one), in a `__del__` — and the tool would go on as if never
+  signalled; `sys.unraisablehook` catches a dropped `Stopped` instead and ends the process there, with its line
+  and exit status 1, unwinding nothing (what a killed run leaves: `last` as saved, a stale run.lock taken over)."""
+  for signum in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(signum, stop_at_once)
+  previous = sys.unraisablehook
+
+  def exit_if_stopped(unraisable):
+    if not isinstance(unraisable.exc_value, Stopped):
+      return previous(unraisable)
+    print(unraisable.exc_value, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
+
+  sys.unraisablehook = exit_if_stopped
 
 
 class Stopped(KeyboardInterrupt):

@@ -103,6 +103,8 @@ def _read_lock(path) -> dict:
 
 
 def _who(other: dict) -> str:
+  if not other:
+    return "a process that has not written who it is (another run starting, or another program)"
   return f"PID {other.get('pid')} on {other.get('host')} (since {other.get('started')})"
 
 
