@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -306,31 +307,50 @@ def test_a_diverged_run_stops_with_an_error_and_keeps_the_last_finite_checkpoint
 
 _HOLD_LOCK = ("import os, sys, time\nfrom etils import epath\nfrom wt_jax.train import run_folder\n"
               "with run_folder.workdir_lock(epath.Path(sys.argv[1])):\n"
-              "  if float(sys.argv[3]) and os.fork() == 0:  # a child that shares the lock, and ends later\n"
-              "    time.sleep(float(sys.argv[3]))\n    os._exit(0)\n"
+              "  if sys.argv[3] and os.fork() == 0:  # a child that shares the lock until the file argv[3] exists\n"
+              "    while not os.path.exists(sys.argv[3]):\n      time.sleep(0.01)\n    os._exit(0)\n"
               "  print('held', flush=True)\n  time.sleep(float(sys.argv[2]))\n")
 
 
-def _lock_holder(workdir, seconds, shared_for=0.0):
+def _lock_holder(workdir, seconds, shared_until=None):
   """A live process of this host that holds `workdir`'s lock for `seconds` (returns once it holds it). With
-  `shared_for`, a child it forks holds the same lock (the kernel's lock belongs to the open file, which the
-  child inherits) until `shared_for` seconds after the fork, however the holder itself ends."""
-  proc = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(workdir), str(seconds), str(shared_for)], cwd=REPO,
+  `shared_until` (a path), a child it forks holds the same lock (the kernel's lock belongs to the open file, which
+  the child inherits) until that file exists, however the holder itself ends."""
+  proc = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(workdir), str(seconds), str(shared_until or "")],
+                          cwd=REPO,
                           env=dict(os.environ, JAX_PLATFORMS="cpu"), stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL, text=True)
   assert proc.stdout.readline().strip() == "held"
   return proc
 
 
-def test_a_live_holder_is_refused_and_a_dead_ones_lock_taken_over(tiny_corpus, tmp_path, caplog):
+@pytest.fixture
+def lock_waits(monkeypatch):
+  """The pauses `run_folder`'s lock makes while it waits for a holder (a list of seconds, empty if it waited for
+  none): what a test reads instead of a clock."""
+  from wt_jax.train import run_folder
+  waits = []
+
+  class _Time:  # run_folder's `time`, counting its sleeps
+    def __getattr__(self, name):
+      return getattr(time, name)
+
+    def sleep(self, seconds):
+      waits.append(seconds)
+      time.sleep(seconds)
+
+  monkeypatch.setattr(run_folder, "time", _Time())
+  return waits
+
+
+def test_a_live_holder_is_refused_and_a_dead_ones_lock_taken_over(tiny_corpus, tmp_path, caplog, lock_waits):
   corpus, _ = tiny_corpus
   tmp_path.mkdir(exist_ok=True)
   holder = _lock_holder(tmp_path, 60)
   try:
-    t0 = time.time()
     with pytest.raises(trainer.WorkdirBusyError, match=f"in use by PID {holder.pid} "):
       lm.fit(tiny_config(max_steps=2), corpus, tmp_path)
-    assert time.time() - t0 < 5  # a live holder that is not exiting is refused at once, not waited for
+    assert lock_waits == []  # a live holder that is not exiting is refused at once, not waited for
   finally:
     holder.kill()
     holder.wait()
@@ -343,32 +363,48 @@ def test_a_live_holder_is_refused_and_a_dead_ones_lock_taken_over(tiny_corpus, t
   assert not lock.exists()  # released at the end
 
 
-def test_a_killed_holders_lock_is_free_at_once_and_one_still_held_as_it_exits_is_waited_for(tmp_path, caplog):
+def test_a_killed_holders_lock_is_free_at_once_and_one_still_held_as_it_exits_is_waited_for(tmp_path, caplog,
+                                                                                             lock_waits):
   """A holder killed with SIGKILL and not reaped (a zombie for as long as its parent does not wait, as under a
   container's init that never reaps: here, this test) has had its files closed by the kernel: the lock is taken
   at once, with a warning naming the holder its file named. A holder killed while the lock is still held — here
-  by a child it forked, which lets go 2 s after the fork — is one on its way out: it is waited for, not refused.
+  by a child it forked, which lets go when told — is one on its way out: it is waited for, not refused.
   (Through the entry point, the same command again after kill -9: test_a_run_killed_with_sigkill_resumes_...)"""
   import signal
   from etils import epath
   from wt_jax.train import run_folder
   holder = _lock_holder(tmp_path, 60)
-  os.kill(holder.pid, signal.SIGKILL)  # (not waited for: a zombie until the end of the test)
-  t0 = time.time()
+  os.kill(holder.pid, signal.SIGKILL)  # (not reaped: a zombie until the end of the test)
+  while Path(f"/proc/{holder.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+    time.sleep(0.01)  # (the kernel closes a process's files before it marks it a zombie)
   try:
-    with caplog.at_level("WARNING"), run_folder.workdir_lock(epath.Path(tmp_path), wait_s=20):
-      assert time.time() - t0 < 5 and json.loads((tmp_path / "run.lock").read_text())["pid"] == os.getpid()
+    with caplog.at_level("WARNING"), run_folder.workdir_lock(epath.Path(tmp_path), wait_s=120):
+      assert lock_waits == [] and json.loads((tmp_path / "run.lock").read_text())["pid"] == os.getpid()
     assert any(f"Taking over the lock of PID {holder.pid} " in r.getMessage() for r in caplog.records)
   finally:
     holder.wait()
-  holder = _lock_holder(tmp_path, 60, shared_for=2.0)
+  release = tmp_path / "release"
+  holder = _lock_holder(tmp_path, 60, shared_until=release)
   os.kill(holder.pid, signal.SIGKILL)
-  t0 = time.time()
+  taken = []
+  waiter = threading.Thread(target=lambda: _take_lock(run_folder, epath.Path(tmp_path), taken))
   try:
-    with run_folder.workdir_lock(epath.Path(tmp_path), wait_s=20):
-      assert 1.0 < time.time() - t0 < 15, time.time() - t0  # waited for the child to let go
+    waiter.start()
+    while not lock_waits and waiter.is_alive():  # until it waits for the dying holder (or ends without waiting)
+      time.sleep(0.01)
+    assert lock_waits and not taken  # waiting, not refused, while the child holds the lock
+    release.touch()  # the child lets go
+    waiter.join(120)
+    assert taken == [os.getpid()], taken
   finally:
+    release.touch()
     holder.wait()
+
+
+def _take_lock(run_folder, workdir, taken):
+  """Take `workdir`'s lock (waiting up to 120 s for a dying holder), appending the PID its file then names."""
+  with run_folder.workdir_lock(workdir, wait_s=120):
+    taken.append(json.loads((workdir / "run.lock").read_text())["pid"])
 
 
 def test_a_holder_that_has_not_written_who_it_is_is_refused_as_such(tmp_path):
