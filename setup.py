@@ -25,6 +25,7 @@ setup(
         "sentencepiece>=0.1.99",  # joint BPE subwords for NMT
         "sacrebleu>=2.3",  # BLEU for NMT
         "tensorboardX>=2.6",  # TensorBoard event files without TensorFlow (live metrics)
+        "safetensors>=0.4",  # the interchange export (wt_jax/interchange.py): weights any framework reads
     ],
     extras_require={
         # nbclient/nbformat/ipykernel: the test suite executes experiments/notebooks/*.ipynb;

@@ -111,8 +111,15 @@ def get_config():
   c.max_steps = 0             # >0: stop after this many train steps, then evaluate (smoke runs)
   c.train_max_tokens = 0      # >0: train on the first N tokens of the training stream only (Inan Section 6.2)
   # Data and evaluation.
-  c.dataset = "ptb"           # ptb | wikitext2[_half1 | _half2] | bbc | imdb (wt_jax.data.lm_corpora)
-  c.data_dir = ""             # "" -> $WT_JAX_DATA -> ~/.cache/wt_jax (downloaded if missing)
+  c.dataset = "ptb"           # ptb | wikitext2[_half1 | _half2] | bbc | imdb | text (wt_jax.data.lm_corpora)
+  c.data_dir = ""             # "" -> $WT_JAX_DATA -> ~/.cache/wt_jax (downloaded if missing); text: the folder of
+  #                             train.txt, valid.txt, test.txt (wt_jax.data.text_corpus)
+  # dataset=text only (ours): how your text becomes tokens; vocab_size is then the vocabulary's cap
+  c.tokenizer = "word"        # word (whitespace, <eos> per line: PTB's reader) | sentencepiece (subword pieces)
+  c.lowercase = False         # lower-case the text first
+  c.numbers_as_n = False      # write each number token N, as Mikolov's PTB does
+  c.min_count = 0             # word: words seen fewer times in the training text are <unk>
+  c.subword_model = "bpe"     # sentencepiece: bpe (Sennrich et al. 2016) | unigram (Kudo 2018)
   c.download = True
   c.eval_batch_size = 20      # validation as the reference: 20 streams, bptt windows
   c.test_window = 200         # batch-1 test: window length (state carried, so it only affects speed)

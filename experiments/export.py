@@ -3,6 +3,7 @@
     python -m experiments.export --workdir=runs/small_tied                        # word2vec + npz
     python -m experiments.export --workdir=runs/small --format=word2vec --out=vectors/small
     python -m experiments.export --workdir=runs/small --checkpoint=best --format=npz
+    python -m experiments.export --workdir=runs/small_tied --format=safetensors       # the model, for other tools
     python -m experiments.export --workdir=runs/small_tied --convert=untie --out=inits/small_untied
     python -m experiments.export --workdir=runs/small --convert=tie [--keep=input] --out=inits/small_tied
 
@@ -13,6 +14,11 @@ run folder's vocab.txt (no corpus needed); for a language-model run from before 
 from the stored config (its corpus under --data_dir, else the config's data_dir, else $WT_JAX_DATA). See
 `wt_jax.export`.
 
+`--format=safetensors` writes the whole model instead (`wt_jax.interchange`): `<out>/model.safetensors` (every
+parameter by its path; a tied matrix once, its two roles named in the metadata), `config.json` (family, sizes,
+tying, vocabulary size, which tensor plays which role, the forward pass as equations) and the vocabulary (and a
+subword run's tokenizer.model).
+
 `--convert` writes `<out>/params.npz` and `<out>/manifest.json`: the parameters of the same model with the
 other tying (`wt_jax.convert`), for a new run to start from.
 """
@@ -21,12 +27,13 @@ import sys
 from absl import app, flags
 
 from experiments import check_folder, quiet_library_logs, run_main
-from wt_jax import convert, export
+from wt_jax import convert, export, interchange
 from wt_jax.data import paths
 from wt_jax.train.checkpoint import CheckpointUnreadableError
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The trained run's folder (holds checkpoints/).")
-_FORMAT = flags.DEFINE_list("format", list(export.FORMATS), "word2vec and/or npz (comma-separated).")
+_FORMAT = flags.DEFINE_list("format", list(export.FORMATS), "word2vec and/or npz (comma-separated), or safetensors "
+                            "(the whole model, for other tools).")
 _OUT = flags.DEFINE_string("out", None, "Output folder (default: <workdir>/export, or <workdir>/init_<mode> "
                            "with --convert).")
 _CHECKPOINT = flags.DEFINE_enum("checkpoint", "last", list(export.KINDS), "Which checkpoint to read.")
@@ -56,6 +63,13 @@ def main(argv):
             f"{', kept the ' + _KEEP.value + ' embedding' if _CONVERT.value == 'tie' else ''}), step "
             f"{manifest['from']['step']}: wrote {out}; start a run with --config.words.mode={manifest['tying']} "
             f"--config.init_from={out}.")
+    elif "safetensors" in _FORMAT.value:
+      if len(_FORMAT.value) > 1:
+        raise app.UsageError("--format=safetensors writes the whole model; export embeddings (word2vec, npz) in "
+                             "another call.")
+      out, config = interchange.export_model(_WORKDIR.value, _OUT.value, _CHECKPOINT.value)
+      print(f"{config['family']}, {config['tying']}, vocabulary {config['vocab_size']}, step "
+            f"{config['source']['step']}: wrote {interchange.FILE}, {interchange.CONFIG} and the vocabulary to {out}.")
     else:
       out, manifest = export.export_run(_WORKDIR.value, _OUT.value, _FORMAT.value, _CHECKPOINT.value,
                                    _DATA_DIR.value, _VOCAB.value, _DOWNLOAD.value)

@@ -55,7 +55,7 @@ def main(argv):
                           _TOP_P.value, _SEED.value)
   print(trained_lm.heading(out["run"]) + (f"; prompt words outside the vocabulary (read as <unk>): "
                                            f"{', '.join(out['oov_words'])}" if out["oov"] else ""))
-  head = sampling.render(out["prompt_tokens"])
+  head = lm.tokenizer.render(out["prompt_tokens"])
   for k, s in enumerate(out["samples"]):
     print(f"--- sample {k} (log p = {s['log_prob']:.2f})")
     print(f"{head} | {s['text']}" if head else s["text"])

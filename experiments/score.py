@@ -98,8 +98,8 @@ def main(argv):
     print(f"{out['oov']} token(s) outside the vocabulary, scored as <unk>: {', '.join(out['oov_words'])}")
   if per_token:
     print(f"wrote {out['tokens']} per-token scores to {_PER_TOKEN.value}")
-  last = {key: out[key] for key in ("ppl", "tokens", "oov", "oov_words", "nll", "split", "plain_ppl",
-                                       "adaptation") if key in out}
+  last = {key: out[key] for key in ("ppl", "tokens", "oov", "oov_words", "nll", "ppl_per_word", "words", "split",
+                                    "plain_ppl", "adaptation") if key in out}
   print(json.dumps(files.finite({**last, **run})))  # (a diverged model's inf perplexity as null: valid JSON)
 
 

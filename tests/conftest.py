@@ -42,6 +42,14 @@ from wt_jax.data import paths
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _session_text_cache() -> None:
+  """A fresh folder for the id caches of text corpora (`wt_jax.data.text_corpus`), not the user's ~/.cache."""
+  if "WT_JAX_TEST_TEXT_CACHE" not in os.environ:
+    folder = os.environ["WT_JAX_TEST_TEXT_CACHE"] = tempfile.mkdtemp(prefix="wt_jax_test_text_cache_")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+  os.environ["WT_JAX_CACHE"] = os.environ["WT_JAX_TEST_TEXT_CACHE"]
+
+
 def _session_compilation_cache() -> None:
   folder = os.environ.get("WT_JAX_TEST_XLA_CACHE")
   if folder is None:
@@ -58,6 +66,7 @@ def _session_compilation_cache() -> None:
 
 
 _session_compilation_cache()
+_session_text_cache()
 
 
 @pytest.fixture

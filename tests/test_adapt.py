@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import tiny_config
 from wt_jax import adapt, models, trained_lm
+from wt_jax.data import text
 from wt_jax.data.vocab import Vocab
 from wt_jax.errors import InputError
 
@@ -35,7 +36,8 @@ def _lm(family, seed=7):
   model = models.build(config)
   params = jax.jit(lambda key: models.init_params(model, config, key))(jax.random.key(seed))
   return trained_lm.TrainedLM(folder=None, checkpoint="none", step=0, config=config, model=model, params=params,
-                              vocab=Vocab([f"w{i}" for i in range(V)]), meta={}, results={}, commit=None, member=None)
+                              vocab=Vocab([f"w{i}" for i in range(V)]), meta={}, results={}, commit=None, member=None,
+                              tokenizer=text.tokenizer_of(config))
 
 
 def _stream(n=300, seed=0):

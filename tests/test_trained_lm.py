@@ -81,7 +81,8 @@ def _untrained(family, corpus_vocab, **overrides):
   model = models.build(config)
   params = jax.jit(lambda key: models.init_params(model, config, key))(jax.random.key(7))  # (eager init is slow)
   return trained_lm.TrainedLM(folder=None, checkpoint="none", step=0, config=config, model=model, params=params,
-                              vocab=corpus_vocab, meta={}, results={}, commit=None, member=None)
+                              vocab=corpus_vocab, meta={}, results={}, commit=None, member=None,
+                              tokenizer=text.tokenizer_of(config))
 
 
 def _slow_but(fast, cases=tuple(FAMILIES)):
@@ -136,11 +137,11 @@ def test_a_text_is_read_as_the_corpus_reads_its_files(runs, corpus, data_root):
 
 
 def test_each_corpus_tokenisation():
-  assert text.words(["The Company said 3.5 N\n", "\n"], "ptb") == ["the", "company", "said", "N", "N", "<eos>",
-                                                                   "<eos>"]
-  assert text.words(["The 3.5 = x =\n"], "wikitext2") == ["The", "3.5", "=", "x", "=", "<eos>"]
-  assert text.words(["The BBC's 3.5%, said!\n", "...\n"], "bbc") == ["the", "bbc's", "N", "said", "<eos>"]
-  assert text.words(["Good.<br />Bad\n"], "imdb") == ["good", "bad", "<eos>"]
+  assert text.Tokenizer("ptb").words(["The Company said 3.5 N\n", "\n"]) == ["the", "company", "said", "N", "N",
+                                                                        "<eos>", "<eos>"]
+  assert text.Tokenizer("wikitext2").words(["The 3.5 = x =\n"]) == ["The", "3.5", "=", "x", "=", "<eos>"]
+  assert text.Tokenizer("bbc").words(["The BBC's 3.5%, said!\n", "...\n"]) == ["the", "bbc's", "N", "said", "<eos>"]
+  assert text.Tokenizer("imdb").words(["Good.<br />Bad\n"]) == ["good", "bad", "<eos>"]
   with pytest.raises(ValueError, match="no <unk>"):
     text.encode(["a", "b"], Vocab(["a", "<eos>"]))
 
@@ -398,7 +399,7 @@ def test_generate_prints_samples_and_writes_them_as_jsonl(runs, capsys, tmp_path
   rows = [json.loads(line) for line in out.read_text().splitlines()]
   assert [r["sample"] for r in rows] == [0, 1, 2]
   for r in rows:
-    assert len(r["tokens"]) == len(r["logp"]) == 7 and r["text"] == sampling.render(r["tokens"])
+    assert len(r["tokens"]) == len(r["logp"]) == 7 and r["text"] == text.Tokenizer("ptb").render(r["tokens"])
     assert r["log_prob"] == pytest.approx(sum(r["logp"])) and max(r["logp"]) <= 0
     assert r["prompt_tokens"] == ["w3", "zz", "w4"] and r["checkpoint"] == "best"
     assert (r["temperature"], r["top_k"], r["top_p"], r["seed"], r["max_len"]) == (0.8, 5, 0.9, 2, 7)

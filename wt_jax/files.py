@@ -40,17 +40,18 @@ def finite(value):
   return value
 
 
-def write_whole(path, text: str) -> None:
-  """Write `text` to `path`. On a local disk the file is written whole or not at all (a temporary file beside
+def write_whole(path, text: str | bytes) -> None:
+  """Write `text` (or bytes) to `path`. On a local disk the file is written whole or not at all (a temporary file beside
   it, renamed over it), so a full disk or a kill while it is written leaves the previous file; a failure names
   `path` (a failed write() names no file). A bucket's object is written whole by the store itself."""
+  write = "write_bytes" if isinstance(text, bytes) else "write_text"
   if not is_local(path):
-    epath.Path(path).write_text(text)
+    getattr(epath.Path(path), write)(text)
     return
   path = Path(os.fspath(path))
   tmp = path.with_name(path.name + ".tmp")
   try:
-    tmp.write_text(text)
+    getattr(tmp, write)(text)
     os.replace(tmp, path)
   except OSError as e:
     tmp.unlink(missing_ok=True)

@@ -130,25 +130,13 @@ def check_sampling(num_samples: int, max_len: int, temperature: float, top_k: in
     raise InputError(f"top_p must be in (0, 1] (1: no nucleus), not {top_p!r}.")
 
 
-def render(words: list[str]) -> str:
-  """Tokens as text: words joined by spaces, each `<eos>` a line end."""
-  lines, line = [], []
-  for w in words:
-    if w == ptb.EOS:
-      lines.append(" ".join(line))
-      line = []
-    else:
-      line.append(w)
-  return "\n".join([*lines, " ".join(line)])
-
-
 def prompt_tokens(lm: TrainedLM, prompt: str) -> tuple[np.ndarray, list[str], text_lib.Encoded]:
   """(ids[P]: `<eos>` then the prompt's tokens; those tokens; their encoding). The prompt is tokenised as the run's
   corpus (its last line has no `<eos>` unless the prompt ends with a line end). Refuses a prompt with text but no
   word, and one whose words are all outside the vocabulary."""
   if ptb.EOS not in lm.vocab:
     raise InputError(f"The run's vocabulary has no {ptb.EOS}, which sampling starts from.")
-  tokens = text_lib.words(text_lib.lines(prompt), lm.config.dataset)
+  tokens = lm.tokenizer.words(text_lib.lines(prompt))
   if tokens and tokens[-1] == ptb.EOS and not prompt.endswith(("\n", "\r")):
     tokens = tokens[:-1]
   enc = text_lib.encode(tokens, lm.vocab)
@@ -176,7 +164,7 @@ def sample(lm: TrainedLM, prompt: str = "", num_samples: int = 1, max_len: int =
   samples = []
   for row, lp in zip(out_ids, logp):
     words = lm.vocab.decode(row)
-    samples.append({"tokens": words, "text": render(words), "logp": lp.tolist(), "log_prob": float(lp.sum())})
+    samples.append({"tokens": words, "text": lm.tokenizer.render(words), "logp": lp.tolist(), "log_prob": float(lp.sum())})
   settings = {"num_samples": num_samples, "max_len": max_len, "temperature": float(temperature), "top_k": top_k,
               "top_p": float(top_p), "seed": seed}
   return {"samples": samples, "prompt": prompt, "prompt_tokens": tokens, "oov": enc.oov, "oov_words": enc.oov_words,

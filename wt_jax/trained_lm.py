@@ -36,7 +36,7 @@ import numpy as np
 from etils import epath
 
 from wt_jax import export, lm_eval, members, models, precision
-from wt_jax.data import batching, lm_corpora, paths, ptb
+from wt_jax.data import batching, lm_corpora, paths, ptb, text_corpus
 from wt_jax.data import text as text_lib
 from wt_jax.data import vocab as vocab_lib
 from wt_jax.errors import InputError
@@ -61,6 +61,7 @@ class TrainedLM:
   results: dict        # the folder's results.json ({} while the run has not ended)
   commit: str | None   # the code the run was trained with (run.json's versions.wt_jax_commit)
   member: int | None   # the member index of a members run, None for a plain run
+  tokenizer: text_lib.Tokenizer  # how text becomes the run's tokens and back (`text.tokenizer_of`)
 
   def describe(self) -> dict:
     """What was used, for output records: folder, checkpoint, step, member, config name, commit."""
@@ -148,16 +149,20 @@ def load(workdir, checkpoint: str | None = None, member: int | None = None) -> T
   if len(vocab) != config.vocab_size:
     raise InputError(f"{vocab_file} lists {len(vocab)} words but the run's config has vocab_size "
                      f"{config.vocab_size}: not this run's vocabulary.")
+  pieces = folder / text_corpus.TOKENIZER_FILE
+  tokenizer = text_lib.tokenizer_of(config, pieces.read_bytes() if pieces.is_file() else None)
   return TrainedLM(folder=folder, checkpoint=run.kind, step=run.step, config=config, model=models.build(config),
                    params=run.params, vocab=vocab, meta=run.meta, results=run.results,
-                   commit=_commit(folder, run.results), member=member)
+                   commit=_commit(folder, run.results), member=member, tokenizer=tokenizer)
 
 
-def in_memory(config, params, vocab: vocab_lib.Vocab) -> TrainedLM:
-  """A model trained in this process (a notebook's `params` of `config`, words in `vocab`'s order), to sample and
-  score as `load` reads one from its folder."""
+def in_memory(config, params, vocab: vocab_lib.Vocab, pieces: bytes | None = None) -> TrainedLM:
+  """A model trained in this process (a notebook's `params` of `config`, words in `vocab`'s order; `pieces`: a
+  sentencepiece corpus's model, `text_corpus.Corpus.model`), to sample and score as `load` reads one from its
+  folder."""
   return TrainedLM(folder=None, checkpoint="in memory", step=0, config=config, model=models.build(config),
-                   params=params, vocab=vocab, meta={}, results={}, commit=None, member=None)
+                   params=params, vocab=vocab, meta={}, results={}, commit=None, member=None,
+                   tokenizer=text_lib.tokenizer_of(config, pieces))
 
 
 def tested_checkpoint(workdir, member: int | None = None) -> str:
@@ -222,13 +227,25 @@ def score(lm: TrainedLM, text: str, per_token: bool = False) -> dict:
   """`score_ids` of `text` tokenised as the run's corpus, with 'oov' (words outside the vocabulary, each scored as
   `<unk>`) and 'oov_words' (the first of them). A text with no word is refused."""
   enc = encode_text(lm, text)
-  return {**score_ids(lm, enc.ids, per_token), "oov": enc.oov, "oov_words": enc.oov_words, "run": lm.describe()}
+  out = score_ids(lm, enc.ids, per_token)
+  return {**out, **per_word(lm, text_lib.lines(text), out["nll"]), "oov": enc.oov, "oov_words": enc.oov_words,
+          "run": lm.describe()}
+
+
+def per_word(lm: TrainedLM, lines, nll: float) -> dict:
+  """For a run on subword pieces: the text's words W (whitespace tokens and one `<eos>` a line, as a word-level run
+  counts its tokens) and the perplexity per word, exp(Σ NLL / (W − 1)), which compares with a word-level run's
+  `ppl` on the same text. {} for a word-level run (its `ppl` is per word)."""
+  if lm.tokenizer.model is None:
+    return {}
+  words = sum(len(line.split()) + 1 for line in lines)
+  return {"words": words, "ppl_per_word": lm_eval.perplexity(nll, words - 1)}
 
 
 def encode_text(lm: TrainedLM, text: str):
   """`text` tokenised as the run's corpus and encoded with its vocabulary (`text.encode`: ids, oov, oov_words); a
   text with no word is refused."""
-  tokens = text_lib.words(text_lib.lines(text), lm.config.dataset)
+  tokens = lm.tokenizer.words(text_lib.lines(text))
   if all(t == ptb.EOS for t in tokens):
     raise InputError("The text is empty: it has no word to score.")
   return text_lib.encode(tokens, lm.vocab)
@@ -253,6 +270,26 @@ def split_stream(lm: TrainedLM, split: str, data_dir: str | None = None) -> np.n
   must be the run's."""
   if split not in SPLITS:
     raise InputError(f"Unknown split {split!r}; expected one of {', '.join(SPLITS)}.")
+  if lm.config.dataset == "text":
+    stream = text_split(lm, split, data_dir)
+  else:
+    stream = named_split(lm, split, data_dir)
+  cut = lm.config.train_max_tokens if split == "train" else lm.config.eval_max_tokens
+  return stream[:cut] if cut else stream
+
+
+def text_split(lm: TrainedLM, split: str, data_dir: str | None = None) -> np.ndarray:
+  """A `text` run's `split` file (in `data_dir`, else the config's) cut into the run's tokens, in its vocabulary."""
+  folder = epath.Path(data_dir or lm.config.data_dir)
+  path = text_corpus.split_file(folder, split)
+  if path is None:
+    raise InputError(f"{folder} has no {split}.txt (plain or .gz): the text folder the run was trained on "
+                     "(--data_dir).")
+  return text_lib.encode(lm.tokenizer.words(text_corpus.read_lines(path)), lm.vocab).ids
+
+
+def named_split(lm: TrainedLM, split: str, data_dir: str | None = None) -> np.ndarray:
+  """A named corpus's `split` read by its reader (`lm_corpora`), whose vocabulary must be the run's."""
   c = ml_collections.ConfigDict({"dataset": lm.config.dataset, "data_dir": data_dir or lm.config.get("data_dir", ""),
                                  "download": False})
   try:
@@ -262,9 +299,7 @@ def split_stream(lm: TrainedLM, split: str, data_dir: str | None = None) -> np.n
   if list(corpus.vocab.words) != lm.vocab.words:
     raise InputError(f"The {lm.config.dataset} corpus in {paths.data_root(c.data_dir or None)} has another "
                      f"vocabulary than the run's vocab.txt: not the corpus the run was trained on.")
-  cut = lm.config.train_max_tokens if split == "train" else lm.config.eval_max_tokens
-  stream = getattr(corpus, split)
-  return stream[:cut] if cut else stream
+  return getattr(corpus, split)
 
 
 def not_the_runs_test(lm: TrainedLM) -> str | None:
@@ -288,5 +323,8 @@ def score_split(lm: TrainedLM, split: str = "test", data_dir: str | None = None,
   'ppl' is results.json's test_ppl; with another, 'not_the_runs_test' says why not (`not_the_runs_test`)."""
   out = {**score_ids(lm, split_stream(lm, split, data_dir), per_token), "split": split, "oov": 0, "oov_words": [],
          "run": lm.describe()}
+  if lm.tokenizer.model is not None and not (lm.config.eval_max_tokens or lm.config.train_max_tokens):
+    out |= per_word(lm, text_corpus.read_lines(text_corpus.split_file(epath.Path(data_dir or lm.config.data_dir),
+                                                                      split)), out["nll"])
   why = not_the_runs_test(lm) if split == "test" else None
   return {**out, "not_the_runs_test": why} if why else out

@@ -2,10 +2,11 @@
 
 Each loader `(data_dir, download=...)` returns a corpus with `train` / `valid` / `test` id streams and its
 vocabulary; the data root is resolved as everywhere (`--config.data_dir`, then $WT_JAX_DATA, then the cache).
+`text` is a folder of your own text, `--config.data_dir=DIR` (`wt_jax.data.text_corpus`).
 """
 import functools
 
-from wt_jax.data import bbc, imdb, ptb, wikitext2
+from wt_jax.data import bbc, imdb, ptb, text_corpus, wikitext2
 from wt_jax.errors import InputError
 
 CORPORA = {"ptb": ptb.load,              # Mikolov's PTB, 10k vocabulary
@@ -16,10 +17,16 @@ CORPORA = {"ptb": ptb.load,              # Mikolov's PTB, 10k vocabulary
            "wikitext2_half2": functools.partial(wikitext2.load_half, 2),
            "bbc": bbc.load,              # BBC News, our split and 10k vocabulary (wt_jax/data/bbc.py)
            "imdb": imdb.load}            # IMDB reviews, our split and 10k vocabulary (wt_jax/data/imdb.py)
+DATASETS = (*CORPORA, "text")            # text: train.txt, valid.txt, test.txt of --config.data_dir
 
 
 def load_corpus(config):
   """The corpus named by `config.dataset`, read from `config.data_dir` (or the usual resolution)."""
+  if config.dataset == "text":
+    return text_corpus.load(config)
   if config.dataset not in CORPORA:
-    raise InputError(f"Unknown dataset {config.dataset!r}; known: {', '.join(CORPORA)}.")
+    raise InputError(f"Unknown dataset {config.dataset!r}; known: {', '.join(DATASETS)}.")
+  if config.get("tokenizer", "word") != "word":
+    raise InputError(f"tokenizer={config.tokenizer!r} is for dataset=text (a folder of your own text); "
+                     f"{config.dataset} is read by its own reader.")
   return CORPORA[config.dataset](config.data_dir or None, download=config.download)

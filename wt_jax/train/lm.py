@@ -25,9 +25,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from wt_jax import convert, losses, models, parallel, precision, softmax, tying
+from wt_jax import convert, files, losses, models, parallel, precision, softmax, tying
 from wt_jax import members as members_lib
-from wt_jax.data import batching
+from wt_jax.data import batching, text_corpus
 from wt_jax.data import vocab as vocab_lib
 from wt_jax.errors import InputError, require_counts
 from wt_jax import lm_eval as eval_lib
@@ -124,10 +124,14 @@ def check_ranges(config) -> None:
 
 
 def prepared(config, corpus):
-  """(config, corpus) for a task: checked against each other, the corpus cut to `train_max_tokens` and
+  """(config, corpus) for a task: checked against each other (a `text` corpus's vocabulary size replaces the cap
+  `vocab_size`), the corpus cut to `train_max_tokens` and
   `eval_max_tokens`, and a class-factored softmax's bins resolved from the training counts (`softmax.resolve`)."""
   if config.test_params not in ("final", "best"):
     raise InputError(f"Unknown test_params {config.test_params!r}; expected 'final' or 'best'.")
+  if config.dataset == "text" and corpus.vocab_size != config.vocab_size:  # (vocab_size was the cap: the run's is
+    config = config.copy_and_resolve_references()                          # the vocabulary it got)
+    config.vocab_size = corpus.vocab_size
   if corpus.vocab_size != config.vocab_size:
     raise InputError(f"config.vocab_size={config.vocab_size} but the corpus has {corpus.vocab_size} "
                      f"types; set --config.vocab_size={corpus.vocab_size}.")
@@ -169,7 +173,8 @@ class LMTask:
 
   def write_run_files(self, folder, resumed: bool) -> None:
     """<folder>/vocab.txt: the vocabulary, one word per line in id order (row i of the embeddings is word i), so
-    the folder alone is enough to export or analyse the run (`wt_jax.export`). At a resume (`resumed`) the file is
+    the folder alone is enough to export or analyse the run (`wt_jax.export`); a sentencepiece corpus's model,
+    <folder>/tokenizer.model, so that new text is cut into the same pieces. At a resume (`resumed`) the file is
     compared with this corpus's vocabulary: another list (a corpus of the same size whose words differ) stops the
     run with one line, since the checkpoint's rows would go on training as other words; a lost file is written
     again."""
@@ -178,6 +183,12 @@ class LMTask:
       vocab_lib.check_file(path, self.corpus.vocab.words, self.config.dataset)
     else:
       vocab_lib.write_file(path, self.corpus.vocab.words)
+    model, path = getattr(self.corpus, "model", None), folder / text_corpus.TOKENIZER_FILE
+    if model is not None and resumed and path.exists() and path.read_bytes() != model:
+      raise InputError(f"{path} is another subword model than this corpus's: the checkpoint's rows are other "
+                       "pieces. Resume with the text and settings the run started with.")
+    if model is not None:
+      files.write_whole(path, model)
 
   def initial(self, config, key):
     """A model's state before its first step, on the default device: random parameters from `key`, or converted
@@ -260,7 +271,24 @@ class LMTask:
             "test_params": tested,  # 'final' parameters (Zaremba/Press & Wolf) or 'best' by valid (RHN)
             "best_valid_ppl": meta["best"],
             "train_tokens_per_s": meta["step"] * self.tokens_per_step / max(meta["train_s"], 1e-9),
-            **({"train_ppl_eval": train_eval} if c.eval_train else {})}
+            **({"train_ppl_eval": train_eval} if c.eval_train else {}),
+            **text_measures(getattr(self.corpus, "info", None), test["test_ppl"], c.eval_max_tokens)}
+
+
+def text_measures(info: dict | None, test_ppl: float, eval_max_tokens: int) -> dict:
+  """A text folder's corpus (`wt_jax.data.text_corpus`): its splits' counts and out-of-vocabulary rates, and the test
+  text's NLL in units that compare across tokenisers: per word, exp(Σ NLL / (W − 1)) over its W words (whitespace
+  tokens and one `<eos>` a line; the batch-1 protocol scores N − 1 of its N tokens), and bits per UTF-8 byte,
+  Σ NLL / ln 2 / bytes. {} for the other corpora; no per-word numbers for a test cut to `eval_max_tokens`."""
+  if not info:
+    return {}
+  out = {"corpus": info}
+  test = info["test"]
+  if not eval_max_tokens and test["words"] > 1 and math.isfinite(test_ppl):
+    nll = math.log(test_ppl) * (test["tokens"] - 1)
+    out |= {"test_ppl_per_word": math.exp(nll / (test["words"] - 1)),
+            "test_bits_per_byte": nll / math.log(2) / test["bytes"]}
+  return out
 
 
 def ended(meta: dict) -> bool:
