@@ -7,6 +7,7 @@
     python -m experiments.bench --config=configs/small_tied.py --members_sweep=0,1,2,4,8 --rounds=2
     python -m experiments.bench --config=configs/small_tied.py --sample_len=200 --sample_batch=1
     python -m experiments.bench --config=configs/small_tied.py --adapt_tokens=20000 --adapt_cache_size=500
+    python -m experiments.bench --config=configs/small_tied.py --corpus_tokens=100000000   # a text corpus's start
 
 An LM config: the train step's compile time, steady-state ms/step and tokens/s (median over --repeats blocks of
 --steps steps after --warmup), batched evaluation tokens/s, and the step's matmul FLOPs against this machine's
@@ -33,7 +34,7 @@ from ml_collections import config_flags
 
 from experiments import run_main
 from wt_jax import adapt, lm_eval, losses, members, models, precision, sampling, softmax, trained_lm, tying
-from wt_jax.data import batching, lm_corpora, paths, ptb, translation, vocab
+from wt_jax.data import batching, lm_corpora, paths, ptb, translation, vocab, wikitext2
 from wt_jax.train import lm, nmt, optim, run_folder, skipgram, trainer
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
@@ -63,6 +64,8 @@ _SAMPLE_BATCH = flags.DEFINE_integer("sample_batch", 1, "With --sample_len: sequ
 _ADAPT_TOKENS = flags.DEFINE_integer("adapt_tokens", 0, "Time scoring a stream of this many tokens plain, with the "
                                      "cache and with dynamic evaluation instead (0: off).")
 _ADAPT_CACHE_SIZE = flags.DEFINE_integer("adapt_cache_size", 500, "With --adapt_tokens: the cache's n.")
+_CORPUS_TOKENS = flags.DEFINE_integer("corpus_tokens", 0, "Time preparing a text corpus of this many training tokens "
+                                     "(WikiText-2's training text repeated), then its cached start (0: off).")
 _MEMBERS_SWEEP = flags.DEFINE_list("members_sweep", [], "Numbers of members K (0: one plain run) to time, each in "
                                    "its own process, --rounds times interleaved; prints their ratios to K = 0.")
 flags.mark_flag_as_required("config")
@@ -170,6 +173,34 @@ def _xla_flops(compiled) -> float | None:
     return None
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   return (cost or {}).get("flops")
+
+
+def bench_corpus(config, tokens: int) -> dict:
+  """A text folder whose training text is WikiText-2's repeated to at least `tokens` tokens (valid and test
+  WikiText-2's), read by `text_corpus.load` twice, each in a process of its own (`bench_helpers/corpus_prep.py`):
+  first with an empty id cache (the preparation), then with the ids it cached (a later start, a resume)."""
+  source = wikitext2.ensure(config.data_dir or None, config.download)
+  with tempfile.TemporaryDirectory() as tmp:
+    folder, cache = Path(tmp) / "text", Path(tmp) / "cache"
+    folder.mkdir()
+    lines = paths.read_lines(wikitext2.split_file(source, "train"))
+    per_copy = sum(len(line.split()) + 1 for line in lines)
+    copies = -(-tokens // per_copy)
+    with open(folder / "train.txt", "w", encoding="utf-8") as f:
+      for _ in range(copies):
+        f.writelines(lines)
+    for split in ("valid", "test"):
+      (folder / f"{split}.txt").write_text("".join(paths.read_lines(wikitext2.split_file(source, split))))
+    del lines
+    env = dict(os.environ, WT_JAX_CACHE=str(cache))
+    cmd = [sys.executable, str(Path(__file__).parent / "bench_helpers" / "corpus_prep.py"), f"--data_dir={folder}",
+           f"--tokenizer={config.tokenizer}", f"--vocab_size={config.vocab_size}"]
+    runs = [_json_line(cmd, env) for _ in ("prepare", "cached")]
+    cached_bytes = sum(p.stat().st_size for p in cache.rglob("*") if p.is_file())
+    return {"bench": "text_corpus", "train_tokens": copies * per_copy, "copies_of_wikitext2_train": copies,
+            "train_text_bytes": (folder / "train.txt").stat().st_size, "cache_bytes": cached_bytes,
+            "tokenizer": config.tokenizer, "vocab_size_cap": config.vocab_size, "prepare": runs[0], "cached": runs[1],
+            "cpu": run_folder.host()["cpu"], "python": sys.version.split()[0]}
 
 
 def bench_sampling(config, max_len: int, num_samples: int, repeats: int) -> dict:
@@ -296,8 +327,8 @@ def breakdown(config, params, tx) -> dict:
           "optimizer_update_ms": round(_median_ms(update, params, opt_state, grads), 2)}
 
 
-def _json_line(cmd: list[str]) -> dict:
-  r = subprocess.run(cmd, capture_output=True, text=True)
+def _json_line(cmd: list[str], env: dict | None = None) -> dict:
+  r = subprocess.run(cmd, capture_output=True, text=True, env=env)
   if r.returncode != 0:
     raise RuntimeError(f"{' '.join(cmd)} exited with {r.returncode}:\n{r.stderr[-3000:]}")
   out = r.stdout
@@ -494,6 +525,8 @@ def _other_benchmark(config) -> bool:
   elif "src_lang" in config:  # a translation config
     data = translation.load_corpus(config)
     print(json.dumps(bench_nmt(config, data, _NMT_TRAIN_PAIRS.value, _NMT_EPOCHS.value, _NMT_EVAL.value)))
+  elif _CORPUS_TOKENS.value > 0:
+    print(json.dumps(bench_corpus(config, _CORPUS_TOKENS.value)))
   elif _MEMBERS_SWEEP.value:
     members_sweep(config, [int(k) for k in _MEMBERS_SWEEP.value])
   elif _ADAPT_TOKENS.value > 0:

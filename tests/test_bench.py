@@ -225,3 +225,16 @@ def test_adaptation_speed_times_plain_cache_and_dynamic_scoring_of_one_stream():
   out = bench.bench_adaptation(tiny_config(), tokens=300, cache_size=20, repeats=2)
   assert set(out["tokens_per_s"]) == {"plain", "cache", "dynamic_sgd"} and min(out["tokens_per_s"].values()) > 0
   assert (out["tokens"], out["cache_size"], out["segment"]) == (300, 20, 5)
+
+
+@pytest.mark.slow
+def test_corpus_bench_prepares_then_maps_the_cached_ids(shared_data_root):
+  """--corpus_tokens: WikiText-2's training text repeated (here once), prepared in one process and started from the
+  cache in another; both give the same tokens and the same vocabulary (its timings are not asserted)."""
+  c = small.get_config()
+  c.data_dir, c.vocab_size, c.download = str(shared_data_root), 40_000, False
+  out = bench.bench_corpus(c, 1000)
+  assert out["copies_of_wikitext2_train"] == 1 and out["train_tokens"] == 2_088_628
+  assert out["prepare"]["tokens"] == out["cached"]["tokens"] == 2_088_628 + 217_646 + 245_569
+  assert out["prepare"]["vocab"] == out["cached"]["vocab"] == 33_278
+  assert out["cache_bytes"] >= 4 * out["prepare"]["tokens"]

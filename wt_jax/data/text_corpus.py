@@ -175,9 +175,10 @@ def _encode_words(path: Path, tok: text_lib.Tokenizer, index: dict, out: Path) -
 
 
 def _chunks(path: Path):
-  ids = np.memmap(path, np.int32, "r") if path.stat().st_size else np.zeros(0, np.int32)
-  for i in range(0, len(ids), 8 * CHUNK):
-    yield np.asarray(ids[i:i + 8 * CHUNK])
+  """The int32 ids of `path` in chunks, read (not mapped: the pages of a map would stay resident)."""
+  with open(path, "rb") as f:
+    while (chunk := np.fromfile(f, np.int32, 8 * CHUNK)).size:
+      yield chunk
 
 
 def word_vocab(counts: np.ndarray, words: list[str], config) -> list[str]:
