@@ -1,13 +1,13 @@
 """Runnable entry points: `python -m experiments.<name> --config=configs/<file>.py`."""
-import ast
 import errno
+import importlib.util
+import logging
 import os
-import signal
 import sys
 from pathlib import Path
 
-import ml_collections
-from absl import app, flags
+from absl import app
+from absl import logging as absl_logging
 
 from wt_jax.errors import InputError
 
@@ -31,8 +31,8 @@ def start(argv, workdir, config) -> None:
   """What a training tool does before it reads its corpus: refuse stray arguments and a `--workdir` that cannot
   be made; ask XLA:GPU for deterministic kernels if `config.deterministic` (before JAX starts its backends,
   which read XLA_FLAGS once); join a multi-host run where WT_JAX_COORDINATOR / WT_JAX_DISTRIBUTED ask for one;
-  quieten the libraries' logs. From here on SIGINT and SIGTERM end the tool with one line (`stop_on_signals`)."""
-  stop_on_signals()
+  quieten the libraries' logs. Signals keep Python's default until the training loop (`trainer.deferred`): nothing
+  is saved yet, so SIGTERM ends the process and SIGINT's KeyboardInterrupt ends it with one line (`one_line`)."""
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   check_folder(workdir, "--workdir")
@@ -43,14 +43,11 @@ def start(argv, workdir, config) -> None:
 
 
 def quiet_library_logs() -> None:
-  """Drop orbax's INFO chatter from the absl log (warnings and errors still pass)."""
-  import logging as std_logging
-
-  class _Filter(std_logging.Filter):
-    def filter(self, record):
-      return record.levelno >= std_logging.WARNING or "orbax" not in record.pathname
-
-  std_logging.getLogger("absl").addFilter(_Filter())
+  """Drop the libraries' INFO lines (orbax's notes on every save and restore, JAX's backend search) through absl's
+  public verbosity; the project's own loggers (`wt_jax.*`, the tools') keep their INFO lines."""
+  absl_logging.set_verbosity(absl_logging.WARNING)
+  for name in ("wt_jax", "experiments", "__main__"):
+    logging.getLogger(name).setLevel(logging.INFO)
 
 
 def apply_determinism(config) -> None:
@@ -72,55 +69,24 @@ def xla_flags_with_determinism(flags: str, deterministic: bool) -> str:
   return " ".join(kept + [f"{run_folder.DETERMINISTIC_FLAG}={'true' if deterministic else 'false'}"])
 
 
-def stop_on_signals() -> None:
-  """SIGINT and SIGTERM raise `Stopped` (`stop_at_once`). Python drops an exception raised where it cannot pass it
-  on — in a garbage collector's callback (JAX registers one), in a `__del__` — and the tool would go on as if never
-  signalled; `sys.unraisablehook` catches a dropped `Stopped` instead and ends the process there, with its line
-  and exit status 1, unwinding nothing (what a killed run leaves: `last` as saved, a stale run.lock taken over)."""
-  for signum in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(signum, stop_at_once)
-  previous = sys.unraisablehook
-
-  def exit_if_stopped(unraisable):
-    if not isinstance(unraisable.exc_value, Stopped):
-      return previous(unraisable)
-    print(unraisable.exc_value, file=sys.stderr)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(1)
-
-  sys.unraisablehook = exit_if_stopped
-
-
-class Stopped(KeyboardInterrupt):
-  """SIGINT or SIGTERM while a training tool is not in its training steps (`stop_at_once`)."""
-
-
-def stop_at_once(signum, frame):
-  """A training tool's SIGINT/SIGTERM handler outside its training loop (`start` sets it; inside the loop
-  `wt_jax.train.trainer.deferred` lets the step end and saves `last` first, then puts this one back): stop at once,
-  as one line (`one_line`). Nothing is being trained then: the tool is setting up (reading the corpus,
-  restoring, compiling), scoring after the last step, or saving `last` when a second signal comes (a save cut
-  short stays an unfinished `<step>.orbax-checkpoint-tmp`, which is never restored: `checkpoint.Checkpoints`)."""
-  raise Stopped(f"Stopped by {signal.Signals(signum).name} outside the training steps (setting up, testing, or a "
-                "second signal); the checkpoints saved before are kept. Re-run the same command to resume.")
-
-
 def one_line(main, stops: tuple = ()):
   """`main`, except that a `UsageError` it raises (a bad value found once the flags are read: an unknown
   dataset, a malformed job) ends the process with its message as one line on stderr and exit status 1; so
-  does a value or file the library refuses (`wt_jax.errors.InputError`), a signal outside the training steps
-  (`Stopped`), an error of `stops` (for a training tool, the trainer's: a missing corpus, a busy workdir,
-  divergence, SIGINT/SIGTERM, which leave a resumable checkpoint), a `--config` file that would not load (its
-  reason, `parse_flags`), an OSError of `_REFUSALS` (a permission, a read-only or full disk), with the path and
-  what to check, and a file where a folder is needed or a folder where a file is."""
+  does a value or file the library refuses (`wt_jax.errors.InputError`), an error of `stops` (for a training tool,
+  the trainer's: a missing corpus, a busy workdir, divergence, a signal in the loop, which leave a resumable
+  checkpoint), SIGINT anywhere else (KeyboardInterrupt: nothing was being trained), a `--config` file that would not
+  load (its reason, `parse_flags`), an OSError of `_REFUSALS` (a permission, a read-only or full disk), with the
+  path and what to check, and a file where a folder is needed or a folder where a file is."""
   def main_one_line(argv):
     try:
       return main(argv)
-    except (app.UsageError, InputError, Stopped) as e:
+    except (app.UsageError, InputError) as e:
       sys.exit(str(e))
     except stops as e:  # (before OSError: an unreadable checkpoint is a PermissionError with its own message)
       sys.exit(str(e))
+    except KeyboardInterrupt:
+      sys.exit("Stopped by SIGINT outside the training steps (setting up, testing, or a second signal); the "
+               "checkpoints saved before are kept. Re-run the same command to resume.")
     except OSError as e:
       if _file_for_a_folder(e):
         sys.exit(f"{e.strerror}: {str(e.filename)!r} is a file (or under one) where a folder is needed; move it "
@@ -157,43 +123,37 @@ def check_folder(path, flag: str) -> None:
 
 
 def parse_flags(argv):
-  """absl's parser, with two mistakes in `--config` ended as one line: a config file that would not load (its
-  reason: ml_collections defers that error to the config's first use, as an OSError from a stand-in object that is
-  not a ConfigDict), and an override of a key the config lacks (`--config.hiden_size=8`: an AttributeError or
-  KeyError, its "did you mean" kept). The same errors from inside a config file's `get_config` are a bug in that
-  file and keep their traceback: the error is taken for an override's only if the file loads without them."""
+  """absl's parser, with two mistakes in `--config` ended as one line: a config file that is not there, and an
+  override of a key the config lacks (`--config.hiden_size=8`: an AttributeError or KeyError, its "did you mean"
+  kept). The same errors from inside a config file's `get_config` are a bug in that file and keep their traceback:
+  the error is taken for an override's only if the file loads without them (`_config_loads`)."""
+  spec = None  # argv's last `--config=PATH[:ARG]` (or `--config PATH[:ARG]`)
+  for i, arg in enumerate(argv):
+    if arg.startswith("--config=") or (arg == "--config" and i + 1 < len(argv)):
+      spec = arg.split("=", 1)[1] if "=" in arg else argv[i + 1]
+  path = spec.partition(":")[0] if spec else None
+  if path is not None and not os.path.isfile(path):
+    sys.exit(f"--config: {FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)}")
   try:
-    parsed = app.parse_flags_with_usage(argv)
+    return app.parse_flags_with_usage(argv)
   except (AttributeError, KeyError) as e:
-    if not _config_loads(argv):
+    if spec is None or not _config_loads(spec):
       raise
     why = e
     while isinstance(why, BaseException) and why.args:  # (the AttributeError wraps the KeyError that says it)
       why = why.args[0]
     sys.exit(f"--config: no such key {str(why).strip()}".replace("\n", "; "))
-  config = flags.FLAGS["config"].value if "config" in flags.FLAGS else None
-  if config is not None and not isinstance(config, ml_collections.ConfigDict):
-    try:
-      config.name
-    except OSError as e:
-      sys.exit(f"--config: {str(e).strip().splitlines()[-1].strip()}")
-  return parsed
 
 
-def _config_loads(argv) -> bool:
-  """Whether the config file that argv's last `--config=FILE` (or `--config FILE`) names, else the flag's
-  default, loads by the flag's own parser (ml_collections' loader) when none of argv's overrides is applied."""
-  if "config" not in flags.FLAGS:
-    return False
-  flag = flags.FLAGS["config"]
-  path = ast.literal_eval(flag.default_as_str)
-  for i, arg in enumerate(argv):
-    if arg.startswith("--config="):
-      path = arg.split("=", 1)[1]
-    elif arg == "--config" and i + 1 < len(argv):
-      path = argv[i + 1]
+def _config_loads(spec: str) -> bool:
+  """Whether the config file `spec` (PATH[:ARG], ml_collections' form) gives its config, `get_config(ARG)`, without an
+  AttributeError or KeyError when none of the command line's overrides is applied."""
+  path, _, arg = spec.partition(":")
+  module_spec = importlib.util.spec_from_file_location("_config_file", path)
+  module = importlib.util.module_from_spec(module_spec)
   try:
-    flag.parser.parse(path)
+    module_spec.loader.exec_module(module)
+    module.get_config(*([arg] if arg else []))
   except (AttributeError, KeyError):
     return False
   return True

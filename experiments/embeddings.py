@@ -30,11 +30,12 @@ without the checkpoints.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
 import numpy as np
-from absl import app, flags, logging
+from absl import app, flags
 
 from experiments import check_folder, run_main
 from wt_jax import tying
@@ -43,6 +44,8 @@ from wt_jax.data import paths, ptb, wikitext2
 from wt_jax.data import vocab as vocab_lib
 from wt_jax.errors import InputError
 from wt_jax.train.checkpoint import CheckpointUnreadableError, Checkpoints
+
+log = logging.getLogger(__name__)
 
 _W2V_UNTIED = flags.DEFINE_string("w2v_untied", None, "Workdir of an untied word2vec run.")
 _W2V_TIED = flags.DEFINE_string("w2v_tied", None, "Workdir of the tied word2vec run.")
@@ -390,7 +393,7 @@ def main(argv):
   (out / "tables.json").write_text(json.dumps(tables, indent=2))
   md = to_markdown(tables)
   (out / "tables.md").write_text(md + "\n")
-  logging.info("Wrote %s and %s", out / "tables.json", out / "tables.md")
+  log.info("Wrote %s and %s", out / "tables.json", out / "tables.md")
   print(md)
 
 

@@ -8,12 +8,16 @@ Writes <workdir>/results.json (parameters, vocabulary sizes, Table 1 subword ove
 the sacrebleu signature), {valid,test}.hyp.txt (beam-search translations), metrics.jsonl, curves.png,
 subwords.{model,json} and checkpoints/ (resumes after the last finished epoch).
 """
-from absl import flags, logging
+import logging
+
+from absl import flags
 from ml_collections import config_flags
 
 from experiments import run_main, start
 from wt_jax.data import translation
 from wt_jax.train import nmt, trainer
+
+log = logging.getLogger(__name__)
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file in configs/.",
                                           lock_config=True)
@@ -24,7 +28,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
   config = _CONFIG.value
   start(argv, _WORKDIR.value, config)
-  logging.info("Config:\n%s", config)
+  log.info("Config:\n%s", config)
   nmt.fit_nmt(config, translation.load_corpus(config), _WORKDIR.value)
 
 

@@ -12,12 +12,16 @@ text: --config.dataset=text --config.data_dir=DIR, DIR holding train.txt, valid.
 Writes <workdir>/results.json, metrics.jsonl, curves.png and checkpoints/ (resumes from them if present).
 --config.deterministic=true asks XLA:GPU for deterministic kernels (the same bits run to run on one card).
 """
-from absl import flags, logging
+import logging
+
+from absl import flags
 from ml_collections import config_flags
 
 from experiments import run_main, start
 from wt_jax.data import lm_corpora
 from wt_jax.train import lm, trainer
+
+log = logging.getLogger(__name__)
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file in configs/.",
                                           lock_config=True)
@@ -28,7 +32,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
   config = _CONFIG.value
   start(argv, _WORKDIR.value, config)
-  logging.info("Config:\n%s", config)
+  log.info("Config:\n%s", config)
   lm.fit(config, lm_corpora.load_corpus(config), _WORKDIR.value)
 
 

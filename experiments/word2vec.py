@@ -5,12 +5,16 @@
 
 Writes <workdir>/results.json, metrics.jsonl, vocab.txt and checkpoints/ (resumes at epoch ends).
 """
-from absl import app, flags, logging
+import logging
+
+from absl import app, flags
 from ml_collections import config_flags
 
 from experiments import run_main, start
 from wt_jax.data import ptb, text8, wikitext2
 from wt_jax.train import skipgram, trainer
+
+log = logging.getLogger(__name__)
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file in configs/.",
                                           lock_config=True)
@@ -29,7 +33,7 @@ def main(argv):
   start(argv, _WORKDIR.value, config)
   if config.dataset not in DATASETS:
     raise app.UsageError(f"Unknown dataset {config.dataset!r}; known: {', '.join(DATASETS)}.")
-  logging.info("Config:\n%s", config)
+  log.info("Config:\n%s", config)
   skipgram.fit_skipgram(config, DATASETS[config.dataset](config), _WORKDIR.value)
 
 

@@ -459,11 +459,12 @@ _HOLD_SILENTLY = ("import fcntl, os, sys, time\nfd = os.open(sys.argv[1], os.O_R
 
 
 @pytest.mark.parametrize("signame", [pytest.param("SIGINT", marks=pytest.mark.slow), "SIGTERM"])
-def test_a_signal_while_a_run_sets_up_is_one_line(tiny_corpus, tmp_path, signame):
-  """SIGINT or SIGTERM before the training loop (where no step waits to be saved) ends the tool at once with
-  one line and exit status 1 (`experiments.stop_at_once`), not a traceback or death by the signal. The run is
-  held in set-up: its lock is taken by a process that has not yet written who it is, which a run waits for
-  (`run_folder.LOCK_WAIT_S`) before its loop; the signal is sent once the tool has logged its config."""
+def test_a_signal_while_a_run_sets_up_ends_it_as_pythons_default_does(tiny_corpus, tmp_path, signame):
+  """Before the training loop no handler is set (nothing is trained yet, so nothing waits to be saved): SIGTERM ends
+  the tool as Python's default does, SIGINT's KeyboardInterrupt with one line and exit status 1 (`one_line`), and
+  no checkpoint is left. The run is held in set-up: its lock is taken by a process that has not yet written who it
+  is, which a run waits for (`run_folder.LOCK_WAIT_S`) before its loop; the signal is sent once the tool has logged
+  its config."""
   import signal
   _, root = tiny_corpus
   holder = subprocess.Popen([sys.executable, "-c", _HOLD_SILENTLY, str(tmp_path / "run.lock")],
@@ -482,63 +483,39 @@ def test_a_signal_while_a_run_sets_up_is_one_line(tiny_corpus, tmp_path, signame
     holder.kill()
     holder.wait()
   err = "".join(seen) + rest
+  assert not (tmp_path / "checkpoints").exists(), err[-3000:]
+  if signame == "SIGTERM":
+    assert proc.returncode == -signal.SIGTERM, err[-3000:]
+    return
   assert proc.returncode == 1, err[-3000:]
-  assert err.splitlines()[-1].startswith(f"Stopped by {signame} outside the training steps"), err[-3000:]
-  assert "Traceback" not in err and not (tmp_path / "checkpoints").exists(), err[-3000:]
+  assert err.splitlines()[-1].startswith("Stopped by SIGINT outside the training steps"), err[-3000:]
+  assert "Traceback" not in err, err[-3000:]
 
 
-_SIGNAL_IN_THE_COLLECTOR = """
-import gc, os, signal
-import experiments
-experiments.stop_on_signals()
-def callback(phase, info):
-  if phase == "start":
-    os.kill(os.getpid(), signal.SIGTERM)
-    sum(range(10000))  # the handler runs here, inside the collector, which prints and drops what it raises
-gc.callbacks.append(callback)
-gc.collect()
-print("went on", flush=True)
-"""
-
-
-def test_a_signal_whose_exception_python_drops_still_stops_the_tool():
-  """A signal whose handler runs inside a garbage collector's callback (JAX has one; the set-up test above met it
-  under load) raises `Stopped` where Python drops it: the tool still ends there, one line and exit status 1
-  (`experiments.stop_on_signals`), and does not go on."""
-  proc = subprocess.run([sys.executable, "-c", _SIGNAL_IN_THE_COLLECTOR], cwd=REPO, capture_output=True, text=True,
-                        timeout=120)
-  assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr[-3000:]
-  assert proc.stderr.splitlines()[-1].startswith("Stopped by SIGTERM outside the training steps"), proc.stderr
-  assert "Traceback" not in proc.stderr, proc.stderr
-
-
-def test_a_second_signal_in_the_training_loop_stops_at_once_with_one_line():
-  """Inside the loop the first signal is a flag (`trainer.deferred`: the step ends and `last` is saved); a
-  second one, while that save runs, meets the handler `experiments.start` set, put back by the first: one line,
-  exit status 1."""
+def test_a_second_signal_in_the_training_loop_meets_pythons_default():
+  """Inside the loop the first signal is noted (`trainer.deferred`: the step ends and `last` is saved) and the
+  handler before it put back; a second SIGINT, while that save runs, is Python's KeyboardInterrupt: one line, exit
+  status 1 (`one_line`)."""
   import signal
   import experiments
   from wt_jax.train import trainer
-  before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
   reached = []
 
   def main(argv):
-    with trainer.deferred() as interrupted:
-      os.kill(os.getpid(), signal.SIGTERM)
-      reached.append(interrupted.is_set())
-      os.kill(os.getpid(), signal.SIGTERM)
+    with trainer.deferred() as caught:
+      os.kill(os.getpid(), signal.SIGINT)
+      reached.append(list(caught))
+      reached.append(signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+      os.kill(os.getpid(), signal.SIGINT)
       reached.append("not stopped")
+  before = signal.signal(signal.SIGINT, signal.default_int_handler)
   try:
-    for s in before:
-      signal.signal(s, experiments.stop_at_once)
     with pytest.raises(SystemExit) as ended:
       experiments.one_line(main)(["entry"])
-    assert signal.getsignal(signal.SIGTERM) is experiments.stop_at_once
   finally:
-    for s, handler in before.items():
-      signal.signal(s, handler)
-  assert reached == [True]
-  assert ended.value.code.startswith("Stopped by SIGTERM outside the training steps")
+    signal.signal(signal.SIGINT, before)
+  assert reached == [[signal.SIGINT], True]
+  assert ended.value.code.startswith("Stopped by SIGINT outside the training steps")
 
 
 # --- damaged records, a full disk ---------------------------------------------------------------

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import math
 import os
 from pathlib import Path
 from typing import Any
 
-from absl import logging
 from etils import epath
+
+log = logging.getLogger(__name__)
 
 
 def is_local(path) -> bool:
@@ -111,7 +113,7 @@ def mend_cut_line(path) -> None:
     f.write(data[whole:] + b"\n")
   with open(path, "r+b") as f:
     f.truncate(whole)
-  logging.warning("%s ended in a line cut mid-write (%d bytes); moved it to %s.", path, len(data) - whole, cut.name)
+  log.warning("%s ended in a line cut mid-write (%d bytes); moved it to %s.", path, len(data) - whole, cut.name)
 
 
 def check_writable(folder, file_names, folder_names) -> None:

@@ -15,13 +15,15 @@ then the costliest ops of the largest K's last round.
 from __future__ import annotations
 
 import json
+import logging
 import statistics
 from pathlib import Path
 
-from absl import logging
 
 from experiments.reports.pages import splice_readme, write_page
 from experiments.reports.records import ReportError, json_record, runs_folder
+
+log = logging.getLogger(__name__)
 
 KINDS = {"members_sweep": "", "members_profile": "profile_", "members_profile_ratios": "profile_"}  # → file prefix
 
@@ -76,7 +78,7 @@ def build_members_speed(name: str, out_root: Path, runs_dir: Path | None = None,
   report_dir = out_root / name
   report_dir.mkdir(parents=True, exist_ok=True)
   if runs_dir is not None:
-    logging.info("imported %d records", import_sweeps(runs_dir, report_dir))
+    log.info("imported %d records", import_sweeps(runs_dir, report_dir))
   lines = [json.loads(l) for f in sorted(report_dir.glob("*.jsonl")) for l in f.read_text().splitlines() if l]
   records = [r for r in lines if r.get("bench") == "members_sweep"]  # (the folder holds other records too)
   if not records:

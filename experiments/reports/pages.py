@@ -2,12 +2,14 @@
 prose around them kept (the marker rules: experiments/report.py's docstring)."""
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
-from absl import logging
 
 from experiments.reports.records import import_runs, runs_folder
+
+log = logging.getLogger(__name__)
 
 def splice_readme(readme: Path, name: str, body: str) -> bool:
   """Replace the text between the markers `<!-- report:NAME:begin -->` and `<!-- report:NAME:end -->` in
@@ -37,7 +39,7 @@ def write_page(page: Path, name: str, title: str, body: str, runs: str = "") -> 
     splice_readme(page, name, body)
     return
   if text:
-    logging.info("%s has no <!-- report:%s:begin/end --> markers; writing the whole page", page, name)
+    log.info("%s has no <!-- report:%s:begin/end --> markers; writing the whole page", page, name)
   block = lambda key, part: f"<!-- report:{key}:begin -->\n{part}\n<!-- report:{key}:end -->\n"
   page.write_text(f"# {title}\n\n{block(name, body)}" + (f"\n{block(name + ':runs', runs)}" if runs else ""))
 
@@ -47,7 +49,7 @@ def _report_dir(name: str, out_root: Path, runs_dir: Path | None) -> Path:
   report_dir = out_root / name
   report_dir.mkdir(parents=True, exist_ok=True)
   if runs_dir is not None:
-    logging.info("imported %s", import_runs(runs_folder(runs_dir), report_dir))
+    log.info("imported %s", import_runs(runs_folder(runs_dir), report_dir))
   return report_dir
 
 
@@ -63,4 +65,4 @@ def _write(name: str, report_dir: Path, readme: Path | None, title: str, lead: s
     fig = f"\n\n![{figure_label}]({rel(png)})" if png else ""
     body = f"{tab}{fig}\n\n{readme_runs}: `{rel(report_dir / 'README.md')}`."
     if not splice_readme(readme, name, body):
-      logging.warning("%s has no <!-- report:%s:begin/end --> markers; README not updated", readme, name)
+      log.warning("%s has no <!-- report:%s:begin/end --> markers; README not updated", readme, name)

@@ -4,13 +4,15 @@ against their spread."""
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import statistics
 from pathlib import Path
 
-from absl import logging
 
 from wt_jax import files
+
+log = logging.getLogger(__name__)
 
 CURVE = "curve.jsonl"  # a run's per-epoch records (the 'epoch' lines of its metrics.jsonl)
 
@@ -41,13 +43,13 @@ def finished_runs(runs_dir: Path) -> list[tuple[str, Path]]:
       for path in member_dirs:
         diverged = (read_results(path).get("member") or {}).get("diverged")
         if diverged:
-          logging.warning("skipping %s: the member diverged (%s)", path.parent, diverged.get("reason"))
+          log.warning("skipping %s: the member diverged (%s)", path.parent, diverged.get("reason"))
           continue
         found.append((f"{run.name}_m{path.parent.name}", path.parent))
     elif (run / "results.json").exists():
       found.append((run.name, run))
     else:
-      logging.info("skipping %s: no results.json (unfinished)", run)
+      log.info("skipping %s: no results.json (unfinished)", run)
   return found
 
 

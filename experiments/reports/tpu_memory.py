@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
-from absl import logging
 
 from experiments.reports.pages import splice_readme, write_page
 from experiments.reports.records import ReportError, json_record, runs_folder
+
+log = logging.getLogger(__name__)
 
 AOT_PREFIX = "AOT_JSON "  # experiments.compile's machine-readable line
 AOT_ORDER = ("small", "small_tied", "medium", "medium_tied", "large", "large_tied", "large_bd_wd",
@@ -71,7 +73,7 @@ def build_tpu_memory(name: str, out_root: Path, runs_dir: Path | None = None, re
   report_dir = out_root / name
   report_dir.mkdir(parents=True, exist_ok=True)
   if runs_dir is not None:
-    logging.info("imported %s", import_compiles(runs_dir, report_dir))
+    log.info("imported %s", import_compiles(runs_dir, report_dir))
   every = [json.loads(f.read_text()) for f in sorted(report_dir.glob("*.json"))]
   if not every:
     raise ReportError(f"no compile records in {report_dir}; pass --runs=DIR of experiments.compile outputs")
@@ -99,5 +101,5 @@ def build_tpu_memory(name: str, out_root: Path, runs_dir: Path | None = None, re
   write_page(report_dir / "README.md", name, title,
              f"{intro}\n\n{tab}{members}\n\nRebuild: `python -m experiments.report {name}`")
   if readme is not None and not splice_readme(readme, name, f"{intro}\n\n{tab}"):
-    logging.warning("%s has no <!-- report:%s:begin/end --> markers; README not updated", readme, name)
+    log.warning("%s has no <!-- report:%s:begin/end --> markers; README not updated", readme, name)
   return tab

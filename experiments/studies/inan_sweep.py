@@ -19,16 +19,19 @@ Every point is a resumable run in <workdir>/beta<β>_tau<τ>/ (finished points a
 sweep.md and figure1.png (the points of this command's KL weighting, `wt_jax.analysis.al_sweep`).
 """
 import json
+import logging
 import sys
 from pathlib import Path
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
 from experiments import check_folder, quiet_library_logs, run_main
 from wt_jax.analysis import al_sweep
 from wt_jax.data import ptb
 from wt_jax.train import trainer
+
+log = logging.getLogger(__name__)
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/inan_sec62.py", "The base config of every point.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the points' runs and the sweep's outputs.")
@@ -75,7 +78,7 @@ def main(argv):
   md = al_sweep.table(rows)
   (workdir / "sweep.md").write_text(md + "\n")
   al_sweep.plot(rows, workdir / "figure1.png", _FIXED_TAU.value, _FIXED_PROPORTION.value)
-  logging.info("wrote %s", workdir / "figure1.png")
+  log.info("wrote %s", workdir / "figure1.png")
   print(md)
 
 

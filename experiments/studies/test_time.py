@@ -16,15 +16,18 @@ dynamic evaluation on one (its passes cost a gradient step per segment). Each me
 the last command's.
 """
 import json
+import logging
 import math
 import time
 from pathlib import Path
 
-from absl import app, flags, logging
+from absl import app, flags
 
 from experiments import check_folder, quiet_library_logs, run_main
 from wt_jax import adapt, files, lm_eval, trained_lm
 from wt_jax.train import run_folder
+
+log = logging.getLogger(__name__)
 
 _RECORDS = flags.DEFINE_string("records", None, "Folder for the per-run records.")
 _CACHE_SIZES = flags.DEFINE_list("cache_sizes", ["100", "500", "2000"], "The cache's n to try.")
@@ -106,7 +109,7 @@ def main(argv):
   for workdir in argv[1:]:
     record = out_dir / f"{Path(workdir).name}.json"
     if record.exists():
-      logging.info("%s done already: %s", workdir, record)
+      log.info("%s done already: %s", workdir, record)
       continue
     lm = trained_lm.load(workdir, trained_lm.tested_checkpoint(workdir))
     valid, test, train = (trained_lm.split_stream(lm, s) for s in ("valid", "test", "train"))
@@ -130,7 +133,7 @@ def main(argv):
                               "wall_s": time.time() - t0,
                               "versions": run_folder.versions(), "host": run_folder.host()})
     partial.unlink()
-    logging.info("%s: %s", workdir, json.dumps({k: result[k].get("test_ppl") for k in result}))
+    log.info("%s: %s", workdir, json.dumps({k: result[k].get("test_ppl") for k in result}))
 
 
 if __name__ == "__main__":

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-from absl import logging
 
 from wt_jax import files, losses, models, tying
 from wt_jax.analysis import embeddings
@@ -33,6 +33,8 @@ from wt_jax.data import batching, ptb
 from wt_jax.errors import InputError
 from wt_jax.train import lm, trainer
 from wt_jax.train.checkpoint import Checkpoints
+
+log = logging.getLogger(__name__)
 
 
 KL_SCALES = ("tau2v", "tau", "tau2")
@@ -172,7 +174,7 @@ def _record(path: Path, check) -> object | None:
     why = "not the record expected"
   except (OSError, ValueError) as e:  # (UnicodeDecodeError and JSONDecodeError are ValueErrors)
     why = f"{type(e).__name__}: {e}"
-  logging.warning("%s cannot be used (%s); moved aside to %s.", path, why, files.set_aside(path).name)
+  log.warning("%s cannot be used (%s); moved aside to %s.", path, why, files.set_aside(path).name)
   return None
 
 

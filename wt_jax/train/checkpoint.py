@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
-from absl import logging
 from etils import epath
 
 from wt_jax import files
+
+log = logging.getLogger(__name__)
 
 KEEP = {"last": 2, "best": 1}  # steps kept per kind: the previous `last` survives a damaged newest one
 
@@ -161,14 +163,14 @@ class Checkpoints:
           raise
         except Exception as e:  # noqa: BLE001 (whatever orbax or TensorStore raise for damaged files)
           first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-          logging.warning("Checkpoint %s (step %d) cannot be read: %s — moved to %s.unreadable; falling back "
+          log.warning("Checkpoint %s (step %d) cannot be read: %s — moved to %s.unreadable; falling back "
                           "to an older checkpoint.", self.directory / kind / str(step), step, first, step)
           self._set_aside(kind, step, "unreadable")
           fell_back = True
           continue
         if fell_back:  # the run replays the steps after `step`: a `best` saved among them is saved again
           for newer in [s for s in self.steps("best") if s > step]:
-            logging.warning("Checkpoint %s (step %d) is newer than the step the run resumes from — moved to "
+            log.warning("Checkpoint %s (step %d) is newer than the step the run resumes from — moved to "
                             "%d.superseded; the run saves that step again.", self.directory / "best" / str(newer),
                             newer, newer)
             self._set_aside("best", newer, "superseded")

@@ -12,18 +12,20 @@ the run stops (`NonFiniteLossError`) when none trains. Each member's best state 
 """
 from __future__ import annotations
 
+import logging
 import statistics
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import logging
 from etils import epath
 
 from wt_jax import files, parallel
 from wt_jax import members as members_lib
 from wt_jax.train.checkpoint import Checkpoints
 from wt_jax.train.run_folder import Folder, NonFiniteLossError, RunFolder, record_run
+
+log = logging.getLogger(__name__)
 
 MEMBERS_DIR = "members"  # <workdir>/members/<k>/: member k's run folder
 SUMMARY_FILE = "summary.json"  # <workdir>/summary.json: the members' numbers, mean and standard deviation
@@ -80,7 +82,7 @@ class MembersFolder(Folder):
     folder.diverged = {"step": step, "epoch": epoch, "reason": why}
     if all(f.diverged is not None for f in self.each):
       raise NonFiniteLossError(f"All {len(self.each)} members diverged (the last: {why})", why)
-    logging.warning("Member %d (seed %s) diverged: %s; frozen at its last finite state, the others train on.",
+    log.warning("Member %d (seed %s) diverged: %s; frozen at its last finite state, the others train on.",
                     k, folder.config.seed, why)
     return members_lib.mark_diverged(state, k, step)
 
@@ -215,5 +217,5 @@ def members_summary(workdir, per_member: list[dict], run_config: str) -> dict:
                        + " | ".join(f"{name} ({len(mine)}){_stats(mine)[1]}" for name, mine in groups.items()))
   if parallel.is_writer():
     files.write_json(workdir / SUMMARY_FILE, summary)
-  logging.info("%s", summary["line"])
+  log.info("%s", summary["line"])
   return summary

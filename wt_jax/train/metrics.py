@@ -5,18 +5,20 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import math
 import os
 import socket
 import time
 
 import jax
-from absl import logging
 from etils import epath
 from tensorboardX import record_writer, summary
 from tensorboardX.proto import event_pb2
 
 from wt_jax import files
+
+log = logging.getLogger(__name__)
 
 
 class MetricsWriter:
@@ -41,7 +43,7 @@ class MetricsWriter:
       try:
         self._tb = Events(str(tensorboard_dir))
       except Exception as e:  # noqa: BLE001 (e.g. a bucket without google-cloud-storage installed)
-        logging.warning("No TensorBoard events for %s (%s); metrics.jsonl is still written.",
+        log.warning("No TensorBoard events for %s (%s); metrics.jsonl is still written.",
                         tensorboard_dir, str(e).splitlines()[0] if str(e) else type(e).__name__)
 
   def write(self, **record) -> None:
@@ -78,7 +80,7 @@ class MetricsWriter:
     try:
       do(self._tb)
     except OSError as e:
-      logging.warning("TensorBoard events could not be written (%s); metrics.jsonl holds the same numbers.", e)
+      log.warning("TensorBoard events could not be written (%s); metrics.jsonl holds the same numbers.", e)
       events, self._tb = self._tb, None
       with contextlib.suppress(OSError):  # (closing flushes again, fails again, and closes the file all the same)
         events.close()
@@ -86,8 +88,9 @@ class MetricsWriter:
 
 class Events:
   """One TensorBoard event file in `folder` (a local folder or a bucket), written in the calling thread through
-  tensorboardX's record writer: no writer thread, so a full disk is an OSError here (at a write or a flush)
-  rather than a thread that dies with its queue. Flushed at least every `FLUSH_S` seconds of writes, for the
+  tensorboardX's record writer: no writer thread, so a full disk is an OSError here (at a write or a flush).
+  tensorboardX's `SummaryWriter` writes from a thread that dies on that error, after which its bounded queue blocks
+  the training loop for good (BUILD_NOTES §64). Flushed at least every `FLUSH_S` seconds of writes, for the
   live view, and whenever the trainer flushes metrics.jsonl. `records`: the file's tensorboardX `RecordWriter`."""
 
   FLUSH_S = 30.0
@@ -95,7 +98,7 @@ class Events:
   def __init__(self, folder: str):
     if "://" in folder:  # tensorboardX writes buckets itself, through google-cloud-storage (the `gcs` extra)
       import google.cloud.storage  # noqa: F401
-    record_writer.directory_check(folder)
+    epath.Path(folder).mkdir(parents=True, exist_ok=True)
     name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}"
     self.records = record_writer.RecordWriter(f"{folder.rstrip('/')}/{name}")
     self._event(file_version="brain.Event:2")
@@ -130,7 +133,7 @@ def plot_curves(metrics_path, png_path, title: str = "") -> epath.Path | None:
   # (a resumed run may repeat an epoch: the last record counts)
   epochs = {r["epoch"]: r for r in records if r.get("kind") == "epoch" and "epoch" in r}
   if damaged:
-    logging.warning("%s: %d line(s) are not JSON records; %s leaves them out.", metrics_path, damaged, png_path)
+    log.warning("%s: %d line(s) are not JSON records; %s leaves them out.", metrics_path, damaged, png_path)
   if not epochs:
     return None
   xs = sorted(epochs)
@@ -189,7 +192,7 @@ class Profiler:
 
   def __init__(self, directory: epath.Path, steps: int):
     if steps and not files.is_local(directory):
-      logging.warning("profile_steps: traces are written to local folders only; give a local --workdir.")
+      log.warning("profile_steps: traces are written to local folders only; give a local --workdir.")
       steps = 0
     self.directory, self.steps, self.left, self.on = directory, steps, steps, False
 
@@ -205,7 +208,7 @@ class Profiler:
     if self.left == 0:
       jax.block_until_ready(state)
       self.close()
-      logging.info("Wrote a profile of %d steps to %s.", self.steps, self.directory)
+      log.info("Wrote a profile of %d steps to %s.", self.steps, self.directory)
 
   def close(self) -> None:
     if self.on:

@@ -14,6 +14,7 @@ tokenisation, mixed case) of the detokenised output against the raw references.
 """
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
@@ -23,7 +24,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from absl import logging
 
 from wt_jax import decode, files, lm_eval, parallel
 from wt_jax.data import subwords as sw_lib
@@ -31,6 +31,8 @@ from wt_jax.data import translation as tr
 from wt_jax.errors import InputError, require_counts
 from wt_jax.models import nmt
 from wt_jax.train import trainer
+
+log = logging.getLogger(__name__)
 
 SPLITS = ("train", "valid", "test")
 
@@ -133,7 +135,7 @@ class NMTTask:
     workdir = epath.Path(workdir)
     joint = config.joint_vocab or config.tying == "three_way"
     if config.tying == "three_way" and not config.joint_vocab:
-      logging.info("three_way tying: using one joint vocabulary for source and target.")
+      log.info("three_way tying: using one joint vocabulary for source and target.")
     src_train, tgt_train = data["train"]
     subwords = sw_lib.Subwords.of_run(workdir, src_train, tgt_train, config.bpe_vocab_size, joint,
                                       write=parallel.is_writer())
@@ -161,7 +163,7 @@ class NMTTask:
     self.num_epochs, self.max_steps, self.tokens_per_step = config.num_epochs, 0, None
     self.steps_per_epoch = tr.num_train_batches(len(self.train_src), B)
     self.selection = ("valid_bleu_greedy", "max")  # DL4MT keeps the best model by validation BLEU
-    logging.info("%s: tying %s; vocabularies %d (source) / %d (target)%s; %d training pairs (%d dropped by "
+    log.info("%s: tying %s; vocabularies %d (source) / %d (target)%s; %d training pairs (%d dropped by "
                  "max_len=%d), %d batches per epoch; %d device(s).", config.name, config.tying, self.V_src,
                  self.V_tgt, " (joint)" if joint else "", len(self.train_src),
                  len(self.ids["train"][0]) - len(self.train_src), config.max_len, self.steps_per_epoch,
@@ -218,7 +220,7 @@ class NMTTask:
       results["bleu_signature"] = signature
       if parallel.is_writer():
         files.write_whole(self.workdir / f"{key}.hyp.txt", "".join(h + "\n" for h in hyps))
-      logging.info("%s BLEU %.2f (beam %d, %s), ppl %.2f", key, score, c.beam_size, signature,
+      log.info("%s BLEU %.2f (beam %d, %s), ppl %.2f", key, score, c.beam_size, signature,
                    results[f"{key}_ppl"])
     return results
 

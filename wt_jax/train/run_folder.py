@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import platform
@@ -31,12 +32,13 @@ import flax
 import jax
 import jax.numpy as jnp
 import optax
-from absl import logging
 from etils import epath
 
 from wt_jax import __version__, files, parallel
 from wt_jax.hparams import config_changes
 from wt_jax.train import metrics as metrics_lib
+
+log = logging.getLogger(__name__)
 
 
 # The lock: run.lock
@@ -148,7 +150,7 @@ def _local_lock(lock: Path, me: dict, wait_s: float):
   try:
     other = _read_lock(lock)
     if other.get("pid") not in (None, me["pid"]):
-      logging.warning("Taking over the lock of %s in %s: that process is gone (it holds no lock on the file).",
+      log.warning("Taking over the lock of %s in %s: that process is gone (it holds no lock on the file).",
                       _who(other), lock.parent)
     try:
       os.ftruncate(fd, 0)
@@ -186,7 +188,7 @@ def workdir_lock(workdir: epath.Path, wait_s: float = LOCK_WAIT_S):
       raise WorkdirBusyError(f"{workdir} is in use by {_who(other)}; stop that run or use another --workdir.")
     if other.get("host") not in (None, me["host"]):
       raise WorkdirBusyError(f"{workdir} is locked by {_who(other)}; if that run is dead, delete {lock}.")
-    logging.warning("Taking over the lock of %s in %s: that process is gone.", _who(other), workdir)
+    log.warning("Taking over the lock of %s in %s: that process is gone.", _who(other), workdir)
   lock.write_text(json.dumps(me))
   try:
     yield
@@ -293,7 +295,7 @@ def _read_record(run_file: epath.Path, saved_config: dict | None, step: int, mem
     except (ValueError, UnicodeDecodeError) as e:  # (JSONDecodeError is a ValueError)
       why = f"{type(e).__name__}: {e}"
     aside = files.set_aside(run_file)
-  logging.warning("%s cannot be read (%s)%s; rebuilt from the %s config.", run_file, why,
+  log.warning("%s cannot be read (%s)%s; rebuilt from the %s config.", run_file, why,
                   f"; moved aside to {aside.name}" if aside else "", "member's" if member else "checkpoint's")
   if not saved_config:
     return None
@@ -327,7 +329,7 @@ def check_resume(run_file: epath.Path, config, step: int, saved_config: dict | N
         f"resume with the config in {run_file.name}, use a new --workdir, or allow it with "
         f"--config.allow_resume_changes=true.")
   if changes:
-    logging.warning("Resuming %s at step %d with config changes: %s", run_file.parent, step,
+    log.warning("Resuming %s at step %d with config changes: %s", run_file.parent, step,
                     ", ".join(f"{k} {a!r} → {b!r}" for k, (a, b) in changes.items()))
   record.setdefault("resumes", []).append({"step": step, "utc": _utc(), "changed": changes})
   files.write_json(run_file, record)

@@ -12,6 +12,7 @@ compiled call (a scan), and `sparse_updates` applies SGD to the touched rows onl
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from typing import Sequence
@@ -20,7 +21,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from absl import logging
 
 from wt_jax import parallel
 from wt_jax.data import skipgram as sg
@@ -28,6 +28,8 @@ from wt_jax.data import vocab as vocab_lib
 from wt_jax.errors import InputError, require_counts
 from wt_jax.models.skipgram import SkipGram, negative_sampling_loss
 from wt_jax.train import trainer
+
+log = logging.getLogger(__name__)
 
 
 def make_step(model: SkipGram, tx, noise: jax.Array, negatives: int, dp: parallel.DataParallel,
@@ -117,7 +119,7 @@ class SkipGramTask:
     self.num_epochs, self.max_steps, self.tokens_per_step = config.num_epochs, 0, B  # (pairs per step)
     self.total = self.steps_per_epoch * config.num_epochs
     self.selection = None  # no validation set: the analyses read the final embeddings
-    logging.info("%s: vocabulary %d, %d tokens, ~%d pairs per epoch, %d steps per epoch.", config.name, V,
+    log.info("%s: vocabulary %d, %d tokens, ~%d pairs per epoch, %d steps per epoch.", config.name, V,
                  len(self.ids), pairs_per_epoch, self.steps_per_epoch)
 
   def _pairs(self, epoch):

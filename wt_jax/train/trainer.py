@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import signal
 import threading
 import time
@@ -19,7 +20,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import logging
 
 from wt_jax.data import paths
 from wt_jax.errors import InputError
@@ -27,6 +27,8 @@ from wt_jax.train import metrics as metrics_lib
 from wt_jax.train.checkpoint import CheckpointMismatchError, CheckpointUnreadableError, Checkpoints
 from wt_jax.train.run_folder import ConfigChangedError, NonFiniteLossError, RunFolder, WorkdirBusyError, versions
 from wt_jax.train.task import Task
+
+log = logging.getLogger(__name__)
 
 LOG_EVERY_S = 30.0  # a progress line at least this often, whatever log_every is
 
@@ -70,23 +72,23 @@ def run_keys(seed: int) -> tuple[jax.Array, jax.Array]:
 
 @contextlib.contextmanager
 def deferred(signums=(signal.SIGINT, signal.SIGTERM)):
-  """Within the block the first of `signums` sets the yielded flag (`flag.signum` names it) and puts the previous
-  handler back for a second (`experiments.stop_at_once`). Off the main thread no signal comes: the flag stays unset."""
-  flag = threading.Event()
+  """Within the block the first of `signums` is noted in the yielded list (the loop saves `last` and stops) and the
+  handler before it is put back for a second: Python's default (SIGINT raises KeyboardInterrupt, SIGTERM ends the
+  process; a save cut short is never restored, `checkpoint.Checkpoints`). Off the main thread no signal comes."""
+  caught: list[int] = []
   if threading.current_thread() is not threading.main_thread():
-    yield flag
+    yield caught
     return
   previous = {s: signal.getsignal(s) for s in signums}
 
   def handler(signum, frame):
-    flag.signum = signum
-    flag.set()
+    caught.append(signum)
     signal.signal(signum, previous[signum])
 
   for s in signums:
     signal.signal(s, handler)
   try:
-    yield flag
+    yield caught
   finally:
     for s in signums:
       signal.signal(s, previous[s])
@@ -131,8 +133,8 @@ def _start(task: Task, config, folder) -> Run:
       r.best_state = best[0]
     elif had_best:
       folder.forget_best()
-      logging.warning("No readable best checkpoint: the best is chosen again from the next epoch validated on.")
-    logging.info("Resumed from %s at step %d (epoch %d).", ckpts.directory / kind, r.resumed_from, r.epoch)
+      log.warning("No readable best checkpoint: the best is chosen again from the next epoch validated on.")
+    log.info("Resumed from %s at step %d (epoch %d).", ckpts.directory / kind, r.resumed_from, r.epoch)
   folder.start(config, r.versions, r.resumed_from, saved_config)
   r.step = int(np.max(jax.device_get(r.state["step"])))
   r.clock = metrics_lib.Clock(train_s, r.step, LOG_EVERY_S)
@@ -143,7 +145,7 @@ def _done(r: Run) -> bool:
   return r.epoch > r.task.num_epochs or bool(r.task.max_steps and r.step >= r.task.max_steps)
 
 
-def _train(r: Run, interrupted: threading.Event) -> None:
+def _train(r: Run, interrupted: list) -> None:
   """Epochs until the run is done (or `max_steps` ends one early)."""
   while not _done(r):
     if r.pos == 0:
@@ -155,7 +157,7 @@ def _train(r: Run, interrupted: threading.Event) -> None:
   r.profiler.close()
 
 
-def _train_epoch(r: Run, interrupted: threading.Event) -> bool:
+def _train_epoch(r: Run, interrupted: list) -> bool:
   """The rest of the epoch's steps; False when `max_steps` stopped it first. A signal saves `last` and stops."""
   every_line = r.config.log_every
   for batch, k in r.task.batches(r.epoch, r.pos):
@@ -163,10 +165,10 @@ def _train_epoch(r: Run, interrupted: threading.Event) -> bool:
     r.profiler.after_step(r.state)
     r.sums = step_sums if r.sums is None else _add(r.sums, step_sums)
     before, r.step, r.pos = r.step, r.step + k, r.pos + k
-    if interrupted.is_set():  # keep what was trained since the last checkpoint, then stop
+    if interrupted:  # keep what was trained since the last checkpoint, then stop
       r.clock.tick(r.step)
       _save(r)
-      raise Interrupted(f"Interrupted at step {r.step} by {signal.Signals(interrupted.signum).name}; saved a "
+      raise Interrupted(f"Interrupted at step {r.step} by {signal.Signals(interrupted[0]).name}; saved a "
                         f"checkpoint in {r.ckpts.directory / 'last'}. Re-run the same command to resume.")
     crossed = before // every_line != r.step // every_line
     if crossed or r.clock.line_due():
@@ -197,7 +199,7 @@ def _end_epoch(r: Run) -> None:
     _progress(r, write=True)
   r.state, _, shown = r.folder.progress(r.state, r.sums, r.step, r.epoch)
   t0, values = time.time(), r.task.validate(r.state, r.epoch)
-  logging.info("epoch %d done: %s (eval %.1fs)", r.epoch, r.folder.line(shown, values), time.time() - t0)
+  log.info("epoch %d done: %s (eval %.1fs)", r.epoch, r.folder.line(shown, values), time.time() - t0)
   r.state, r.best_state, improved = r.folder.add_epoch(r.state, r.best_state, {"epoch": r.epoch, "step": r.step},
                                                        shown, values, r.clock.train_s)
   r.best_unsaved |= improved
@@ -213,7 +215,7 @@ def _progress(r: Run, write: bool) -> None:
   rate = r.clock.tick(r.step)
   speed = {"steps_per_s": rate, **({"tokens_per_s": rate * r.task.tokens_per_step} if r.task.tokens_per_step else {})}
   eta = ((r.task.max_steps or r.task.num_epochs * r.task.steps_per_epoch) - r.step) / max(rate, 1e-9)
-  logging.info("epoch %d step %d (%.0f%% of epoch) %s  %s  ETA %.1f min", r.epoch, r.step,
+  log.info("epoch %d step %d (%.0f%% of epoch) %s  %s  ETA %.1f min", r.epoch, r.step,
                100 * r.pos / r.task.steps_per_epoch, r.folder.line(shown),
                "  ".join(f"{v:.3g} {k.replace('_per_s', '/s')}" for k, v in speed.items()), eta / 60)
   r.clock.last_line = time.time()
