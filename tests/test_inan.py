@@ -91,12 +91,14 @@ def test_train_step_adds_alpha_times_the_augmented_loss(tying_mode, which, ce_we
 
 
 def test_augmented_loss_settings_validate():
+  """Checked where the config is resolved (`lm.check`), each in one line."""
   with pytest.raises(ValueError, match="al.embedding"):
-    losses.make_lm_cost(tiny_config(al=dict(alpha=0.5, embedding="both")))
+    lm.check(tiny_config(al=dict(alpha=0.5, embedding="both")))
   with pytest.raises(ValueError, match="al.tau"):
-    losses.make_lm_cost(tiny_config(al=dict(alpha=0.5, tau=0.0)))
+    lm.check(tiny_config(al=dict(alpha=0.5, tau=0.0)))
   with pytest.raises(ValueError, match="al.ce_weight"):
-    losses.make_lm_cost(tiny_config(al=dict(alpha=0.5, ce_weight=-0.1)))
+    lm.check(tiny_config(al=dict(alpha=0.5, ce_weight=-0.1)))
+  lm.check(tiny_config(al=dict(alpha=0.5)))
 
 
 @pytest.mark.slow

@@ -160,7 +160,7 @@ def test_weight_decay_on_the_loss_adds_half_l2_of_every_leaf_once():
 
 def test_unknown_weight_decay_mode_is_rejected():
   with pytest.raises(ValueError, match="weight_decay_mode"):
-    optim.make_optimizer(_sgd_config(weight_decay_mode="l2"), 10)
+    lm.check(_sgd_config(weight_decay_mode="l2"))
 
 
 # --- RHN -----------------------------------------------------------------------------------------

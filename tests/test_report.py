@@ -2,6 +2,7 @@
 section on request); the top-level README and the study pages: short, every link and number traceable."""
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -940,3 +941,14 @@ def test_test_time_page_gives_each_gain_and_reads_tied_against_untied_against_th
   with pytest.raises(records.ReportError, match="small_seed1.json is not JSON"):
     test_time.build_test_time("test_time", tmp_path / "out2", runs)
   assert not list((tmp_path / "out2" / "test_time").glob("*.json"))
+
+
+def test_the_field_page_is_rebuilt_from_the_records_byte_for_byte(tmp_path):
+  """results/field: the published rows are the builder's data, ours read from the studies' committed records; the
+  committed page is what a rebuild writes."""
+  from experiments.reports import field
+  out = tmp_path / "results"
+  for study in {row[2] for row in field.OURS} | {"field"}:
+    shutil.copytree(REPO / "results" / study, out / study)
+  field.build_field("field", out, None, None)
+  assert (out / "field" / "README.md").read_bytes() == (REPO / "results" / "field" / "README.md").read_bytes()

@@ -285,16 +285,17 @@ def test_nce_starts_normalised():
 
 
 def test_bad_softmax_configs_get_one_line():
+  """Checked where the config is resolved (`lm.check`); a class model built from an unresolved config also stops."""
   with pytest.raises(ValueError, match="Unknown softmax.kind"):
-    models.build(tiny_config(softmax=dict(kind="hierarchical")))
+    lm.check(tiny_config(softmax=dict(kind="hierarchical")))
   with pytest.raises(ValueError, match="class_bounds"):
     models.build(tiny_config(softmax=dict(kind="class")))  # not resolved from the counts
   with pytest.raises(ValueError, match="augmented loss"):
-    losses.make_lm_cost(tiny_config(softmax=dict(kind="sampled"), al=dict(alpha=1.0)))
+    lm.check(tiny_config(softmax=dict(kind="sampled"), al=dict(alpha=1.0)))
   with pytest.raises(ValueError, match="direct connections"):
-    models.build(tiny_config(model="nnlm", softmax=dict(kind="nce")))
+    lm.check(tiny_config(model="nnlm", softmax=dict(kind="nce")))
   with pytest.raises(ValueError, match="num_samples"):
-    losses.make_lm_cost(tiny_config(softmax=dict(kind="nce", num_samples=0)))
+    lm.check(tiny_config(softmax=dict(kind="nce", num_samples=0)))
 
 
 def test_settings_name_what_changes_the_cost():
@@ -359,7 +360,7 @@ def test_nce_start_normalised_without_an_output_bias_is_one_line():
   config = _tiny("nce", "tied")
   config.words.output_bias = False
   with pytest.raises(ValueError, match="words.output_bias.*nce_start_normalised=False"):
-    models.build(config)
+    lm.check(config)
   model = models.build(_tiny("nce", "tied")).clone(output_bias=False)
   with pytest.raises(ValueError, match="words.output_bias"):  # the same line if a model without a bias gets there
     models.init_params(model, config, jax.random.key(0))

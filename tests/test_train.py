@@ -319,14 +319,14 @@ def test_a_class_softmax_takes_its_bins_from_the_training_counts_and_resumes(tin
                                         ("num_layers", 0), ("hidden_size", -1), ("learning_rate", math.nan),
                                         ("learning_rate", -1.0), ("learning_rate", math.inf)])
 def test_a_value_no_run_can_train_with_is_refused_before_anything_is_built(tiny_corpus, tmp_path, key, value):
-  """`lm.check_ranges`: a count below 1 (a 0 batch or window divides by zero, 0 layers builds no model, 0
+  """`lm.check`: a count below 1 (a 0 batch or window divides by zero, 0 layers builds no model, 0
   epochs writes results of an untrained model), a drop probability outside [0, 1), a learning rate that is not
   a finite number ≥ 0: `InputError` naming the key, and the workdir is not even made."""
   corpus, _ = tiny_corpus
   with pytest.raises(InputError, match=f"^{key} "):
     lm.fit(tiny_config(**{key: value}), corpus, tmp_path / "run")
   assert not (tmp_path / "run").exists()
-  lm.check_ranges(tiny_config(learning_rate=0.0, dropout=0.0, dropout_h=0.99))  # the edges that are allowed
+  lm.check(tiny_config(learning_rate=0.0, dropout=0.0, dropout_h=0.99))  # the edges that are allowed
 
 
 def test_a_one_device_task_builds_no_mesh_and_refuses_a_members_config(tiny_corpus):

@@ -66,7 +66,7 @@ def test_automatic_unroll_is_the_whole_window_for_the_lstms_on_a_gpu_only():
   assert lstm_lm.loop_unroll(config, "gpu") == lstm_lm.loop_unroll(config, "cpu") == 5
   config.scan_unroll = -1
   with pytest.raises(ValueError, match="scan_unroll must be ≥ 0"):
-    lstm_lm.loop_unroll(config)
+    lm.check(config)
 
 
 def test_the_automatic_gpu_choice_removes_the_time_loops_and_trains_the_same(monkeypatch):

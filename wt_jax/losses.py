@@ -19,7 +19,7 @@ import optax
 
 import numpy as np
 
-from wt_jax import hparams, precision, softmax, tying
+from wt_jax import precision, softmax, tying
 
 
 def token_nll(logits: jax.Array, targets: jax.Array) -> jax.Array:
@@ -51,7 +51,7 @@ def augmented_kl(logits: jax.Array, targets: jax.Array, embedding: jax.Array, ta
   gradient flows only through ŷ)."""
   u = jnp.take(embedding, targets, axis=0)                            # [B, T, D]
   target_logits = jnp.einsum("btd,vd->btv", u, embedding) / tau
-  if hparams.dynamic(target_gradient):  # a per-member switch: the same values, the gradient where it is on
+  if isinstance(target_gradient, jax.Array):  # a per-member switch: the same values, the gradient where it is on
     target_logits = jnp.where(target_gradient, target_logits, jax.lax.stop_gradient(target_logits))
   elif not target_gradient:
     target_logits = jax.lax.stop_gradient(target_logits)
@@ -84,27 +84,15 @@ def make_lm_cost(config, counts: np.ndarray | None = None) -> Callable:
   its unigram proposal needs.
   """
   al = config.al
-  # (α, τ, w_ce, the target's gradient switch and wd may be traced per-member scalars, `wt_jax.hparams`: their
-  # ranges are then checked where the members are built, on each member's own config)
-  number = lambda v: v if hparams.dynamic(v) else float(v)
-  alpha, tau, ce_weight = number(al.alpha), number(al.tau), number(al.ce_weight)
-  if not hparams.dynamic(alpha) and not hparams.dynamic(ce_weight) and (alpha < 0 or ce_weight < 0):
-    raise ValueError(f"al.alpha and al.ce_weight must be ≥ 0, not {al.alpha} and {al.ce_weight}.")
-  if hparams.on(alpha) and not hparams.dynamic(tau) and tau <= 0:
-    raise ValueError(f"al.tau must be positive, not {al.tau}.")
-  if hparams.on(alpha) and al.embedding not in ("input", "output"):
-    raise ValueError(f"Unknown al.embedding {al.embedding!r}; expected 'input' (Inan's L) or 'output'.")
-  if config.weight_decay_mode not in ("decoupled", "loss"):
-    raise ValueError(f"Unknown weight_decay_mode {config.weight_decay_mode!r}; expected 'decoupled' "
-                     "(p ← (p + u)(1 − wd) after each step, Gal / Press & Wolf) or 'loss' "
-                     "(wd·½‖θ‖² added to the cost, Zilly et al.).")
-  l2 = number(config.weight_decay) if config.weight_decay_mode == "loss" else 0.0
+  # α, τ, w_ce, the target's gradient switch and wd are numbers, or, in a members program (`wt_jax.members`), traced
+  # per-member scalars (jax arrays): a term is computed when its value is an array or non-zero. The config's ranges
+  # are checked where it is resolved (`wt_jax.train.lm.check`).
+  alpha, tau, ce_weight, target_gradient = al.alpha, al.tau, al.ce_weight, al.target_gradient
+  l2 = config.weight_decay if config.weight_decay_mode == "loss" else 0.0
+  use_al, use_l2 = isinstance(alpha, jax.Array) or alpha != 0, isinstance(l2, jax.Array) or l2 != 0
+  scale_ce = isinstance(ce_weight, jax.Array) or ce_weight != 1
   which = al.embedding
-  target_gradient = al.target_gradient if hparams.dynamic(al.target_gradient) else bool(al.target_gradient)
-  if softmax.kind_of(config) != "full":
-    if hparams.on(alpha):
-      raise ValueError("The augmented loss (al.alpha > 0) compares full distributions over the vocabulary; "
-                       "train it with softmax.kind='full'.")
+  if config.softmax.kind != "full":
     return approximate_lm_cost(config, counts, ce_weight, l2)
 
   def cost(params, logits_BxTxV, targets_BxT, penalties, key=None):
@@ -113,13 +101,13 @@ def make_lm_cost(config, counts: np.ndarray | None = None) -> Callable:
     chex.assert_equal_shape_prefix([logits_BxTxV, targets_BxT], 2)
     nll_BxT = token_nll(logits_BxTxV, targets_BxT)
     ce = zaremba_cost(nll_BxT)
-    if hparams.dynamic(ce_weight) or ce_weight != 1.0:
+    if scale_ce:
       ce = ce_weight * ce
     total = ce + total_penalty(penalties) / targets_BxT.shape[0]
-    if hparams.on(alpha):
+    if use_al:
       kl_BxT = augmented_kl(logits_BxTxV, targets_BxT, tying.word_matrix(params, which), tau, target_gradient)
       total = total + alpha * zaremba_cost(kl_BxT)
-    if hparams.on(l2):
+    if use_l2:
       total = total + l2 * weight_l2(params)
     return total, nll_BxT
 
@@ -135,7 +123,7 @@ def approximate_lm_cost(config, counts: np.ndarray | None, ce_weight: float = 1.
   z are the output layer's features (the model called with features=True); the candidates of 'sampled' and
   'nce' are drawn from `key`, once per step for the whole batch. nll is what the training perplexity is read
   from (`softmax.TRAIN_NLL`): exact for 'class', an estimate otherwise."""
-  s, kind = config.softmax, softmax.kind_of(config)
+  s, kind = config.softmax, config.softmax.kind
   dtype = precision.compute_dtype(config.compute_dtype)
   num_samples = int(s.num_samples)
   if kind in ("sampled", "nce"):
@@ -161,10 +149,10 @@ def approximate_lm_cost(config, counts: np.ndarray | None, ce_weight: float = 1.
       loss = nll = softmax.class_nll(z, w, b, words["class_embedding"], words.get("class_bias"), y, bounds,
                                      dtype)
     total = zaremba_cost(loss.reshape(B, T))
-    if hparams.dynamic(ce_weight) or ce_weight != 1.0:
+    if isinstance(ce_weight, jax.Array) or ce_weight != 1.0:
       total = ce_weight * total
     total = total + total_penalty(penalties) / B
-    if hparams.on(l2):
+    if isinstance(l2, jax.Array) or l2 != 0:
       total = total + l2 * weight_l2(params)
     return total, nll.reshape(B, T)
 

@@ -40,6 +40,7 @@ from wt_jax import precision, softmax
 from wt_jax.errors import InputError
 
 MODES = ("untied", "tied", "projection", "tied_projection")
+PROJECTED = ("projection", "tied_projection")  # the modes with a projection P before the output layer
 PENALTIES = "penalties"  # the linen collection that regularisers sow into
 
 
@@ -116,19 +117,18 @@ class WordEmbeddings(nn.Module):
     return x * math.sqrt(self.dim) if self.input_scale else x
 
   def _project(self, h: jax.Array) -> jax.Array:
-    """h[..., D] → h·P + p_b with a projection (sowing its penalty), h itself without."""
-    if self.mode in ("projection", "tied_projection"):
-      h = precision.dot(h, self.proj_kernel, self.dtype)
-      if self.proj_bias:
-        h = h + self.proj_b
-      penalty = self.pr_lambda * 0.5 * jnp.sum(jnp.square(self.proj_kernel))
-      self.sow(PENALTIES, "projection_l2", penalty, init_fn=lambda: 0.0, reduce_fn=lambda a, b: a + b)
+    """h[..., D] → h·P + p_b (the projection modes, `PROJECTED`), sowing its penalty."""
+    h = precision.dot(h, self.proj_kernel, self.dtype)
+    if self.proj_bias:
+      h = h + self.proj_b
+    penalty = self.pr_lambda * 0.5 * jnp.sum(jnp.square(self.proj_kernel))
+    self.sow(PENALTIES, "projection_l2", penalty, init_fn=lambda: 0.0, reduce_fn=lambda a, b: a + b)
     return h
 
   def features(self, h: jax.Array) -> jax.Array:
     """h[..., D] → z[..., D], the vector the word scores are read from: s_w = z·W_w + b_w (× D^-½ folded
     into z with `logit_scale`). Sows the projection penalty when there is a projection."""
-    z = self._project(h)
+    z = self._project(h) if self.mode in PROJECTED else h
     return z * (1.0 / math.sqrt(self.dim)) if self.logit_scale else z
 
   def logits(self, h: jax.Array) -> jax.Array:
@@ -136,7 +136,7 @@ class WordEmbeddings(nn.Module):
     `class_bounds`: the class-factored model's exact log-probabilities (a valid input to any softmax)."""
     if self.class_bounds:
       return self.scores(self.features(h))
-    out = precision.dot(self._project(h), self.output_matrix().T, self.dtype)
+    out = precision.dot(self._project(h) if self.mode in PROJECTED else h, self.output_matrix().T, self.dtype)
     if self.logit_scale:
       out = out * (1.0 / math.sqrt(self.dim))
     if self.output_bias:

@@ -19,7 +19,6 @@ import logging
 import statistics
 from pathlib import Path
 
-
 from experiments.reports.pages import splice_readme, write_page
 from experiments.reports.records import ReportError, json_record, runs_folder
 

@@ -6,7 +6,6 @@ import logging
 import os
 from pathlib import Path
 
-
 from experiments.reports.records import import_runs, runs_folder
 
 log = logging.getLogger(__name__)

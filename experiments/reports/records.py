@@ -9,7 +9,6 @@ import shutil
 import statistics
 from pathlib import Path
 
-
 from wt_jax import files
 
 log = logging.getLogger(__name__)

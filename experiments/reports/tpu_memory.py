@@ -5,7 +5,6 @@ import json
 import logging
 from pathlib import Path
 
-
 from experiments.reports.pages import splice_readme, write_page
 from experiments.reports.records import ReportError, json_record, runs_folder
 

@@ -42,10 +42,6 @@ def build(config):
                      "leave it at 0.")
   if config.words.input_scale and name != "transformer_lm":
     raise ValueError(f"words.input_scale is only implemented for transformer_lm, not {name!r}; leave it off.")
-  if softmax.kind_of(config) != "full" and name == "nnlm":
-    raise ValueError("softmax.kind other than 'full' needs a model whose logits are the output layer's alone; "
-                     "nnlm adds direct connections: use lstm_lm, bd_lstm_lm, rhn_lm, lbl or transformer_lm.")
-  softmax.check_nce_start(config)
   return _REGISTRY[name](config)
 
 
@@ -55,5 +51,7 @@ def init_params(model, config, rng: jax.Array):
   (the constraint `wt_jax.train.optim.embedding_rows_at_norm` then keeps them there)."""
   x_BxT = jnp.zeros((config.batch_size, config.bptt), jnp.int32)
   variables = model.init(rng, x_BxT, model.initial_carry(config.batch_size), train=False)
-  params = tying.constrain_embedding_rows(variables["params"], config.words.row_norm)
-  return softmax.start_normalised(params, config)
+  params = variables["params"]
+  if config.words.row_norm:
+    params = tying.constrain_embedding_rows(params, config.words.row_norm)
+  return softmax.start_normalised(params, config) if config.softmax.kind == "nce" else params

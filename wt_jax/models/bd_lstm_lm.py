@@ -33,7 +33,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from wt_jax import hparams, precision, softmax, tying
+from wt_jax import precision, softmax, tying
 from wt_jax.models import lstm_lm, variational
 
 Carry = tuple[jax.Array, jax.Array]
@@ -113,7 +113,7 @@ class BDLSTMLM(nn.Module):
     B, L, H = ids_BxT.shape[0], self.num_layers, self.hidden
     x = self.words.embed(ids_BxT.T)  # [T, B, H]
     rates = (self.dropout_x, self.dropout_i, self.dropout_h, self.dropout_o)
-    masks_on = train and any(hparams.on(r) for r in rates)
+    masks_on = train and any(isinstance(r, jax.Array) or r > 0 for r in rates)  # (an array: a member's rate)
     if self.tie_state_masks and self.mask_per_gate:
       raise ValueError("tie_state_masks (Inan et al.'s VD-LSTM) uses one mask per state: set mask_per_gate=False.")
     if masks_on:
@@ -144,4 +144,4 @@ def from_config(config) -> BDLSTMLM:
       tying=config.words.mode, pr_lambda=config.words.pr_lambda, proj_bias=config.words.proj_bias,
       output_bias=config.words.output_bias,
       dtype=precision.compute_dtype(config.compute_dtype), unroll=lstm_lm.loop_unroll(config),
-      class_bounds=softmax.model_class_bounds(config))
+      class_bounds=softmax.model_class_bounds(config) if config.softmax.kind == "class" else ())

@@ -135,4 +135,4 @@ def nnlm_from_config(config) -> NNLM:
 def lbl_from_config(config) -> LBL:
   return LBL(vocab_size=config.vocab_size, emb=config.emb_size, context=config.context, tying=config.words.mode,
              dropout=config.dropout, init_scale=config.init_scale, output_bias=config.words.output_bias,
-             class_bounds=softmax.model_class_bounds(config))
+             class_bounds=softmax.model_class_bounds(config) if config.softmax.kind == "class" else ())

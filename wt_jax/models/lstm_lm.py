@@ -258,8 +258,6 @@ def loop_unroll(config, backend: str | None = None) -> int | bool:
   loop's control on the host, a round trip per trip, and Zaremba's large model (2 × 1500, 35 steps) trained
   at 3.75 ms per step fully unrolled against 7.07 ms with one step per trip on an H200 in TF32 (BUILD_NOTES
   §24). Elsewhere 1: on the CPU the loop's control is cheap and unrolling only lengthens compilation."""
-  if config.scan_unroll < 0:
-    raise ValueError(f"scan_unroll must be ≥ 0 (0: automatic), got {config.scan_unroll}.")
   if config.scan_unroll:
     return config.scan_unroll
   return True if (backend or jax.default_backend()) == "gpu" else 1
@@ -273,4 +271,4 @@ def from_config(config) -> LSTMLM:
       pr_lambda=config.words.pr_lambda, proj_bias=config.words.proj_bias, output_bias=config.words.output_bias,
       logit_scale=config.words.logit_scale,
       dtype=precision.compute_dtype(config.compute_dtype), unroll=loop_unroll(config),
-      class_bounds=softmax.model_class_bounds(config))
+      class_bounds=softmax.model_class_bounds(config) if config.softmax.kind == "class" else ())

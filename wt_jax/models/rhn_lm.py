@@ -31,7 +31,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from wt_jax import hparams, precision, softmax, tying
+from wt_jax import precision, softmax, tying
 from wt_jax.models import variational
 
 
@@ -239,7 +239,7 @@ class RHNLM(nn.Module):
     B, L, H = ids_BxT.shape[0], self.num_layers, self.hidden
     x = self.words.embed(ids_BxT.T)  # [T, B, H]
     rates = (self.dropout_x, self.dropout_i, self.dropout_h, self.dropout_o)
-    masks_on = train and any(hparams.on(r) for r in rates)
+    masks_on = train and any(isinstance(r, jax.Array) or r > 0 for r in rates)  # (an array: a member's rate)
     if masks_on:
       kx, ki, kh, ko = jax.random.split(self.make_rng("dropout"), 4)
       x = x * variational.word_type_mask(kx, self.dropout_x, ids_BxT, self.vocab_size).T[..., None]
@@ -254,14 +254,6 @@ class RHNLM(nn.Module):
     return self.words.output(jnp.swapaxes(x, 0, 1), features), jnp.stack(states)
 
 
-def _loop_unroll(config) -> int:
-  """`config.scan_unroll`, or 1 for 0 (automatic): unrolling the RHN's time loop on a GPU is not measured yet
-  (each step holds `depth` micro-layers; the LSTMs' choice is `lstm_lm.loop_unroll`)."""
-  if config.scan_unroll < 0:
-    raise ValueError(f"scan_unroll must be ≥ 0 (0: automatic), got {config.scan_unroll}.")
-  return config.scan_unroll or 1
-
-
 def from_config(config) -> RHNLM:
   return RHNLM(
       vocab_size=config.vocab_size, hidden=config.hidden_size, depth=config.depth,
@@ -269,5 +261,6 @@ def from_config(config) -> RHNLM:
       dropout_h=config.dropout_h, dropout_o=config.dropout_o, init_scale=config.init_scale,
       transform_bias=config.transform_bias, tying=config.words.mode, remat=config.remat,
       pr_lambda=config.words.pr_lambda, proj_bias=config.words.proj_bias, output_bias=config.words.output_bias,
-      dtype=precision.compute_dtype(config.compute_dtype), unroll=_loop_unroll(config),
-      class_bounds=softmax.model_class_bounds(config))
+      dtype=precision.compute_dtype(config.compute_dtype),
+      unroll=config.scan_unroll or 1,  # (0: 1; unrolling the RHN on a GPU is not measured yet: lstm_lm.loop_unroll)
+      class_bounds=softmax.model_class_bounds(config) if config.softmax.kind == "class" else ())

@@ -156,4 +156,4 @@ def from_config(config) -> TransformerLM:
       proj_bias=config.words.proj_bias, output_bias=config.words.output_bias,
       input_scale=config.words.input_scale, logit_scale=config.words.logit_scale,
       embedding_init_scale=config.words.init_scale,
-      dtype=precision.compute_dtype(config.compute_dtype), class_bounds=softmax.model_class_bounds(config))
+      dtype=precision.compute_dtype(config.compute_dtype), class_bounds=softmax.model_class_bounds(config) if config.softmax.kind == "class" else ())

@@ -16,12 +16,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from wt_jax import hparams
-
 
 def keep_mask(rng: jax.Array, rate: float, shape: tuple[int, ...]) -> jax.Array:
   """Bernoulli(1 − rate) / (1 − rate) multipliers of `shape` (float32); all ones when rate == 0."""
-  if not hparams.dynamic(rate):
+  if not isinstance(rate, jax.Array):  # (an array: a member's rate, `wt_jax.members`)
     if not 0.0 <= rate < 1.0:
       raise ValueError(f"dropout rate must be in [0, 1), got {rate}")
     if rate == 0.0:
@@ -49,9 +47,10 @@ class Dropout(nn.Module):
 
   @nn.compact
   def __call__(self, x, deterministic: bool):
-    if deterministic or not hparams.on(self.rate):
+    dynamic = isinstance(self.rate, jax.Array)  # (a member's rate, `wt_jax.members`: masks drawn whatever its value)
+    if deterministic or not (dynamic or self.rate):
       return x
-    if not hparams.dynamic(self.rate) and self.rate == 1.0:
+    if not dynamic and self.rate == 1.0:
       return jnp.zeros_like(x)  # (x / 0 would put NaN in the gradient)
     keep = 1.0 - self.rate
     mask = jax.random.bernoulli(self.make_rng("dropout"), p=keep, shape=x.shape)

@@ -29,7 +29,7 @@ from wt_jax import convert, files, losses, models, parallel, precision, softmax,
 from wt_jax import members as members_lib
 from wt_jax.data import batching, text_corpus
 from wt_jax.data import vocab as vocab_lib
-from wt_jax.errors import InputError, require_counts
+from wt_jax.errors import InputError
 from wt_jax import lm_eval as eval_lib
 from wt_jax.train import members_run, optim, trainer
 
@@ -108,30 +108,59 @@ def initial_state(config, model, tx, init_key: jax.Array) -> dict:
 POSITIVE_KEYS = ("vocab_size", "hidden_size", "num_layers", "batch_size", "bptt", "eval_batch_size", "num_epochs")
 
 
-def check_ranges(config) -> None:
-  """`InputError` for a value no run can train with, before anything is built: a count below 1
-  (`POSITIVE_KEYS`), a drop probability outside [0, 1) (`members.DROPOUT_KEYS`; 1 would drop everything), a
-  learning rate that is not a finite number ≥ 0 (0 trains nothing, which a test of the initial parameters
-  uses); a config of members (they train as `MembersTask`)."""
-  require_counts(config, POSITIVE_KEYS)
-  if config.members or config.member_values:
-    raise InputError(f"{config.name} asks for members: `fit` trains them (`MembersTask`), not `LMTask`.")
+def check(config) -> None:
+  """Every value of a language-model config that no run can train with, refused in one line (`InputError`) before
+  anything is built: the one place the config is checked (the factories, `models.build`, `losses.make_lm_cost`,
+  `optim.make_optimizer`, trust it). A count below 1 (`POSITIVE_KEYS`), a drop probability outside [0, 1), a
+  learning rate that is not a finite number ≥ 0 (0 trains nothing: a test of the initial parameters uses it), an
+  unknown test_params or weight_decay_mode, the augmented loss's α or w_ce below 0, its τ not positive or its
+  embedding neither input nor output, an unknown softmax kind or K < 1 draws, an approximate softmax with the
+  augmented loss or the NNLM's direct connections, NCE started normalised without an output bias to move, and a
+  negative scan_unroll."""
+  for key in POSITIVE_KEYS:
+    value = config[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+      raise InputError(f"{key} must be an integer ≥ 1, not {value!r}.")
   for key in members_lib.DROPOUT_KEYS:
     if not 0.0 <= config.get(key, 0.0) < 1.0:
       raise InputError(f"{key} is a drop probability, in [0, 1); not {config[key]!r}.")
   if not (math.isfinite(config.learning_rate) and config.learning_rate >= 0):
     raise InputError(f"learning_rate must be a finite number ≥ 0, not {config.learning_rate!r}.")
-
-
-def prepared(config, corpus):
-  """(config, corpus) for a task: checked against each other (a `text` corpus's vocabulary size replaces the cap
-  `vocab_size`), the corpus cut to `train_max_tokens` and
-  `eval_max_tokens`, and a class-factored softmax's bins resolved from the training counts (`softmax.resolve`)."""
   if config.test_params not in ("final", "best"):
     raise InputError(f"Unknown test_params {config.test_params!r}; expected 'final' or 'best'.")
+  if config.weight_decay_mode not in ("decoupled", "loss"):
+    raise InputError(f"Unknown weight_decay_mode {config.weight_decay_mode!r}; expected 'decoupled' (p ← (p + u)(1 − "
+                     "wd) after each step, Gal / Press & Wolf) or 'loss' (wd·½‖θ‖² added to the cost, Zilly et al.).")
+  al, s = config.al, config.softmax
+  if al.alpha < 0 or al.ce_weight < 0:
+    raise InputError(f"al.alpha and al.ce_weight must be ≥ 0, not {al.alpha} and {al.ce_weight}.")
+  if al.alpha and (al.tau <= 0 or al.embedding not in ("input", "output")):
+    raise InputError(f"al.tau must be positive (not {al.tau}) and al.embedding 'input' (Inan's L) or 'output' (not "
+                     f"{al.embedding!r}).")
+  if s.kind not in softmax.KINDS:
+    raise InputError(f"Unknown softmax.kind {s.kind!r}; expected one of {', '.join(softmax.KINDS)}.")
+  if s.kind in ("sampled", "nce") and s.num_samples < 1:
+    raise InputError(f"softmax.num_samples must be ≥ 1, not {s.num_samples}.")
+  if s.kind != "full" and al.alpha:
+    raise InputError("The augmented loss (al.alpha > 0) compares full distributions over the vocabulary; train it "
+                     "with softmax.kind='full'.")
+  if s.kind != "full" and config.model == "nnlm":
+    raise InputError("softmax.kind other than 'full' needs a model whose logits are the output layer's alone; nnlm "
+                     "adds direct connections: use lstm_lm, bd_lstm_lm, rhn_lm, lbl or transformer_lm.")
+  if s.kind == "nce" and s.nce_start_normalised and not config.words.output_bias:
+    raise InputError(softmax.NCE_NEEDS_BIAS)
+  if config.scan_unroll < 0:
+    raise InputError(f"scan_unroll must be ≥ 0 (0: automatic), got {config.scan_unroll}.")
+
+
+def resolve(config, corpus):
+  """(config, corpus) for a task: `check`ed, then completed from the corpus — a `text` corpus's vocabulary size in
+  place of the cap `vocab_size`, a class-factored softmax's bins from the training counts (`softmax.resolve`) — and
+  the corpus cut to `train_max_tokens` and `eval_max_tokens`. The config returned is the run's (run.json)."""
   if config.dataset == "text" and corpus.vocab_size != config.vocab_size:  # (vocab_size was the cap: the run's is
     config = config.copy_and_resolve_references()                          # the vocabulary it got)
     config.vocab_size = corpus.vocab_size
+  check(config)
   if corpus.vocab_size != config.vocab_size:
     raise InputError(f"config.vocab_size={config.vocab_size} but the corpus has {corpus.vocab_size} "
                      f"types; set --config.vocab_size={corpus.vocab_size}.")
@@ -143,15 +172,16 @@ def prepared(config, corpus):
   if config.eval_max_tokens:  # smoke runs of big models: evaluate on a prefix of valid and test only
     corpus = dataclasses.replace(corpus, valid=corpus.valid[:config.eval_max_tokens],
                                  test=corpus.test[:config.eval_max_tokens])
-  return softmax.resolve(config, corpus.train), corpus
+  return (softmax.resolve(config, corpus.train) if config.softmax.kind == "class" else config), corpus
 
 
 class LMTask:
   """A language model on a corpus's train/valid/test streams (see the module docstring): `trainer.Task`."""
 
   def __init__(self, config, corpus):
-    config, corpus = prepared(config, corpus)
-    check_ranges(config)
+    if config.members or config.member_values:
+      raise InputError(f"{config.name} asks for members: `fit` trains them (`MembersTask`), not `LMTask`.")
+    config, corpus = resolve(config, corpus)
     self.setup(config, corpus, config, parallel.data_parallel(config.num_devices))  # (None: one device)
     self.init_key, self.step_key = trainer.run_keys(config.seed)
     self.step_fn = train_step_for(config, self.model, self.tx, self.step_key, self.dp, self.counts)
@@ -169,7 +199,7 @@ class LMTask:
     self.selection = ("valid_ppl", "min")
     self.eval_window = eval_lib.make_eval_window(self.model)
     self.tx = optim.make_optimizer(template, self.steps_per_epoch)
-    self.counts = softmax.counts(corpus.train, config.vocab_size)
+    self.counts = softmax.counts(corpus.train, config.vocab_size) if config.softmax.kind != "full" else None
 
   def write_run_files(self, folder, resumed: bool) -> None:
     """<folder>/vocab.txt: the vocabulary, one word per line in id order (row i of the embeddings is word i), so
@@ -196,7 +226,8 @@ class LMTask:
     state = jax.jit(functools.partial(initial_state, config, self.model, self.tx))(key)
     if config.init_from:
       params = convert.load_init(config.init_from, like=jax.device_get(state["params"]))
-      params = tying.constrain_embedding_rows(params, config.words.row_norm)
+      if config.words.row_norm:
+        params = tying.constrain_embedding_rows(params, config.words.row_norm)
       state = {**state, "params": params, "opt_state": self.tx.init(params)}
     return state
 
@@ -330,11 +361,9 @@ class MembersTask(LMTask):
   k-th place of each list a method returns."""
 
   def __init__(self, config, corpus):
-    config, corpus = prepared(config, corpus)
+    config, corpus = resolve(config, corpus)
     group = members_lib.parse(config)  # each member's config as a run alone resolves it
-    self.group = members_lib.Members(tuple(softmax.resolve(c, corpus.train) for c in group.configs), group.varying)
-    for c in self.group.configs:
-      check_ranges(c)
+    self.group = members_lib.Members(tuple(resolve(c, corpus)[0] for c in group.configs), group.varying)
     self.size = self.group.size
     dp = parallel.DataParallel.create(num_devices=config.num_devices, members=self.size,
                                       member_devices=config.member_devices)

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from wt_jax import hparams, tying
+from wt_jax import tying
 from wt_jax.errors import InputError
 
 
@@ -88,13 +88,6 @@ def scale_word_matrices(factor: float) -> optax.GradientTransformation:
   return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)
 
 
-def check_weight_decay_mode(config) -> None:
-  if config.weight_decay_mode not in ("decoupled", "loss"):
-    raise InputError(f"Unknown weight_decay_mode {config.weight_decay_mode!r}; expected 'decoupled' "
-                     "(p ← (p + u)(1 − wd) after each step, Gal / Press & Wolf) or 'loss' "
-                     "(wd·½‖θ‖² added to the cost, Zilly et al.).")
-
-
 def make_optimizer(config, steps_per_epoch: int) -> optax.GradientTransformation:
   """Global-norm clipping, then the optimiser named by `config.optimizer` ('sgd', as the papers, or 'adam') on
   the per-epoch schedule (after `config.warmup_steps` of linear warm-up), then the word matrices' steps ×
@@ -110,11 +103,11 @@ def make_optimizer(config, steps_per_epoch: int) -> optax.GradientTransformation
     opt = optax.adam(lr)
   else:
     raise InputError(f"Unknown optimizer {config.optimizer!r}; expected 'sgd' or 'adam'.")
-  check_weight_decay_mode(config)
   chain = [optax.clip_by_global_norm(config.clip_norm), opt]
   if config.words.lr_scale != 1.0:
     chain.append(scale_word_matrices(config.words.lr_scale))
-  if (hparams.dynamic(config.weight_decay) or config.weight_decay > 0) and config.weight_decay_mode == "decoupled":
+  wd = config.weight_decay  # (a traced per-member scalar in a members program: decayed, by its value)
+  if (isinstance(wd, jax.Array) or wd > 0) and config.weight_decay_mode == "decoupled":
     chain.append(decay_after_update(config.weight_decay))
   if config.words.row_norm:
     chain.append(embedding_rows_at_norm(config.words.row_norm))

@@ -51,7 +51,7 @@ class Run:
   folder: Any  # a `RunFolder` (a members run: `members_run.MembersFolder`)
   ckpts: Checkpoints
   state: Any
-  profiler: metrics_lib.Profiler
+  profiler: metrics_lib.Profiler | None  # with `profile_steps` only
   versions: dict  # the code and libraries this process runs
   epoch: int = 1
   pos: int = 0  # steps taken in the epoch
@@ -119,7 +119,8 @@ def _start(task: Task, config, folder) -> Run:
   aside); its record written (or checked against the config, at a resume)."""
   ckpts = Checkpoints(folder.path / "checkpoints")
   r = Run(task=task, config=config, folder=folder, ckpts=ckpts, state=task.init_state(),
-          profiler=metrics_lib.Profiler(folder.path / "profile", config.profile_steps), versions=versions())
+          profiler=metrics_lib.Profiler(folder.path / "profile", config.profile_steps)
+          if config.get("profile_steps", 0) else None, versions=versions())
   restored = ckpts.restore_intact(r.state, kinds=("last",))
   saved_config, train_s = None, 0.0
   if restored is not None:
@@ -154,7 +155,8 @@ def _train(r: Run, interrupted: list) -> None:
     if not _train_epoch(r, interrupted):
       break
     _end_epoch(r)
-  r.profiler.close()
+  if r.profiler:
+    r.profiler.close()
 
 
 def _train_epoch(r: Run, interrupted: list) -> bool:
@@ -162,7 +164,8 @@ def _train_epoch(r: Run, interrupted: list) -> bool:
   every_line = r.config.log_every
   for batch, k in r.task.batches(r.epoch, r.pos):
     r.state, step_sums = r.task.train_step(r.state, batch)
-    r.profiler.after_step(r.state)
+    if r.profiler:
+      r.profiler.after_step(r.state)
     r.sums = step_sums if r.sums is None else _add(r.sums, step_sums)
     before, r.step, r.pos = r.step, r.step + k, r.pos + k
     if interrupted:  # keep what was trained since the last checkpoint, then stop
