@@ -51,22 +51,14 @@ def quiet_library_logs() -> None:
 
 
 def apply_determinism(config) -> None:
-  """With `config.deterministic`, ask XLA:GPU for deterministic kernels (XLA_FLAGS, `run_folder.DETERMINISTIC_FLAG`);
+  """With `config.deterministic`, ask XLA:GPU for deterministic kernels (XLA_FLAGS, `parallel.DETERMINISTIC_FLAG`);
   the flags end up in run.json and results.json. JAX's backends read XLA_FLAGS once, when they start: the entry
   points call this before any JAX computation (`start`); from a notebook, set XLA_FLAGS before the first one.
   Without `config.deterministic`, nothing changes."""
-  from wt_jax.train import run_folder
+  from wt_jax import parallel
   flags = os.environ.get("XLA_FLAGS", "")
-  if config.get("deterministic", False) and not run_folder.determinism_in(flags):
-    os.environ["XLA_FLAGS"] = xla_flags_with_determinism(flags, True)
-
-
-def xla_flags_with_determinism(flags: str, deterministic: bool) -> str:
-  """`flags` (an XLA_FLAGS value) with `run_folder.DETERMINISTIC_FLAG` set on or off: any earlier setting of it replaced,
-  every other flag kept in order."""
-  from wt_jax.train import run_folder
-  kept = [f for f in flags.split() if f.split("=", 1)[0] != run_folder.DETERMINISTIC_FLAG]
-  return " ".join(kept + [f"{run_folder.DETERMINISTIC_FLAG}={'true' if deterministic else 'false'}"])
+  if config.get("deterministic", False) and not parallel.determinism_in(flags):
+    os.environ["XLA_FLAGS"] = parallel.xla_flags_with_determinism(flags, True)
 
 
 def one_line(main, stops: tuple = ()):

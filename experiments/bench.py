@@ -487,14 +487,14 @@ def members_task(config, train_stream, valid_stream):
 
 
 def compiled_train_step(config, model, windows: batching.Windows, counts=None):
-  """The train step `lm.fit` runs for `config` (`lm.train_step_for`: the cost and optimiser of the config;
+  """The train step `lm.fit` runs for `config` (`lm.make_train_step` of the config's cost and optimiser;
   `counts` the training counts a unigram proposal needs), compiled for the shape of `windows`, from the run's
   initial state. Returns (step, state, tx, compile_s)."""
   tx = optim.make_optimizer(config, len(windows))
   init_key, step_key = trainer.run_keys(config.seed)
   state = lm.initial_state(config, model, tx, init_key)
   t0 = time.perf_counter()
-  step_fn = lm.train_step_for(config, model, tx, step_key, counts=counts).lower(
+  step_fn = lm.make_train_step(model, tx, losses.make_lm_cost(config, counts), step_key).lower(
       state, windows.x[0], windows.y[0]).compile()
   return step_fn, state, tx, time.perf_counter() - t0
 

@@ -238,25 +238,26 @@ def start_entry(args, data_root, stderr=subprocess.DEVNULL) -> subprocess.Popen:
 
 @contextlib.contextmanager
 def sigint_in_step(task_class, step: int):
-  """Within the block, training step `step` (counted from 1 in this block) of every `task_class` task sends SIGINT
-  to this process from inside the step: the trainer gets the signal at a known step. SIGINT that reaches no
-  trainer (one outside its training loop) is only recorded in the yielded list, so that a signal the trainer did
-  not defer fails the test instead of stopping the test process."""
+  """Within the block, every `task_class` task sends SIGINT to this process as it hands the trainer the batch of
+  training step `step` (counted from 1 in this block): the trainer gets the signal at a known step, takes that
+  step and saves. SIGINT that reaches no trainer (one outside its training loop) is only recorded in the yielded
+  list, so that a signal the trainer did not defer fails the test instead of stopping the test process."""
   import signal
-  train_step, taken, not_deferred = task_class.train_step, [], []
+  batches, taken, not_deferred = task_class.batches, [], []
 
-  def signalling_step(self, state, batch):
-    taken.append(None)
-    if len(taken) == step:
-      os.kill(os.getpid(), signal.SIGINT)  # (Python runs the handler before this function returns)
-    return train_step(self, state, batch)
+  def signalling_batches(self, epoch, start):
+    for item in batches(self, epoch, start):
+      taken.append(None)
+      if len(taken) == step:
+        os.kill(os.getpid(), signal.SIGINT)  # (Python runs the handler before the batch is yielded)
+      yield item
 
   before = signal.signal(signal.SIGINT, lambda signum, frame: not_deferred.append(signum))
-  task_class.train_step = signalling_step
+  task_class.batches = signalling_batches
   try:
     yield not_deferred
   finally:
-    task_class.train_step = train_step
+    task_class.batches = batches
     signal.signal(signal.SIGINT, before)
 
 

@@ -18,7 +18,7 @@ from jax.sharding import Mesh
 
 from configs import large_bd_tied, rhn_tied, transformer
 from tests.conftest import tiny_config
-from wt_jax import models, parallel, precision
+from wt_jax import losses, models, parallel, precision
 from wt_jax.train import lm, optim, trainer
 
 
@@ -68,7 +68,7 @@ def _lm_step(config, dp):
   rng = np.random.default_rng(1)
   x = rng.integers(0, config.vocab_size, (config.batch_size, config.bptt)).astype(np.int32)
   y = rng.integers(0, config.vocab_size, (config.batch_size, config.bptt)).astype(np.int32)
-  step = lm.train_step_for(config, model, tx, step_key, dp)
+  step = lm.make_train_step(model, tx, losses.make_lm_cost(config), step_key, dp)
   state = dp.replicate(state)
   state = {**state, "carry": dp.shard_batch(jax.device_get(state["carry"]), models.CARRY_BATCH_AXIS)}
   state, sums = step(state, *dp.shard_batch((x, y)))
@@ -132,21 +132,21 @@ import hashlib, sys
 import numpy as np
 from configs import large_bd_tied
 import experiments
-from wt_jax.train import run_folder
+from wt_jax import parallel
 c = large_bd_tied.get_config()
 c.hidden_size, c.batch_size, c.bptt, c.vocab_size = 256, 20, 35, 97
 c.matmul_precision, c.deterministic = "tensorfloat32", sys.argv[1] == "1"
 experiments.apply_determinism(c)  # (before JAX starts its backends)
 import jax
 from jax.sharding import Mesh
-from wt_jax import models, parallel
+from wt_jax import losses, models, parallel
 from wt_jax.train import lm, optim, trainer
 dp = parallel.DataParallel(Mesh(np.array([jax.devices("gpu")[0]]), (parallel.DATA_AXIS,)))
 model, tx = models.build(c), optim.make_optimizer(c, steps_per_epoch=10)
 init_key, step_key = trainer.run_keys(0)
 state = dp.replicate(lm.initial_state(c, model, tx, init_key))
 state = {**state, "carry": dp.shard_batch(jax.device_get(state["carry"]), models.CARRY_BATCH_AXIS)}
-step = lm.train_step_for(c, model, tx, step_key, dp)
+step = lm.make_train_step(model, tx, losses.make_lm_cost(c), step_key, dp)
 rng = np.random.default_rng(1)
 for _ in range(5):
   x, y = (rng.integers(0, c.vocab_size, (c.batch_size, c.bptt)).astype(np.int32) for _ in range(2))
@@ -154,7 +154,7 @@ for _ in range(5):
 digest = hashlib.sha256()
 for leaf in jax.tree_util.tree_leaves(jax.device_get(state["params"])):
   digest.update(np.asarray(leaf).tobytes())
-print(run_folder.determinism_in(__import__("os").environ.get("XLA_FLAGS", "")), digest.hexdigest())
+print(parallel.determinism_in(__import__("os").environ.get("XLA_FLAGS", "")), digest.hexdigest())
 """
 
 

@@ -55,7 +55,7 @@ def test_lm_train_and_eval_steps_lower_for_tpu_and_gpu(module, extra):
   tx = optim.make_optimizer(config, steps_per_epoch=100)
   state = jax.eval_shape(lambda k: lm.initial_state(config, model, tx, k), jax.random.key(0))
   x = jax.ShapeDtypeStruct((config.batch_size, config.bptt), jnp.int32)
-  step = lm.train_step_for(config, model, tx, jax.random.key(1), DP)
+  step = lm.make_train_step(model, tx, losses.make_lm_cost(config), jax.random.key(1), DP)
   _export(step, state, x, x)
   window = jax.jit(lambda p, c, x, y: model.apply({"params": p}, x, c)[0].sum())
   _export(window, state["params"], state["carry"], x, x)

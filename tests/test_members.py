@@ -56,7 +56,7 @@ def _train(task, steps=STEPS):
   """`steps` train steps of `task` from its initial state → (state on the host, [the steps' sums])."""
   state, all_sums = task.init_state(), []
   for (batch, _), _ in zip(task.batches(1, 0), range(steps)):
-    state, sums = task.train_step(state, batch)
+    state, sums = task.train_step(state, *batch)
     all_sums.append(jax.device_get(sums))
   return jax.device_get(state), all_sums
 

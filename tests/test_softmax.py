@@ -258,7 +258,7 @@ def test_train_step_counts_the_rows_it_reaches_and_a_full_softmax_reaches_all():
     model = models.build(config)
     tx = optim.make_optimizer(config, steps_per_epoch=10)
     state = lm.initial_state(config, model, tx, jax.random.key(0))
-    step = lm.train_step_for(config, model, tx, jax.random.key(1))
+    step = lm.make_train_step(model, tx, losses.make_lm_cost(config), jax.random.key(1))
     x = jnp.arange(6).reshape(2, 3)
     _, sums = step(state, x, x + 1)
     assert float(sums["rows/grad/words/embedding"]) == 6  # the six input words
@@ -340,7 +340,7 @@ def test_the_train_step_draws_new_candidates_each_step():
   model = models.build(config)
   tx = optim.make_optimizer(config, steps_per_epoch=10)
   state = lm.initial_state(config, model, tx, jax.random.key(0))
-  step = lm.train_step_for(config, model, tx, jax.random.key(1))
+  step = lm.make_train_step(model, tx, losses.make_lm_cost(config), jax.random.key(1))
   x = jnp.arange(6).reshape(2, 3)
   before = np.asarray(state["params"]["words"]["out_embedding"])
   moved = []

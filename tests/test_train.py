@@ -15,7 +15,7 @@ import pytest
 import experiments
 from tests.conftest import (REPO, RESUMED, STEPS_PER_EPOCH, assert_same_numbers, entry_args, entry_config,
                             resumed_config, sigint_in_step, start_entry, tiny_config)
-from wt_jax import losses, models, softmax, tying
+from wt_jax import losses, models, parallel, softmax, tying
 from wt_jax.data import ptb
 from wt_jax.errors import InputError
 from wt_jax.train import lm, optim, trainer
@@ -294,7 +294,7 @@ def test_entry_point_end_to_end_with_deterministic_kernels(tiny_corpus, tmp_path
     assert res["versions"]["wt_jax_commit"].split("+")[0] == head.stdout.strip()
   assert res["host"]["cpu_count"] >= 1 and res["host"]["platform"] == "cpu"
   assert run["config"]["deterministic"] is True
-  flags = experiments.xla_flags_with_determinism("--xla_force_host_platform_device_count=1", True)
+  flags = parallel.xla_flags_with_determinism("--xla_force_host_platform_device_count=1", True)
   assert [r["host"]["xla_flags"] for r in (run, res)] == [flags, flags]  # (the caller's flags kept)
 
 
@@ -471,14 +471,13 @@ def test_a_run_folder_describes_itself_and_a_changed_config_does_not_resume(tiny
 # --- deterministic GPU kernels: the setting reaches XLA_FLAGS and the records ----------------------
 
 def test_the_determinism_flag_is_set_replaced_and_read_as_xla_reads_it():
-  from wt_jax.train import run_folder
-  assert experiments.xla_flags_with_determinism("", True) == "--xla_gpu_deterministic_ops=true"
-  assert experiments.xla_flags_with_determinism(
+  assert parallel.xla_flags_with_determinism("", True) == "--xla_gpu_deterministic_ops=true"
+  assert parallel.xla_flags_with_determinism(
       "--xla_gpu_deterministic_ops=false --xla_gpu_autotune_level=0", True) == \
       "--xla_gpu_autotune_level=0 --xla_gpu_deterministic_ops=true"
-  assert run_folder.determinism_in("--xla_gpu_deterministic_ops=true --xla_gpu_deterministic_ops=0") is False
-  assert run_folder.determinism_in("--xla_gpu_deterministic_ops") is True
-  assert run_folder.determinism_in("--xla_gpu_deterministic_ops_x=true") is None  # another flag
+  assert parallel.determinism_in("--xla_gpu_deterministic_ops=true --xla_gpu_deterministic_ops=0") is False
+  assert parallel.determinism_in("--xla_gpu_deterministic_ops") is True
+  assert parallel.determinism_in("--xla_gpu_deterministic_ops_x=true") is None  # another flag
 
 
 def test_a_deterministic_run_without_the_flag_in_xla_flags_stops(tiny_corpus, tmp_path, monkeypatch):

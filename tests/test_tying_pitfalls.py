@@ -62,7 +62,7 @@ def test_clipping_by_global_norm_counts_the_shared_matrix_once():
   np.testing.assert_allclose(updates["words"]["embedding"], -g["words"]["embedding"] * config.clip_norm / norm,
                              rtol=1e-5, atol=1e-9)
   state = lm.initial_state(config, model, tx, jax.random.key(0))
-  _, sums = lm.train_step_for(config, model, tx, jax.random.key(1))(state, *_window(config))
+  _, sums = lm.make_train_step(model, tx, losses.make_lm_cost(config), jax.random.key(1))(state, *_window(config))
   assert float(sums["norm/grad"]) == pytest.approx(norm, rel=1e-5)
 
 
@@ -75,7 +75,7 @@ def test_after_training_the_tied_matrix_is_one_leaf_with_one_optimizer_slot_used
   tx = optim.make_optimizer(config, steps_per_epoch=100)
   state = lm.initial_state(config, model, tx, jax.random.key(0))
   before = np.asarray(state["params"]["words"]["embedding"])
-  step = lm.train_step_for(config, model, tx, jax.random.key(1))
+  step = lm.make_train_step(model, tx, losses.make_lm_cost(config), jax.random.key(1))
   for seed in range(3):
     state, _ = step(state, *_window(config, seed))
   params = state["params"]
@@ -95,7 +95,7 @@ def test_each_member_has_its_own_shared_matrix(tiny_corpus):
   before = np.asarray(state["params"]["words"]["embedding"])
   assert before.shape == (2, V, 16) and not np.allclose(before[0], before[1])
   for (batch, _), _ in zip(task.batches(1, 0), range(3)):
-    state, _ = task.train_step(state, batch)
+    state, _ = task.train_step(state, *batch)
   after = np.asarray(state["params"]["words"]["embedding"])
   np.testing.assert_array_equal(after[1], before[1])
   assert not np.allclose(after[0], before[0])

@@ -8,7 +8,7 @@ import pytest
 
 from configs import large_bd_tied, rhn_tied
 from tests.conftest import tiny_config
-from wt_jax import models
+from wt_jax import losses, models
 from wt_jax.models import lstm_lm
 from wt_jax.train import lm, optim, trainer
 
@@ -18,7 +18,7 @@ def _one_step(config, loops: list | None = None):
   tx = optim.make_optimizer(config, steps_per_epoch=10)
   init_key, step_key = trainer.run_keys(0)
   state = lm.initial_state(config, model, tx, init_key)
-  step = lm.train_step_for(config, model, tx, step_key)
+  step = lm.make_train_step(model, tx, losses.make_lm_cost(config), step_key)
   rng = np.random.default_rng(0)
   x = rng.integers(0, config.vocab_size, (config.batch_size, config.bptt)).astype(np.int32)
   y = rng.integers(0, config.vocab_size, (config.batch_size, config.bptt)).astype(np.int32)

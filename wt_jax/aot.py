@@ -23,7 +23,7 @@ TPU; without it, it does not). Every argument built here therefore carries a `Na
 the TPU mesh, and `check_tpu` refuses an executable whose input and output shardings are not all on TPU
 devices (`platforms`).
 
-Which programs: for a language model, the train step `lm.train_step_for` (global batch
+Which programs: for a language model, the train step `lm.make_train_step` (global batch
 `config.batch_size`, window `config.bptt`, the recurrent state sharded along the batch) and the evaluation
 window `lm_eval.make_eval_window` (`config.eval_batch_size` streams); for NMT, `nmt.make_train_step` on the
 longest training bucket and `decode.beam_search` on an evaluation batch of that length. Only the public step
@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from wt_jax import decode, models, parallel
+from wt_jax import decode, losses, models, parallel
 from wt_jax import members as members_lib
 from wt_jax import lm_eval as eval_lib
 from wt_jax.batch_search import DoesNotFit  # raised by compile_program
@@ -243,7 +243,7 @@ def _lm_setup(config):
 
 
 def compile_lm_train(config, dp: parallel.DataParallel, batch_size: int | None = None) -> Program:
-  """`lm.train_step_for(config, ...)` compiled for dp's mesh at global batch `batch_size` (default
+  """The LM train step `lm.fit` runs (`lm.make_train_step` of the config's cost) compiled for dp's mesh at global batch `batch_size` (default
   config.batch_size) and window config.bptt."""
   B = batch_size or config.batch_size
   dp.check_batch(B)
@@ -255,7 +255,7 @@ def compile_lm_train(config, dp: parallel.DataParallel, batch_size: int | None =
   carry_rows = dp.batch_sharding(models.CARRY_BATCH_AXIS)
   state = {k: _placed(v, lambda a, k=k: carry_rows if k == "carry" else dp.replicated) for k, v in state.items()}
   x = jax.ShapeDtypeStruct((B, config.bptt), jnp.int32, sharding=dp.batch_sharding(0))
-  step = lm.train_step_for(config, model, tx, jax.random.key(1), dp)
+  step = lm.make_train_step(model, tx, losses.make_lm_cost(config), jax.random.key(1), dp)
   return compile_program("train_step", step, state, x, x, batch_size=B)
 
 

@@ -36,6 +36,28 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 DATA_AXIS = "data"
 MEMBER_AXIS = "members"
+# XLA:GPU's run-to-run determinism (jaxlib 0.10–0.12: "Guarantees run-to-run determinism on GPU"): scatter-adds
+# (the embedding gradient among them) and reductions take fixed-order implementations instead of atomics. The
+# CPU backend is deterministic already and accepts the flag. JAX's backends read XLA_FLAGS once, when they start.
+DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops"
+
+
+def determinism_in(flags: str) -> bool | None:
+  """What an XLA_FLAGS value asks of DETERMINISTIC_FLAG: True, False, or None when it does not name it (XLA:
+  the last setting wins; a bare flag is on)."""
+  value = None
+  for f in flags.split():
+    name, _, v = f.partition("=")
+    if name == DETERMINISTIC_FLAG:
+      value = v.lower() in ("", "true", "1")
+  return value
+
+
+def xla_flags_with_determinism(flags: str, deterministic: bool) -> str:
+  """`flags` (an XLA_FLAGS value) with DETERMINISTIC_FLAG set on or off: any earlier setting of it replaced, every
+  other flag kept in order."""
+  kept = [f for f in flags.split() if f.split("=", 1)[0] != DETERMINISTIC_FLAG]
+  return " ".join(kept + [f"{DETERMINISTIC_FLAG}={'true' if deterministic else 'false'}"])
 
 
 def initialize_distributed() -> bool:

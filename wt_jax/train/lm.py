@@ -90,13 +90,6 @@ def make_train_step(model, tx: optax.GradientTransformation, cost: Callable, ste
                  out_shardings=(state_sharding, rep))
 
 
-def train_step_for(config, model, tx: optax.GradientTransformation, step_key: jax.Array,
-                   dp: parallel.DataParallel | None = None, counts=None):
-  """The step `fit` trains `config` with (its cost from `losses.make_lm_cost`, `counts` the training counts
-  a unigram proposal needs), also the one bench times."""
-  return make_train_step(model, tx, losses.make_lm_cost(config, counts), step_key, dp)
-
-
 def initial_state(config, model, tx, init_key: jax.Array) -> dict:
   """{'params', 'opt_state', 'step', 'carry'} before the first step (on the default device)."""
   params = models.init_params(model, config, init_key)
@@ -184,7 +177,8 @@ class LMTask:
     config, corpus = resolve(config, corpus)
     self.setup(config, corpus, config, parallel.data_parallel(config.num_devices))  # (None: one device)
     self.init_key, self.step_key = trainer.run_keys(config.seed)
-    self.step_fn = train_step_for(config, self.model, self.tx, self.step_key, self.dp, self.counts)
+    self.step_fn = self.train_step = make_train_step(self.model, self.tx, losses.make_lm_cost(config, self.counts),
+                                                     self.step_key, self.dp)
 
   def setup(self, config, corpus, template, dp: parallel.DataParallel | None) -> None:
     """What the task has whatever its parameters: the model and optimiser of `template`'s structure, the training
@@ -244,9 +238,6 @@ class LMTask:
     for pos in range(start, self.steps_per_epoch):
       batch = self.train.x[pos], self.train.y[pos]
       yield (self.dp.shard_batch(batch) if self.dp else batch), 1
-
-  def train_step(self, state, batch):
-    return self.step_fn(state, *batch)
 
   def train_metrics(self, sums, step, config=None):
     """The progress numbers of the epoch's `sums` at `step`, the learning rate by `config`'s schedule (default the
@@ -344,7 +335,7 @@ def make_member_train_step(group: members_lib.Members, steps_per_epoch: int, ste
                            dp: parallel.DataParallel, counts=None):
   """The members' step, jit-compiled for `dp`'s [members, data] mesh, the state donated: step(state[K, …],
   x[B, T], y[B, T]) → (state, sums[K]). Member k's model, cost and optimiser are built inside the program
-  from its values (`Members.bind`), its dropout and cost keys from step_keys[k]: what `train_step_for` builds
+  from its values (`Members.bind`), its dropout and cost keys from step_keys[k]: what `LMTask` builds
   for a run of member k's config alone, vmapped."""
 
   def body(config, step_key):
@@ -370,8 +361,8 @@ class MembersTask(LMTask):
     self.setup(config, corpus, self.group.template(), dp)  # (the structure every member's program has)
     keys = [trainer.run_keys(c.seed) for c in self.group.configs]
     self.init_keys, self.step_keys = [k[0] for k in keys], [k[1] for k in keys]
-    self.step_fn = make_member_train_step(self.group, self.steps_per_epoch, jnp.stack(self.step_keys), dp,
-                                          self.counts)
+    self.step_fn = self.train_step = make_member_train_step(self.group, self.steps_per_epoch,
+                                                            jnp.stack(self.step_keys), dp, self.counts)
 
   def init_state(self):
     """Each member from its own seed, stacked along the member axis and placed by the mesh."""

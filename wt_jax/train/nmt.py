@@ -185,7 +185,7 @@ class NMTTask:
       if i >= start:
         yield self.dp.shard_batch((b.src, b.tgt_in, b.tgt_out)), 1
 
-  def train_step(self, state, batch):
+  def train_step(self, state, *batch):
     state, (nll, tokens) = self.step_fn(state, *batch)
     return state, {"nll": nll, "tokens": tokens}
 

@@ -205,12 +205,6 @@ RESUMABLE_KEYS = frozenset({"num_epochs", "max_steps", "log_every", "checkpoint_
                             "checkpoint_every_epochs", "profile_steps", "plot", "data_dir", "download",
                             "num_devices", "eval_mc_samples", "allow_resume_changes"})
 
-# XLA:GPU's run-to-run determinism (jaxlib 0.10–0.12: "Guarantees run-to-run determinism on GPU"): scatter-adds
-# (the embedding gradient among them) and reductions take fixed-order implementations instead of atomics. The
-# CPU backend is deterministic already and accepts the flag.
-DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops"
-
-
 class ConfigChangedError(ValueError):
   """A run is resumed with a config that differs from the one its folder was started with."""
 
@@ -249,22 +243,11 @@ def host() -> dict:
           "xla_flags": os.environ.get("XLA_FLAGS", "")}
 
 
-def determinism_in(flags: str) -> bool | None:
-  """What an XLA_FLAGS value asks of DETERMINISTIC_FLAG: True, False, or None when it does not name it (XLA:
-  the last setting wins; a bare flag is on)."""
-  value = None
-  for f in flags.split():
-    name, _, v = f.partition("=")
-    if name == DETERMINISTIC_FLAG:
-      value = v.lower() in ("", "true", "1")
-  return value
-
-
 def check_determinism(config) -> None:
   """A run asked to be deterministic (`config.deterministic`) stops with one line when its process's XLA_FLAGS
   do not ask XLA for it, instead of running non-deterministically (the entry points set it: `experiments.start`)."""
-  if config.get("deterministic", False) and not determinism_in(os.environ.get("XLA_FLAGS", "")):
-    raise RuntimeError(f"config.deterministic is set but XLA_FLAGS does not hold {DETERMINISTIC_FLAG}=true; set it "
+  if config.get("deterministic", False) and not parallel.determinism_in(os.environ.get("XLA_FLAGS", "")):
+    raise RuntimeError(f"config.deterministic is set but XLA_FLAGS does not hold {parallel.DETERMINISTIC_FLAG}=true; set it "
                        "before the first JAX computation (experiments.start does).")
 
 

@@ -158,7 +158,7 @@ class SkipGramTask:
                jnp.asarray(lrs, jnp.float32), jnp.int32(first))
       yield batch, k
 
-  def train_step(self, state, batch):
+  def train_step(self, state, *batch):
     state, losses_K = self.step_fn(state, *batch)
     return state, {"loss": jnp.sum(losses_K), "pairs": jnp.asarray(losses_K.shape[0] * self.config.batch_size,
                                                                    jnp.int32)}

@@ -21,7 +21,7 @@ class Task(Protocol):
   def init_state(self) -> Any: ...
   def start_epoch(self, state: Any, epoch: int) -> Any: ...  # e.g. reset a recurrent carry
   def batches(self, epoch: int, start: int) -> Iterator[tuple[Any, int]]: ...  # (batch, steps it takes)
-  def train_step(self, state: Any, batch: Any) -> tuple[Any, dict]: ...  # → (state, sums: a scalar per key)
+  def train_step(self, state: Any, *batch: Any) -> tuple[Any, dict]: ...  # → (state, sums: a scalar per key)
   def train_metrics(self, sums: dict, step: int) -> dict: ...  # the epoch's sums so far → progress numbers
   def validate(self, state: Any, epoch: int) -> dict: ...  # the epoch's validation numbers
   def final(self, state: Any, best_state: Any, meta: dict, sums: dict) -> dict: ...  # the task's results

@@ -163,7 +163,7 @@ def _train_epoch(r: Run, interrupted: list) -> bool:
   """The rest of the epoch's steps; False when `max_steps` stopped it first. A signal saves `last` and stops."""
   every_line = r.config.log_every
   for batch, k in r.task.batches(r.epoch, r.pos):
-    r.state, step_sums = r.task.train_step(r.state, batch)
+    r.state, step_sums = r.task.train_step(r.state, *batch)
     if r.profiler:
       r.profiler.after_step(r.state)
     r.sums = step_sums if r.sums is None else _add(r.sums, step_sums)
