@@ -19,6 +19,7 @@ gradients over `--dynamic_stats_batches` training windows, 0: all, of `--dynamic
 The JSON line then adds `adaptation` (the settings) and `plain_ppl`; the run's own parameters are never changed.
 """
 import json
+import math
 from pathlib import Path
 
 from absl import app, flags
@@ -69,6 +70,13 @@ def main(argv):
     raise app.UsageError(f"--cache_size must be ≥ 1 (0: no cache), not {_CACHE_SIZE.value}.")
   if _CACHE_SIZE.value and _DYNAMIC.value:
     raise app.UsageError("Give one of --cache_size and --dynamic_eval: one adaptation at a time.")
+  given = lambda holder: not flags.FLAGS[holder.name].using_default_value
+  for flag in (_CACHE_THETA, _CACHE_LAMBDA):  # (a setting of an adaptation not asked for would silently do nothing)
+    if given(flag) and not _CACHE_SIZE.value:
+      raise app.UsageError(f"--{flag.name} sets the cache, which is off: give --cache_size=N too.")
+  for flag in (_DYNAMIC_LR, _DYNAMIC_DECAY, _DYNAMIC_SEGMENT, _DYNAMIC_STATS, _DYNAMIC_STATS_B):
+    if given(flag) and not _DYNAMIC.value:
+      raise app.UsageError(f"--{flag.name} sets dynamic evaluation, which is off: give --dynamic_eval=sgd|rms too.")
   if _PER_TOKEN.value:
     check_folder(Path(_PER_TOKEN.value).parent, "--per_token")
   quiet_library_logs()
@@ -101,6 +109,9 @@ def main(argv):
   last = {key: out[key] for key in ("ppl", "tokens", "oov", "oov_words", "nll", "ppl_per_word", "words", "split",
                                     "plain_ppl", "adaptation") if key in out}
   print(json.dumps(files.finite({**last, **run})))  # (a diverged model's inf perplexity as null: valid JSON)
+  if "adaptation" in out and not math.isfinite(out["ppl"]):
+    raise InputError(f"The adapted perplexity is {out['ppl']} (the plain one {out['plain_ppl']:.2f}): the adaptation "
+                     "diverged; try a smaller step size (--dynamic_lr) or cache weight (--cache_lambda < 1).")
 
 
 if __name__ == "__main__":

@@ -317,7 +317,13 @@ def test_score_adapts_with_the_cache_or_dynamic_evaluation_and_switched_off_is_t
   cases = {"--cache_size must be ≥ 1": score(cache_size=-3),
            "one adaptation at a time": score(cache_size=5, dynamic_eval="sgd"),
            "λ must lie in [0, 1]": score(cache_size=5, cache_lambda=1.5),
-           "must be finite numbers ≥ 0": score(dynamic_eval="sgd", dynamic_lr=-1.0)}
+           "must be finite numbers ≥ 0": score(dynamic_eval="sgd", dynamic_lr=-1.0),
+           # a setting of an adaptation that is off, or a segment of 0 steps, would silently do nothing
+           "--cache_lambda sets the cache, which is off": score(cache_size=0, cache_lambda=0.1),
+           "--dynamic_lr sets dynamic evaluation, which is off": score(dynamic_lr=0.5),
+           "segment length must be an integer ≥ 1": score(dynamic_eval="sgd", dynamic_lr=0.1, dynamic_segment=0),
+           # an adaptation that overflows: the JSON line says null, then one line and exit status 1
+           "the adaptation diverged": score(cache_size=5, cache_lambda=1.0)}
   for expected, line in cases.items():
     assert line is not None and "\n" not in line and expected in line, (expected, line)
 

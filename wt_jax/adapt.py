@@ -60,14 +60,15 @@ def _check_cache(lm, size: int, thetas, lambdas) -> None:
 
 @functools.partial(jax.jit, static_argnames=("model", "size", "per_token"))
 def _cache_pass(params, xs_NxT, ys_NxT, mask_NxT, thetas_G, lambdas_L, *, model, size, per_token=False):
-  """→ (Σ NLL [L, G], per-token (log p, rank) of the first (λ, θ) or None). See the module docstring."""
+  """→ (NLL summed per window [N, L, G], per-token (log p, rank) of the first (λ, θ) or None). See the module
+  docstring. The windows' sums are added on the host in float64 (`cache_nll`), as the plain protocol does."""
   carry = model.initial_carry(1)
   z_shape = jax.eval_shape(lambda: model.apply({"params": params}, xs_NxT[0][None], carry, features=True))[0]
   ring = (jnp.zeros((size, z_shape.shape[-1]), jnp.float32), jnp.full((size,), -1, jnp.int32),
           jnp.zeros((size,), bool))
 
   def body(acc, window):
-    carry, (ring_h, ring_y, ring_ok), total = acc
+    carry, (ring_h, ring_y, ring_ok) = acc
     x_T, y_T, m_T = window
     z_1xTxD, carry = model.apply({"params": params}, x_T[None], carry, train=False, features=True)
     z_TxD = z_1xTxD[0].astype(jnp.float32)
@@ -84,20 +85,20 @@ def _cache_pass(params, xs_NxT, ys_NxT, mask_NxT, thetas_G, lambdas_L, *, model,
     lam = lambdas_L[:, None, None]
     mixed_LxGxT = jnp.logaddexp(jnp.log1p(-lam) + logp_model_T, jnp.log(lam) + (log_hit - log_all)[None])
     mixed_LxGxT = jnp.where(used_T, mixed_LxGxT, logp_model_T)
-    total = total - jnp.sum(mixed_LxGxT * m_T, axis=-1)
+    window_nll = -jnp.sum(mixed_LxGxT * m_T, axis=-1)
     out = None
     if per_token:  # the mixture over all V words, for the target's rank
       w_TxM = jnp.where(used_T[:, None], jax.nn.softmax(jnp.where(allowed_TxM, s_GxTxM[0], -jnp.inf), axis=-1), 0.0)
       p_cache_TxV = jax.vmap(lambda w: jnp.zeros(logits_TxV.shape[-1]).at[vals].add(w))(w_TxM)
       l0 = jnp.where(used_T, lambdas_L[0], 0.0)[:, None]
       p_TxV = (1 - l0) * jax.nn.softmax(logits_TxV, axis=-1) + l0 * p_cache_TxV
-      target_T = mixed_LxGxT[0, 0]
-      out = (target_T, 1 + jnp.sum(jnp.log(p_TxV) > target_T[:, None], axis=-1))
-    return (carry, (keys[T:], vals[T:], ok[T:]), total), out
+      # the rank among the V words of this same mixture (strictly likelier words: the target never counts itself)
+      p_target_T = jnp.take_along_axis(p_TxV, y_T[:, None], axis=-1)[:, 0]
+      out = (mixed_LxGxT[0, 0], 1 + jnp.sum(p_TxV > p_target_T[:, None], axis=-1))
+    return (carry, (keys[T:], vals[T:], ok[T:])), (window_nll, out)
 
-  zero = jnp.zeros((lambdas_L.shape[0], thetas_G.shape[0]), jnp.float32)
-  (_, _, total), out = jax.lax.scan(body, (carry, ring, zero), (xs_NxT, ys_NxT, mask_NxT))
-  return total, out
+  _, (nll_NxLxG, out) = jax.lax.scan(body, (carry, ring), (xs_NxT, ys_NxT, mask_NxT))
+  return nll_NxLxG, out
 
 
 def cache_nll(lm, ids, size: int, thetas, lambdas) -> np.ndarray:
@@ -107,9 +108,9 @@ def cache_nll(lm, ids, size: int, thetas, lambdas) -> np.ndarray:
   _check_cache(lm, size, thetas, lambdas)
   xs, ys, mask, _ = _windows(lm, ids, lm.config.test_window)
   with precision.matmul_precision(lm.config.get("matmul_precision", "default")):
-    total, _ = _cache_pass(lm.params, xs, ys, mask, jnp.asarray(thetas, jnp.float32),
-                           jnp.asarray(lambdas, jnp.float32), model=lm.model, size=int(size))
-  return np.asarray(jax.device_get(total), np.float64)
+    nll, _ = _cache_pass(lm.params, xs, ys, mask, jnp.asarray(thetas, jnp.float32),
+                         jnp.asarray(lambdas, jnp.float32), model=lm.model, size=int(size))
+  return np.asarray(jax.device_get(nll), np.float64).sum(axis=0)
 
 
 def score_cache(lm, ids, size: int, theta: float, lam: float, per_token: bool = False) -> dict:
@@ -119,9 +120,9 @@ def score_cache(lm, ids, size: int, theta: float, lam: float, per_token: bool = 
   W = lm.config.test_window
   xs, ys, mask, tokens = _windows(lm, ids, W)
   with precision.matmul_precision(lm.config.get("matmul_precision", "default")):
-    total, out = _cache_pass(lm.params, xs, ys, mask, jnp.asarray([theta], jnp.float32),
-                             jnp.asarray([lam], jnp.float32), model=lm.model, size=int(size), per_token=per_token)
-  nll = float(total[0, 0])
+    nll_windows, out = _cache_pass(lm.params, xs, ys, mask, jnp.asarray([theta], jnp.float32),
+                                   jnp.asarray([lam], jnp.float32), model=lm.model, size=int(size), per_token=per_token)
+  nll = float(np.asarray(jax.device_get(nll_windows), np.float64)[:, 0, 0].sum())
   result = {"ppl": lm_eval.perplexity(nll, tokens), "nll": nll, "tokens": tokens,
             "protocol": f"one stream at batch 1 in windows of {W} (test_window), the carry kept; all N-1 targets",
             "adaptation": {"method": "cache (Grave et al. 2017)", "cache_size": int(size), "theta": theta,
@@ -169,7 +170,7 @@ def gradient_rms(lm, train_ids, batch_size: int = 100, segment: int | None = Non
   """MS of the RMS rule: √(mean over training windows of g²) per parameter, g the gradient of a window's mean NLL
   ([batch_size, segment] windows of the training stream, `segment` default the run's bptt; the first
   `max_batches` windows when > 0), as Krause et al.'s code collects it."""
-  segment = segment or lm.config.bptt
+  segment = lm.config.bptt if segment is None else segment
   w = batching.lm_windows(train_ids, batch_size, segment)
   n = min(max_batches, len(w)) if max_batches > 0 else len(w)
   with precision.matmul_precision(lm.config.get("matmul_precision", "default")):
@@ -179,7 +180,8 @@ def gradient_rms(lm, train_ids, batch_size: int = 100, segment: int | None = Non
 
 @functools.partial(jax.jit, static_argnames=("model", "rms"))
 def _dynamic_pass(params0, ms, xs_NxT, ys_NxT, mask_NxT, lr, decay, eps, *, model, rms):
-  """→ (Σ NLL, per-token (logp, rank), adapted parameters). See the module docstring."""
+  """→ (NLL per segment [N], per-token (logp, rank), adapted parameters). See the module docstring. The segments'
+  sums are added on the host in float64 (`score_dynamic`), as the plain protocol does."""
   tree = jax.tree_util.tree_map
   if rms:
     leaves = jax.tree_util.tree_leaves(ms)
@@ -187,17 +189,16 @@ def _dynamic_pass(params0, ms, xs_NxT, ys_NxT, mask_NxT, lr, decay, eps, *, mode
     rate = tree(lambda s: jnp.minimum(s / mean_ms, 1.0 / decay), ms)  # (1/0 = inf: no clip without decay)
 
   def body(acc, window):
-    params, carry, total = acc
+    params, carry = acc
     (_, (nll, logp, rank, carry)), g = jax.value_and_grad(_segment_loss, has_aux=True)(params, carry, *window, model)
     if rms:
       params = tree(lambda p, p0, g, s, r: p - lr * g / (s + eps) + decay * r * (p0 - p), params, params0, g, ms, rate)
     else:
       params = tree(lambda p, p0, g: p - lr * g + decay * (p0 - p), params, params0, g)
-    return (params, jax.lax.stop_gradient(carry), total + nll), (logp, rank)
+    return (params, jax.lax.stop_gradient(carry)), (nll, logp, rank)
 
-  acc = (params0, model.initial_carry(1), jnp.zeros((), jnp.float32))
-  (params, _, total), out = jax.lax.scan(body, acc, (xs_NxT, ys_NxT, mask_NxT))
-  return total, out, params
+  (params, _), (nll_N, *out) = jax.lax.scan(body, (params0, model.initial_carry(1)), (xs_NxT, ys_NxT, mask_NxT))
+  return nll_N, out, params
 
 
 def score_dynamic(lm, ids, rule: str, lr: float, decay: float = 0.0, ms=None, segment: int | None = None,
@@ -215,15 +216,15 @@ def score_dynamic(lm, ids, rule: str, lr: float, decay: float = 0.0, ms=None, se
     raise InputError("The 'rms' rule needs the RMS of the training gradients (gradient_rms).")
   if not eps > 0:
     raise InputError(f"ε must be > 0, not {eps!r}.")
-  segment = segment or lm.config.bptt
+  segment = lm.config.bptt if segment is None else segment
   if isinstance(segment, bool) or not isinstance(segment, (int, np.integer)) or segment < 1:
     raise InputError(f"The segment length must be an integer ≥ 1, not {segment!r}.")
   xs, ys, mask, tokens = _windows(lm, ids, segment)
   ms = ms if rule == "rms" else jax.tree_util.tree_map(jnp.ones_like, lm.params)
   with precision.matmul_precision(lm.config.get("matmul_precision", "default")):
-    total, out, params = _dynamic_pass(lm.params, ms, xs, ys, mask, jnp.float32(lr), jnp.float32(decay),
-                                       jnp.float32(eps), model=lm.model, rms=rule == "rms")
-  nll = float(total)
+    nll_segments, out, params = _dynamic_pass(lm.params, ms, xs, ys, mask, jnp.float32(lr), jnp.float32(decay),
+                                              jnp.float32(eps), model=lm.model, rms=rule == "rms")
+  nll = float(np.asarray(jax.device_get(nll_segments), np.float64).sum())
   result = {"ppl": lm_eval.perplexity(nll, tokens), "nll": nll, "tokens": tokens,
             "protocol": f"one stream at batch 1 in segments of {segment}, the carry kept; all N-1 targets, each "
                         "scored before the step on its segment",
