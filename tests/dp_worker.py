@@ -125,7 +125,8 @@ def main():
     flat = np.concatenate([np.ravel(np.asarray(p)) for p in jax.tree_util.tree_leaves(params)])
     out[run] = {"train_ppl": [r[curve] for r in steps if r["kind"] == "train"],
                 "valid_ppl": valid, "test_ppl": test, "num_devices": results["num_devices"],
-                "num_processes": processes, "params": flat.tolist()}
+                "num_processes": processes, "params": flat.tolist(),
+                "params_dtypes": sorted({str(np.asarray(p).dtype) for p in jax.tree_util.tree_leaves(params)})}
   if parallel.is_writer():
     Path(args.out).write_text(json.dumps(out))
 
