@@ -17,6 +17,9 @@ Test-time adaptation (`wt_jax.adapt`; one at a time, `--split=valid` to tune): t
 --dynamic_decay=λ` (segments of `--dynamic_segment`, default the run's bptt; 'rms' first collects the RMS of the
 gradients over `--dynamic_stats_batches` training windows, 0: all, of `--dynamic_stats_batch_size` × segment).
 The JSON line then adds `adaptation` (the settings) and `plain_ppl`; the run's own parameters are never changed.
+`--reset_at=line|blank_line` scores each document (a line; the lines up to an empty one) from a fresh start, plain
+or adapted: the recurrent state, the cache and the adapted parameters start afresh, the document read after `<eos>`
+(every token a target; `documents` in the JSON line counts them).
 """
 import json
 import math
@@ -47,18 +50,21 @@ _DYNAMIC_SEGMENT = flags.DEFINE_integer("dynamic_segment", None, "Dynamic evalua
 _DYNAMIC_STATS = flags.DEFINE_integer("dynamic_stats_batches", 0, "rms: training windows for the gradients' RMS "
                                       "(0: all).")
 _DYNAMIC_STATS_B = flags.DEFINE_integer("dynamic_stats_batch_size", 100, "rms: streams per training window.")
+_RESET_AT = flags.DEFINE_enum("reset_at", "never", list(trained_lm.RESETS), "Score each document from a fresh start "
+                              "(the recurrent state, the cache, the adapted parameters): a document ends at every "
+                              "line end (line) or at an empty line (blank_line); never: the text is one stream.")
 
 
-def _adapted(lm, ids, per_token: bool) -> dict:
-  """`ids` scored with the cache or dynamic evaluation the flags ask for."""
+def _adaptation(lm) -> tuple:
+  """(scorer, its settings): the cache or dynamic evaluation the flags ask for."""
   if _CACHE_SIZE.value:
-    return adapt.score_cache(lm, ids, _CACHE_SIZE.value, _CACHE_THETA.value, _CACHE_LAMBDA.value, per_token)
+    return adapt.score_cache, dict(size=_CACHE_SIZE.value, theta=_CACHE_THETA.value, lam=_CACHE_LAMBDA.value)
   ms = None
   if _DYNAMIC.value == "rms":
     ms = adapt.gradient_rms(lm, trained_lm.split_stream(lm, "train"), _DYNAMIC_STATS_B.value,
                             _DYNAMIC_SEGMENT.value, _DYNAMIC_STATS.value)
-  return adapt.score_dynamic(lm, ids, _DYNAMIC.value, _DYNAMIC_LR.value, _DYNAMIC_DECAY.value, ms,
-                             _DYNAMIC_SEGMENT.value, per_token=per_token)
+  return adapt.score_dynamic, dict(rule=_DYNAMIC.value, lr=_DYNAMIC_LR.value, decay=_DYNAMIC_DECAY.value, ms=ms,
+                                   segment=_DYNAMIC_SEGMENT.value)
 
 
 def main(argv):
@@ -89,13 +95,18 @@ def main(argv):
     lm = trained_lm.load(workdir, checkpoint, member)
   except CheckpointUnreadableError as e:
     raise InputError(str(e)) from None
-  per_token = bool(_PER_TOKEN.value)
+  per_token, reset = bool(_PER_TOKEN.value), _RESET_AT.value
   out = (trained_lm.score(lm, text, per_token) if text is not None else
          trained_lm.score_split(lm, _SPLIT.value, per_token=per_token))
-  if _CACHE_SIZE.value or _DYNAMIC.value:
+  if reset != "never" or _CACHE_SIZE.value or _DYNAMIC.value:
     ids = trained_lm.encode_text(lm, text).ids if text is not None else trained_lm.split_stream(lm, _SPLIT.value)
-    out = {**out, **_adapted(lm, ids, per_token), "plain_ppl": out["ppl"]}
     out.pop("not_the_runs_test", None)
+  if reset != "never":  # (the whole text above gave the OOV words and the run; its perplexities are replaced)
+    out = {**{k: v for k, v in out.items() if k not in ("ppl_per_word", "words")},
+           **trained_lm.by_document(trained_lm.score_ids, lm, ids, reset, per_token)}
+  if _CACHE_SIZE.value or _DYNAMIC.value:
+    scorer, settings = _adaptation(lm)
+    out = {**out, **trained_lm.by_document(scorer, lm, ids, reset, per_token, **settings), "plain_ppl": out["ppl"]}
   if per_token:
     files.write_whole(_PER_TOKEN.value, "".join(json.dumps(t) + "\n" for t in out.pop("per_token")))
   run = out["run"]
@@ -107,7 +118,7 @@ def main(argv):
   if per_token:
     print(f"wrote {out['tokens']} per-token scores to {_PER_TOKEN.value}")
   last = {key: out[key] for key in ("ppl", "tokens", "oov", "oov_words", "nll", "ppl_per_word", "words", "split",
-                                    "plain_ppl", "adaptation") if key in out}
+                                    "plain_ppl", "adaptation", "documents") if key in out}
   print(json.dumps(files.finite({**last, **run})))  # (a diverged model's inf perplexity as null: valid JSON)
   if "adaptation" in out and not math.isfinite(out["ppl"]):
     raise InputError(f"The adapted perplexity is {out['ppl']} (the plain one {out['plain_ppl']:.2f}): the adaptation "

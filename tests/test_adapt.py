@@ -6,6 +6,7 @@ The models are the tiny configs at their initial parameters: the mechanisms, not
 adaptation off sum the same per-token float32 NLLs in other groupings; over a few hundred targets that is a
 relative difference of order 1e-7 in the perplexity, well inside 1e-6.
 """
+import dataclasses
 import math
 
 import jax
@@ -176,3 +177,40 @@ def test_bad_input_is_refused():
     with pytest.raises(InputError, match=None) as e:
       call()
     assert expected in str(e.value) and "\n" not in str(e.value), (expected, str(e.value))
+
+
+def _two_identical_lines(family):
+  """A tiny untrained model whose id 0 is `<eos>`, and a text of one line twice: ids [line, <eos>, line, <eos>]."""
+  lm = _lm(family)
+  lm = dataclasses.replace(lm, vocab=Vocab(["<eos>", *(f"w{i}" for i in range(1, V))]))
+  line = np.random.default_rng(3).integers(1, V, 12).astype(np.int32)
+  return lm, np.concatenate([line, [0], line, [0]]).astype(np.int32), len(line) + 1
+
+
+@pytest.mark.parametrize("method", ["plain", "cache", "dynamic"])
+def test_reset_at_line_scores_a_repeated_line_as_the_first_and_never_remembers_it(method):
+  """With `reset_at='line'` every line is a document read from a fresh start after `<eos>`: the second of two
+  identical lines gets exactly the first's log-probabilities (plain, cache, dynamic evaluation). Without resets the
+  cache and dynamic evaluation have read the first line, and score the second better."""
+  lm, ids, n = _two_identical_lines("lstm")
+  scorer, settings = {"plain": (trained_lm.score_ids, {}),
+                      "cache": (adapt.score_cache, dict(size=40, theta=1.0, lam=0.5)),
+                      "dynamic": (adapt.score_dynamic, dict(rule="sgd", lr=1.0, segment=4))}[method]
+  reset = trained_lm.by_document(scorer, lm, ids, "line", per_token=True, **settings)
+  logp = [t["logp"] for t in reset["per_token"]]
+  assert reset["documents"] == 2 and reset["tokens"] == len(ids) == 2 * n
+  assert logp[:n] == logp[n:]
+  assert reset["nll"] == pytest.approx(-sum(logp), rel=1e-6)
+  if method != "plain":
+    never = [t["logp"] for t in trained_lm.by_document(scorer, lm, ids, "never", per_token=True, **settings)[
+        "per_token"]]
+    assert sum(never[-(n - 1):]) > sum(never[:n - 1]) + 1.0  # (the second line read after the first)
+
+
+def test_documents_end_at_each_line_or_at_each_empty_line():
+  eos = 0
+  ids = np.array([5, 6, 0, 7, 0, 0, 8, 0], np.int32)  # "5 6", "7", "", "8"
+  assert [d.tolist() for d in trained_lm.documents(ids, "line", eos)] == [[0, 5, 6, 0], [0, 7, 0], [0, 0], [0, 8, 0]]
+  assert [d.tolist() for d in trained_lm.documents(ids, "blank_line", eos)] == [[0, 5, 6, 0, 7, 0, 0], [0, 8, 0]]
+  with pytest.raises(InputError, match="reset_at"):
+    trained_lm.documents(ids, "paragraph", eos)

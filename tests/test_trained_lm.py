@@ -326,6 +326,10 @@ def test_score_adapts_with_the_cache_or_dynamic_evaluation_and_switched_off_is_t
            "the adaptation diverged": score(cache_size=5, cache_lambda=1.0)}
   for expected, line in cases.items():
     assert line is not None and "\n" not in line and expected in line, (expected, line)
+  capsys.readouterr()
+  assert score(reset_at="line", cache_size=10, cache_lambda=0.2) is None  # every line a document: every token a target
+  last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+  assert last["documents"] > 1 and last["tokens"] == len(trained_lm.split_stream(trained_lm.load(workdir), "test"))
 
 
 @pytest.mark.slow  # (dynamic evaluation's grid: a dozen passes)

@@ -44,6 +44,7 @@ from wt_jax.train.members_run import MEMBERS_DIR
 
 CHECKPOINTS = export.KINDS  # 'last', 'best'
 SPLITS = ptb.SPLITS
+EOS = ptb.EOS
 
 
 @dataclasses.dataclass
@@ -221,6 +222,40 @@ def score_ids(lm: TrainedLM, ids: np.ndarray, per_token: bool = False) -> dict:
       result["per_token"] = [{"token": t, "logp": float(lp), "rank": int(r)}
                              for t, lp, r in zip(words, np.asarray(logp)[:n], np.asarray(rank)[:n])]
   return result
+
+
+RESETS = ("never", "line", "blank_line")
+
+
+def documents(ids: np.ndarray, reset_at: str, eos: int) -> list[np.ndarray]:
+  """ids[N] cut where `reset_at` says a document ends — after every `<eos>` (line), or after an `<eos>` that ends an
+  empty line (blank_line: the `<eos>` right after another) — each with `<eos>` in front: a document starts as a text
+  does after a line's end, so every one of its tokens is a target."""
+  if reset_at not in RESETS:
+    raise InputError(f"Unknown reset_at {reset_at!r}; expected one of {', '.join(RESETS)}.")
+  ids = np.asarray(ids, np.int32)
+  is_eos = ids == eos
+  ends = is_eos if reset_at == "line" else is_eos & np.concatenate([[False], is_eos[:-1]])
+  cuts = np.flatnonzero(ends) + 1
+  return [np.concatenate([[eos], doc]).astype(np.int32) for doc in np.split(ids, cuts) if doc.size]
+
+
+def by_document(scorer, lm: TrainedLM, ids: np.ndarray, reset_at: str, per_token: bool = False, **settings) -> dict:
+  """`scorer(lm, ids, per_token=…, **settings)` (`score_ids`, `adapt.score_cache`, `adapt.score_dynamic`) of ids[N],
+  or with `reset_at` 'line' | 'blank_line' of each of its `documents` from a fresh start — the recurrent state, the
+  cache, the adapted parameters — their NLL and targets added: {'ppl', 'nll', 'tokens', 'documents', …}."""
+  if reset_at == "never":
+    return scorer(lm, ids, per_token=per_token, **settings)
+  if EOS not in lm.vocab:
+    raise InputError(f"reset_at={reset_at} cuts the text at {EOS}, which the run's vocabulary does not have.")
+  parts = [scorer(lm, doc, per_token=per_token, **settings) for doc in documents(ids, reset_at, lm.vocab.index[EOS])]
+  nll, tokens = sum(p["nll"] for p in parts), sum(p["tokens"] for p in parts)
+  out = {**parts[0], "ppl": lm_eval.perplexity(nll, tokens), "nll": nll, "tokens": tokens, "documents": len(parts),
+         "protocol": f"{parts[0]['protocol']}; each {reset_at.replace('_', ' ')}-ended document from a fresh start "
+                     f"after {EOS} (every token a target)"}
+  if per_token:
+    out["per_token"] = [t for p in parts for t in p["per_token"]]
+  return out
 
 
 def score(lm: TrainedLM, text: str, per_token: bool = False) -> dict:
