@@ -15,9 +15,10 @@ import pytest
 
 from tests.conftest import REPO, write_corpus
 
-# (rhn: the variational masks module, as bd_lstm_lm's; w2v: the skip-gram trainer, negatives drawn on device;
+# (rhn: a tied model on 8 devices, a row of the batch each, and the variational masks module, as bd_lstm_lm's; w2v:
+# the skip-gram trainer, negatives drawn on device;
 # nmt: the translation trainer, with dropout, filler rows in the last batch and sharded beam search)
-RUNS = ["lstm:1", "lstm:2", "rhn:1", "rhn:4", "w2v:1", "w2v:4", "nmt:1", "nmt:4", "mlstm:1", "mlstm:2", "mlstm:8"]
+RUNS = ["lstm:1", "lstm:2", "rhn:1", "rhn:8", "w2v:1", "w2v:4", "nmt:1", "nmt:4", "mlstm:1", "mlstm:2", "mlstm:8"]
 # (mlstm: 4 members of a run, wt_jax.members, each with its own dropout and learning rates; 2 devices hold 2
 # members each, 8 devices 1 each on a [4, 2] mesh, the batch over 2. More devices for the plain LSTM, or members
 # of the variational LSTM, would repeat what these show: the all-reduce, the masks, the member axis over a mesh.)

@@ -85,6 +85,24 @@ def test_after_training_the_tied_matrix_is_one_leaf_with_one_optimizer_slot_used
   _uses_one_matrix(model, params)
 
 
+def test_a_train_step_moves_the_shared_matrix_by_exactly_one_optimizer_update():
+  """A tied matrix stepped twice in one train step (once per role, or the update applied twice) trains faster than
+  it should and looks fine in every other test. Here the step's new matrix is optax's Adam applied once, by hand,
+  to the one summed gradient of both roles (two updates of Adam would move it about twice as far)."""
+  config = _tied(optimizer="adam", learning_rate=1e-2, clip_norm=1e9)
+  model = models.build(config)
+  tx = optim.make_optimizer(config, steps_per_epoch=100)
+  state = lm.initial_state(config, model, tx, jax.random.key(0))
+  params = jax.tree_util.tree_map(jnp.copy, state["params"])  # (the step donates its state)
+  g = _gradient(config, model, params)
+  updates, _ = optax.adam(1e-2).update(g, optax.adam(1e-2).init(params), params)
+  want = optax.apply_updates(params, updates)["words"]["embedding"]
+  state, _ = lm.make_train_step(model, tx, losses.make_lm_cost(config), jax.random.key(1))(state, *_window(config))
+  got = state["params"]["words"]["embedding"]
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+  assert float(jnp.max(jnp.abs(want - params["words"]["embedding"]))) > 1e-3  # (the update is not negligible)
+
+
 def test_each_member_has_its_own_shared_matrix(tiny_corpus):
   """Data parallelism's replicas are tests/test_parallel.py's (a tied RHN on 4 devices trains the one-device
   model); here the members of one program: member 1 at learning rate 0 keeps its own initial matrix while
