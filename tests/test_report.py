@@ -532,11 +532,13 @@ def test_inan_page_tables_1_and_2_paper_beside_ours(tmp_path):
   assert len([l for l in tab.splitlines() if l.startswith("| 1 | PTB | large (1500) |") and "not run yet" in l]) == 4
   claims = {l.split(": ", 1)[0]: l.split(": ", 1)[1] for l in tab.splitlines() if l.startswith("- Table")}
   # Each claim names the seeds behind the means it compares, and their spread where there are several.
+  # (one seed on a side: no verdict; order_line's own test reads claims against seeds)
+  not_read = "not read (one seed on a side)"
   assert claims["- Table 2, WikiText-2, second half, small, ours"] == (
-      "AL < VD: yes, RE < VD: yes, REAL lowest: no (AL 140.00 < REAL 141.00 < RE 146.00 < VD 150.00); "
-      "seeds: VD 0, AL 0, RE 0 and 1 (test sd 1.41), REAL 0")
+      f"AL < VD: {not_read}, RE < VD: {not_read}, REAL lowest: {not_read} (AL 140.00 < REAL 141.00 < RE 146.00 < "
+      "VD 150.00); seeds: VD 0, AL 0, RE 0 and 1 (test sd 1.41), REAL 0")
   assert claims["- Table 1, PTB, small, ours, App. A, retrained (footnote 4)"].startswith(
-      "AL < VD: yes, RE < VD: yes, REAL lowest: yes")
+      f"AL < VD: {not_read}, RE < VD: {not_read}, REAL lowest: {not_read}")
   assert claims["- Table 1, PTB, medium, ours"] == "not run yet (1 of 4 rows)"
   assert claims["- Table 1, PTB, large, paper"] == (
       "AL < VD: yes, RE < VD: yes, REAL lowest: yes (REAL 68.5 < RE 69.0 < AL 71.2 < VD 72.6)")
@@ -952,3 +954,17 @@ def test_the_field_page_is_rebuilt_from_the_records_byte_for_byte(tmp_path):
     shutil.copytree(REPO / "results" / study, out / study)
   field.build_field("field", out, None, None)
   assert (out / "field" / "README.md").read_bytes() == (REPO / "results" / "field" / "README.md").read_bytes()
+
+
+def test_the_paper_s_order_claims_are_read_against_the_seed_spread():
+  """A claim of ours is yes or no only beyond twice the larger seed sd; within it it is said so, neighbours in the
+  order that close are joined by ≈; the paper's single numbers are read as they are."""
+  ours = {"vd": [88.0, 88.2], "al": [87.0, 87.2], "re": [86.95, 87.15], "real": [85.0, 85.2]}
+  assert inan.order_line(ours) == ("AL < VD: yes, RE < VD: yes, REAL lowest: yes (REAL 85.10 < RE 87.05 ≈ AL 87.10 "
+                                   "< VD 88.10)")
+  close = {**ours, "real": [86.9, 87.3]}  # (REAL within the spread of AL and RE)
+  assert inan.order_line(close).startswith("AL < VD: yes, RE < VD: yes, REAL lowest: within the spread (")
+  worse = {**ours, "al": [88.5, 88.7]}
+  assert inan.order_line(worse).startswith("AL < VD: no, ")
+  assert inan.order_line({"vd": [87.3], "al": [82.9], "re": [85.1], "real": [82.7]}, str, paper=True) == (
+      "AL < VD: yes, RE < VD: yes, REAL lowest: yes (REAL 82.7 < AL 82.9 < RE 85.1 < VD 87.3)")
