@@ -29,6 +29,7 @@ _TOP_K = flags.DEFINE_integer("top_k", 0, "Draw among the k likeliest words only
 _TOP_P = flags.DEFINE_float("top_p", 1.0, "Draw within the nucleus of this probability mass, in (0, 1] (1: all).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the draws: the same seed gives the same samples.")
 _OUTPUT = flags.DEFINE_string("output", None, "Also write the samples to this file as JSONL.")
+flags.mark_flag_as_required("workdir")
 
 
 def records(out: dict) -> list[dict]:

@@ -12,10 +12,11 @@ used (results.json's test_params: "best (epoch N)" → best, "final" → last). 
 target's log-probability (natural log) and rank as JSONL. The last line printed is one JSON object with `ppl`,
 `tokens` and `oov`. See `wt_jax.trained_lm`.
 
-Test-time adaptation (`wt_jax.adapt`; one at a time, `--split=valid` to tune): the continuous cache,
+Test-time adaptation (`wt_jax.adapt`; `--split=valid` to tune): the continuous cache,
 `--cache_size=N --cache_theta=θ --cache_lambda=λ`; dynamic evaluation, `--dynamic_eval=sgd|rms --dynamic_lr=η
 --dynamic_decay=λ` (segments of `--dynamic_segment`, default the run's bptt; 'rms' first collects the RMS of the
 gradients over `--dynamic_stats_batches` training windows, 0: all, of `--dynamic_stats_batch_size` × segment).
+Both flags together: dynamic evaluation with the cache over the adapted model's states.
 The JSON line then adds `adaptation` (the settings) and `plain_ppl`; the run's own parameters are never changed.
 `--reset_at=line|blank_line` scores each document (a line; the lines up to an empty one) from a fresh start, plain
 or adapted: the recurrent state, the cache and the adapted parameters start afresh, the document read after `<eos>`
@@ -50,21 +51,20 @@ _DYNAMIC_SEGMENT = flags.DEFINE_integer("dynamic_segment", None, "Dynamic evalua
 _DYNAMIC_STATS = flags.DEFINE_integer("dynamic_stats_batches", 0, "rms: training windows for the gradients' RMS "
                                       "(0: all).")
 _DYNAMIC_STATS_B = flags.DEFINE_integer("dynamic_stats_batch_size", 100, "rms: streams per training window.")
-_RESET_AT = flags.DEFINE_enum("reset_at", "never", list(trained_lm.RESETS), "Score each document from a fresh start "
-                              "(the recurrent state, the cache, the adapted parameters): a document ends at every "
-                              "line end (line) or at an empty line (blank_line); never: the text is one stream.")
+flags.mark_flag_as_required("workdir")
 
 
 def _adaptation(lm) -> tuple:
-  """(scorer, its settings): the cache or dynamic evaluation the flags ask for."""
-  if _CACHE_SIZE.value:
-    return adapt.score_cache, dict(size=_CACHE_SIZE.value, theta=_CACHE_THETA.value, lam=_CACHE_LAMBDA.value)
+  """(scorer, its settings): the cache, dynamic evaluation, or both together, as the flags ask."""
+  cache = (_CACHE_SIZE.value, _CACHE_THETA.value, _CACHE_LAMBDA.value) if _CACHE_SIZE.value else None
+  if not _DYNAMIC.value:
+    return adapt.score_cache, dict(zip(("size", "theta", "lam"), cache))
   ms = None
   if _DYNAMIC.value == "rms":
     ms = adapt.gradient_rms(lm, trained_lm.split_stream(lm, "train"), _DYNAMIC_STATS_B.value,
                             _DYNAMIC_SEGMENT.value, _DYNAMIC_STATS.value)
   return adapt.score_dynamic, dict(rule=_DYNAMIC.value, lr=_DYNAMIC_LR.value, decay=_DYNAMIC_DECAY.value, ms=ms,
-                                   segment=_DYNAMIC_SEGMENT.value)
+                                   segment=_DYNAMIC_SEGMENT.value, cache=cache)
 
 
 def main(argv):
@@ -74,8 +74,6 @@ def main(argv):
     raise app.UsageError("Give one of --text=FILE and --split=test|valid|train.")
   if _CACHE_SIZE.value < 0:
     raise app.UsageError(f"--cache_size must be ≥ 1 (0: no cache), not {_CACHE_SIZE.value}.")
-  if _CACHE_SIZE.value and _DYNAMIC.value:
-    raise app.UsageError("Give one of --cache_size and --dynamic_eval: one adaptation at a time.")
   given = lambda holder: not flags.FLAGS[holder.name].using_default_value
   for flag in (_CACHE_THETA, _CACHE_LAMBDA):  # (a setting of an adaptation not asked for would silently do nothing)
     if given(flag) and not _CACHE_SIZE.value:
@@ -95,7 +93,7 @@ def main(argv):
     lm = trained_lm.load(workdir, checkpoint, member)
   except CheckpointUnreadableError as e:
     raise InputError(str(e)) from None
-  per_token, reset = bool(_PER_TOKEN.value), _RESET_AT.value
+  per_token, reset = bool(_PER_TOKEN.value), lm_run_flags.RESET_AT.value
   out = (trained_lm.score(lm, text, per_token) if text is not None else
          trained_lm.score_split(lm, _SPLIT.value, per_token=per_token))
   if reset != "never" or _CACHE_SIZE.value or _DYNAMIC.value:

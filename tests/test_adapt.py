@@ -214,3 +214,21 @@ def test_documents_end_at_each_line_or_at_each_empty_line():
   assert [d.tolist() for d in trained_lm.documents(ids, "blank_line", eos)] == [[0, 5, 6, 0, 7, 0, 0], [0, 8, 0]]
   with pytest.raises(InputError, match="reset_at"):
     trained_lm.documents(ids, "paragraph", eos)
+
+
+def test_the_cache_and_dynamic_evaluation_together_reduce_to_each_alone():
+  """Dynamic evaluation with the cache over the adapted model's states: with λ = 0 it is dynamic evaluation alone,
+  with η = 0 the cache alone (the model never moves; the ring crosses the segments as it crosses windows); both on,
+  it differs from either."""
+  lm, ids = _lm("lstm"), _stream()
+  cache, dyn = dict(size=30, theta=0.5, lam=0.2), dict(rule="sgd", lr=0.5, decay=0.0, segment=7)
+  alone_cache = adapt.score_cache(lm, ids, **cache, per_token=True)
+  alone_dynamic = adapt.score_dynamic(lm, ids, **dyn, per_token=True)
+  as_cache = adapt.score_dynamic(lm, ids, **{**dyn, "lr": 0.0}, cache=tuple(cache.values()), per_token=True)
+  as_dynamic = adapt.score_dynamic(lm, ids, **dyn, cache=(30, 0.5, 0.0), per_token=True)
+  assert as_cache["nll"] == pytest.approx(alone_cache["nll"], rel=1e-6)
+  assert [t["rank"] for t in as_cache["per_token"]] == [t["rank"] for t in alone_cache["per_token"]]
+  assert as_dynamic["nll"] == pytest.approx(alone_dynamic["nll"], rel=1e-6)
+  both = adapt.score_dynamic(lm, ids, **dyn, cache=tuple(cache.values()))
+  assert abs(both["nll"] - alone_dynamic["nll"]) > 1e-3 and abs(both["nll"] - alone_cache["nll"]) > 1e-3
+  assert both["adaptation"]["method"].endswith("and cache") and both["adaptation"]["cache_size"] == 30

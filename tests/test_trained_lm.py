@@ -307,15 +307,15 @@ def test_score_adapts_with_the_cache_or_dynamic_evaluation_and_switched_off_is_t
   monkeypatch.setenv("WT_JAX_DATA", str(data_root))
   for flag_values in (dict(cache_size=10, cache_lambda=0.0), dict(dynamic_eval="sgd", dynamic_lr=0.0),
                       dict(dynamic_eval="rms", dynamic_lr=0.0, dynamic_decay=0.01, dynamic_stats_batches=2,
-                           dynamic_stats_batch_size=4)):
+                           dynamic_stats_batch_size=4),
+                      dict(cache_size=10, cache_lambda=0.0, dynamic_eval="sgd", dynamic_lr=0.0)):  # (both together)
     assert main_ends_with(score_tool.main, ["score"], workdir=str(workdir), split="test", **flag_values) is None
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert last["ppl"] == pytest.approx(results["test_ppl"], rel=1e-6), flag_values
     assert last["plain_ppl"] == pytest.approx(results["test_ppl"], rel=1e-6)
-    assert last["adaptation"]["method"].startswith("cache" if "cache_size" in flag_values else "dynamic")
+    assert last["adaptation"]["method"].startswith("dynamic" if "dynamic_eval" in flag_values else "cache")
   score = lambda **f: main_ends_with(score_tool.main, ["score"], **{"workdir": str(workdir), "split": "test", **f})
   cases = {"--cache_size must be ≥ 1": score(cache_size=-3),
-           "one adaptation at a time": score(cache_size=5, dynamic_eval="sgd"),
            "λ must lie in [0, 1]": score(cache_size=5, cache_lambda=1.5),
            "must be finite numbers ≥ 0": score(dynamic_eval="sgd", dynamic_lr=-1.0),
            # a setting of an adaptation that is off, or a segment of 0 steps, would silently do nothing
@@ -341,16 +341,20 @@ def test_the_test_time_study_tunes_on_valid_and_reports_test(runs, data_root, mo
   monkeypatch.setenv("WT_JAX_DATA", str(data_root))
   grids = dict(cache_sizes=["5", "20"], cache_thetas=["0.1", "0.5"], cache_lambdas=["0.1", "0.3"], sgd_lrs=["0.1"],
                sgd_decays=["0", "0.01"], rms_lrs=["1e-4"], rms_decays=["0.001"], stats_batch_size=4,
-               dynamic_valid_tokens=30)
+               dynamic_valid_tokens=30, dynamic_segments=["5", "20"])
   assert main_ends_with(test_time.main, ["test_time", str(workdir)], records=str(tmp_path), **grids) is None
   record = json.loads((tmp_path / f"{workdir.name}.json").read_text())
   assert record["plain"]["test_ppl"] == pytest.approx(results["test_ppl"], rel=1e-6)
-  assert len(record["cache"]["grid"]) == 8 and len(record["dynamic_sgd"]["grid"]) == 2
+  assert len(record["cache"]["grid"]) == 8 and len(record["dynamic_sgd"]["grid"]) == 4  # (η × λ × segment)
+  both = record["dynamic_sgd+cache"]  # sgd's best with the cache's best n and θ, over λ
+  assert [g["lambda"] for g in both["grid"]] == [0.1, 0.3] and both["best"]["n"] == record["cache"]["best"]["n"]
+  assert both["best"]["valid_ppl"] == min(g["valid_ppl"] for g in both["grid"])
   lm_ = trained_lm.load(workdir, trained_lm.tested_checkpoint(workdir))
   test = trained_lm.split_stream(lm_, "test")
   point = record["dynamic_sgd"]["grid"][1]  # (tuned on validation's first 30 targets)
   assert record["dynamic_sgd"]["tuned_tokens"] == 30 and point["valid_ppl"] == pytest.approx(adapt.score_dynamic(
-      lm_, trained_lm.split_stream(lm_, "valid")[:31], "sgd", point["lr"], point["decay"])["ppl"], rel=1e-6)
+      lm_, trained_lm.split_stream(lm_, "valid")[:31], "sgd", point["lr"], point["decay"],
+      segment=point["segment"])["ppl"], rel=1e-6)
   for method in ("cache", "dynamic_sgd", "dynamic_rms"):
     best = record[method]["best"]
     assert best["valid_ppl"] == min(g["valid_ppl"] for g in record[method]["grid"])
@@ -359,7 +363,7 @@ def test_the_test_time_study_tunes_on_valid_and_reports_test(runs, data_root, mo
       adapt.score_cache(lm_, test, best["n"], best["theta"], best["lambda"])["ppl"], rel=1e-6)
   best = record["dynamic_sgd"]["best"]
   assert record["dynamic_sgd"]["test_ppl"] == pytest.approx(
-      adapt.score_dynamic(lm_, test, "sgd", best["lr"], best["decay"])["ppl"], rel=1e-6)
+      adapt.score_dynamic(lm_, test, "sgd", best["lr"], best["decay"], segment=best["segment"])["ppl"], rel=1e-6)
 
 
 def test_a_killed_test_time_study_redoes_only_the_methods_it_had_not_finished(runs, data_root, monkeypatch, tmp_path):

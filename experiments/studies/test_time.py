@@ -7,8 +7,9 @@ evaluation (`wt_jax.adapt`) tuned on the run's validation split, then scored on 
 Writes <records>/<run name>.json per run (a finished one is not redone): the plain valid and test perplexity (the
 run's own test protocol, its tested checkpoint), every grid point's validation perplexity, the chosen settings and
 their test perplexity, and the time each took. The grids (ours; `--cache_sizes`, `--cache_thetas`, ...): the cache
-over n × θ × λ (one model pass per n: `adapt.cache_nll`); dynamic evaluation over η × λ per rule, in segments of
-the run's bptt, the rms rule's MS from the training split (`--stats_batches` windows of `--stats_batch_size` streams).
+over n × θ × λ (one model pass per n: `adapt.cache_nll`); dynamic evaluation over η × λ × segment per rule (segments
+`--dynamic_segments`, default the run's bptt); the cache with dynamic evaluation ('dynamic_sgd+cache': sgd's best with
+the cache's best n and θ, over the cache's λ); `--reset_at` scores every text by documents; the rms rule's MS from the training split (`--stats_batches` windows of `--stats_batch_size` streams).
 `--valid_max_tokens` tunes everything on a prefix of validation (smoke runs); `--dynamic_valid_tokens` tunes only
 dynamic evaluation on one (its passes cost a gradient step per segment). Each method's result is kept in
 <run name>.partial.json as it finishes, so the same command after a kill redoes only the methods not yet done
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from absl import app, flags
 
-from experiments import check_folder, quiet_library_logs, run_main
+from experiments import check_folder, lm_run_flags, quiet_library_logs, run_main
 from wt_jax import adapt, files, lm_eval, trained_lm
 from wt_jax.train import run_folder
 
@@ -38,6 +39,8 @@ _SGD_DECAYS = flags.DEFINE_list("sgd_decays", ["0", "0.001", "0.01"], "sgd: λ t
 _RMS_LRS = flags.DEFINE_list("rms_lrs", ["1e-5", "2e-5", "5e-5", "1e-4", "2e-4"], "rms: η to try (Krause et al.'s "
                              "code tries 3e-5 … 1e-4 at segments of 5).")
 _RMS_DECAYS = flags.DEFINE_list("rms_decays", ["0.001", "0.002", "0.005"], "rms: λ to try.")
+_SEGMENTS = flags.DEFINE_list("dynamic_segments", [], "Dynamic evaluation's segment lengths to try (default: the "
+                              "run's bptt alone; Krause et al. use 5).")
 _STATS_BATCHES = flags.DEFINE_integer("stats_batches", 0, "rms: training windows for MS (0: all).")
 _STATS_BATCH_SIZE = flags.DEFINE_integer("stats_batch_size", 100, "rms: streams per training window for MS.")
 _VALID_MAX = flags.DEFINE_integer("valid_max_tokens", 0, "Tune on this prefix of validation (0: all of it).")
@@ -61,43 +64,63 @@ def best_point(grid: list[dict]) -> dict:
 def settings(valid_tokens: int) -> dict:
   """What a record depends on besides the run: the grids and the tuning prefixes, as the flags give them."""
   names = ("cache_sizes", "cache_thetas", "cache_lambdas", "sgd_lrs", "sgd_decays", "rms_lrs", "rms_decays",
-           "stats_batches", "stats_batch_size", "dynamic_valid_tokens")
+           "stats_batches", "stats_batch_size", "dynamic_valid_tokens", "dynamic_segments", "reset_at")
   return {"valid_tokens": valid_tokens, **{n: flags.FLAGS[n].value for n in names}}
 
 
 def study(lm, valid, test, train, done: dict, keep) -> dict:
-  """The record of one run: plain, cache and dynamic evaluation, each tuned on `valid` and scored on `test`. A
-  method already in `done` is not redone; `keep(out)` is called after each method with what is done so far."""
+  """The record of one run: plain, cache, dynamic evaluation (each rule over η × λ × segment), and the cache with
+  dynamic evaluation (sgd's best setting with the cache's best n and θ, over the cache's λ), each tuned on `valid`
+  and scored on `test`, every score with `--reset_at`'s documents. A method already in `done` is not redone;
+  `keep(out)` is called after each method with what is done so far."""
+  reset = lm_run_flags.RESET_AT.value
+  score = lambda scorer, ids, **kw: trained_lm.by_document(scorer, lm, ids, reset, **kw)["ppl"]
   out = dict(done)
   if "plain" not in out:
-    out["plain"] = {"valid_ppl": trained_lm.score_ids(lm, valid)["ppl"],
-                    "test_ppl": trained_lm.score_ids(lm, test)["ppl"]}
+    out["plain"] = {"valid_ppl": score(trained_lm.score_ids, valid), "test_ppl": score(trained_lm.score_ids, test)}
     keep(out)
   t0 = time.time()
   thetas, lambdas = _floats(_CACHE_THETAS.value), _floats(_CACHE_LAMBDAS.value)
   if lm.config.model != "nnlm" and "cache" not in out:  # (no cache for the NNLM: `adapt`)
     grid = []
     for n in (int(v) for v in _CACHE_SIZES.value):
-      nll = adapt.cache_nll(lm, valid, n, thetas, lambdas)
-      grid += [{"n": n, "theta": th, "lambda": la, "valid_ppl": lm_eval.perplexity(nll[i, j], len(valid) - 1)}
-               for i, la in enumerate(lambdas) for j, th in enumerate(thetas)]
+      if reset == "never":  # (one model pass for every θ and λ)
+        nll = adapt.cache_nll(lm, valid, n, thetas, lambdas)
+        grid += [{"n": n, "theta": th, "lambda": la, "valid_ppl": lm_eval.perplexity(nll[i, j], len(valid) - 1)}
+                 for i, la in enumerate(lambdas) for j, th in enumerate(thetas)]
+      else:
+        grid += [{"n": n, "theta": th, "lambda": la, "valid_ppl": score(adapt.score_cache, valid, size=n, theta=th,
+                                                                         lam=la)} for la in lambdas for th in thetas]
     best = best_point(grid)
-    test_ppl = adapt.score_cache(lm, test, best["n"], best["theta"], best["lambda"])["ppl"]
+    test_ppl = score(adapt.score_cache, test, size=best["n"], theta=best["theta"], lam=best["lambda"])
     out["cache"] = {"grid": grid, "best": best, "test_ppl": test_ppl, "s": time.time() - t0}
     keep(out)
   tune = valid[:_DYNAMIC_VALID.value + 1] if _DYNAMIC_VALID.value else valid
+  segments = [int(v) for v in _SEGMENTS.value] or [lm.config.bptt]
   for rule, lrs, decays in (("sgd", _SGD_LRS.value, _SGD_DECAYS.value), ("rms", _RMS_LRS.value, _RMS_DECAYS.value)):
     if f"dynamic_{rule}" in out:
       continue
     t1 = time.time()
     ms = (adapt.gradient_rms(lm, train, _STATS_BATCH_SIZE.value, max_batches=_STATS_BATCHES.value) if rule == "rms"
           else None)
-    grid = [{"lr": lr, "decay": d, "valid_ppl": adapt.score_dynamic(lm, tune, rule, lr, d, ms)["ppl"]}
-            for lr in _floats(lrs) for d in _floats(decays)]
+    grid = [{"lr": lr, "decay": d, "segment": seg,
+             "valid_ppl": score(adapt.score_dynamic, tune, rule=rule, lr=lr, decay=d, ms=ms, segment=seg)}
+            for seg in segments for lr in _floats(lrs) for d in _floats(decays)]
     best = best_point(grid)
-    test_ppl = adapt.score_dynamic(lm, test, rule, best["lr"], best["decay"], ms)["ppl"]
-    out[f"dynamic_{rule}"] = {"grid": grid, "best": best, "test_ppl": test_ppl, "segment": lm.config.bptt,
+    test_ppl = score(adapt.score_dynamic, test, rule=rule, lr=best["lr"], decay=best["decay"], ms=ms,
+                     segment=best["segment"])
+    out[f"dynamic_{rule}"] = {"grid": grid, "best": best, "test_ppl": test_ppl, "segment": best["segment"],
                               "tuned_tokens": len(tune) - 1, "s": time.time() - t1}
+    keep(out)
+  if "cache" in out and "dynamic_sgd+cache" not in out:
+    t2, c, d = time.time(), out["cache"]["best"], out["dynamic_sgd"]["best"]
+    both = lambda ids, la: score(adapt.score_dynamic, ids, rule="sgd", lr=d["lr"], decay=d["decay"],
+                                 segment=d["segment"], cache=(c["n"], c["theta"], la))
+    grid = [{"lambda": la, "valid_ppl": both(tune, la)} for la in lambdas]
+    best = best_point(grid)
+    out["dynamic_sgd+cache"] = {"grid": grid, "best": {**d, "n": c["n"], "theta": c["theta"], **best},
+                                "test_ppl": both(test, best["lambda"]), "tuned_tokens": len(tune) - 1,
+                                "s": time.time() - t2}
     keep(out)
   return out
 
