@@ -53,7 +53,10 @@ def _project_logits(workdir, ids):
 IDS = [3, 7, 7, 1, 0, 12, 30, 5]
 
 
-@pytest.mark.parametrize("family", ["lstm", "transformer"])
+FAMILY_CASES = ["lstm", pytest.param("transformer", marks=pytest.mark.slow)]  # (the same code path; 12 s more)
+
+
+@pytest.mark.parametrize("family", FAMILY_CASES)
 @pytest.mark.parametrize("mode", ["untied", "tied"])
 def test_numpy_reader_rebuilds_the_logits(exports, family, mode):
   out, config, workdir = exports(family, mode)
@@ -62,7 +65,7 @@ def test_numpy_reader_rebuilds_the_logits(exports, family, mode):
   assert (Path(out) / "vocab.txt").read_text().splitlines()[:2] == trained_lm.load(workdir).vocab.words[:2]
 
 
-@pytest.mark.parametrize("family", ["lstm", "transformer"])
+@pytest.mark.parametrize("family", FAMILY_CASES)
 def test_a_tied_matrix_is_stored_once_and_a_one_role_reader_fails(exports, family):
   from safetensors import safe_open
   tied, untied = exports(family, "tied")[0], exports(family, "untied")[0]
