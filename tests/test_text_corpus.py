@@ -16,7 +16,6 @@ from tests.conftest import REPO
 from wt_jax.data import text as text_lib
 from wt_jax.data import text_corpus
 from wt_jax.errors import InputError
-from wt_jax.train import lm
 
 TRAIN = "b a c a\nc b b e\n\nd a a\n"   # a ×5, b ×3, c ×2, e and d ×1 (e first: not alphabetical), <eos> ×4
 VALID = "a z b\nq\n"
@@ -144,11 +143,11 @@ def test_sentencepiece_pieces_and_the_per_word_measures(tmp_path):
   assert tok.render(pieces) == "a dog on the mat zzz\n"
   assert corpus.info["test"]["words"] == 7 and corpus.info["test"]["tokens"] == len(pieces)
   assert corpus.info["test"]["oov"] == int(np.sum(np.asarray(corpus.test) == 0)) > 0  # ('z' is not in the text)
-  out = lm.text_measures(corpus.info, 10.0, 0)
+  out = text_corpus.measures(corpus.info, 10.0, 0)
   nll = np.log(10.0) * (len(pieces) - 1)
   assert out["test_ppl_per_word"] == pytest.approx(np.exp(nll / 6))
   assert out["test_bits_per_byte"] == pytest.approx(nll / np.log(2) / len("a dog on the mat zzz\n"))
-  assert lm.text_measures(corpus.info, 10.0, eval_max_tokens=3) == {"corpus": corpus.info}
+  assert text_corpus.measures(corpus.info, 10.0, eval_max_tokens=3) == {"corpus": corpus.info}
 
 
 def test_a_named_corpus_refuses_a_tokenizer(tmp_path):

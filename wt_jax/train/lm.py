@@ -294,23 +294,7 @@ class LMTask:
             "best_valid_ppl": meta["best"],
             "train_tokens_per_s": meta["step"] * self.tokens_per_step / max(meta["train_s"], 1e-9),
             **({"train_ppl_eval": train_eval} if c.eval_train else {}),
-            **text_measures(getattr(self.corpus, "info", None), test["test_ppl"], c.eval_max_tokens)}
-
-
-def text_measures(info: dict | None, test_ppl: float, eval_max_tokens: int) -> dict:
-  """A text folder's corpus (`wt_jax.data.text_corpus`): its splits' counts and out-of-vocabulary rates, and the test
-  text's NLL in units that compare across tokenisers: per word, exp(Σ NLL / (W − 1)) over its W words (whitespace
-  tokens and one `<eos>` a line; the batch-1 protocol scores N − 1 of its N tokens), and bits per UTF-8 byte,
-  Σ NLL / ln 2 / bytes. {} for the other corpora; no per-word numbers for a test cut to `eval_max_tokens`."""
-  if not info:
-    return {}
-  out = {"corpus": info}
-  test = info["test"]
-  if not eval_max_tokens and test["words"] > 1 and math.isfinite(test_ppl):
-    nll = math.log(test_ppl) * (test["tokens"] - 1)
-    out |= {"test_ppl_per_word": math.exp(nll / (test["words"] - 1)),
-            "test_bits_per_byte": nll / math.log(2) / test["bytes"]}
-  return out
+            **text_corpus.measures(getattr(self.corpus, "info", None), test["test_ppl"], c.eval_max_tokens)}
 
 
 def ended(meta: dict) -> bool:
