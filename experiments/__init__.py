@@ -3,6 +3,7 @@ import errno
 import importlib.util
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -31,8 +32,11 @@ def start(argv, workdir, config) -> None:
   """What a training tool does before it reads its corpus: refuse stray arguments and a `--workdir` that cannot
   be made; ask XLA:GPU for deterministic kernels if `config.deterministic` (before JAX starts its backends,
   which read XLA_FLAGS once); join a multi-host run where WT_JAX_COORDINATOR / WT_JAX_DISTRIBUTED ask for one;
-  quieten the libraries' logs. Signals keep Python's default until the training loop (`trainer.deferred`): nothing
-  is saved yet, so SIGTERM ends the process and SIGINT's KeyboardInterrupt ends it with one line (`one_line`)."""
+  quieten the libraries' logs. Until the training loop (`trainer.deferred`) nothing is saved yet, so SIGINT and
+  SIGTERM end the process at once, as the kernel's default action does: SIGINT is set to it too, because Python's
+  KeyboardInterrupt can be raised inside a garbage collector's callback (JAX registers one), where Python prints and
+  drops it and the tool would go on as if never interrupted (BUILD_NOTES §69)."""
+  signal.signal(signal.SIGINT, signal.SIG_DFL)
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   check_folder(workdir, "--workdir")
