@@ -2,7 +2,6 @@
 (tests/numpy_reader.py) rebuilds the project's logits from the files, tied and untied, LSTM and Transformer; a
 tied matrix is stored once, and a reader that takes it in one role only is caught."""
 import ast
-import json
 from pathlib import Path
 
 import jax.numpy as jnp
