@@ -1,5 +1,6 @@
 """Runnable entry points: `python -m experiments.<name> --config=configs/<file>.py`."""
 import errno
+import functools
 import importlib.util
 import logging
 import os
@@ -25,7 +26,7 @@ def run_main(main, stops: tuple = ()) -> None:
   """`absl.app.run(main)`, with what `main` or the flags refuse ended as one line (`one_line`,
   `parse_flags`) instead of a traceback or the module's whole usage text (which `--help` prints). A training
   tool passes the trainer's `STOPS` as `stops`: the errors whose message says all (see `one_line`)."""
-  app.run(one_line(main, stops), flags_parser=parse_flags)
+  app.run(functools.partial(one_line, main, stops=stops), flags_parser=parse_flags)
 
 
 def start(argv, workdir, config) -> None:
@@ -65,37 +66,35 @@ def apply_determinism(config) -> None:
     os.environ["XLA_FLAGS"] = parallel.xla_flags_with_determinism(flags, True)
 
 
-def one_line(main, stops: tuple = ()):
-  """`main`, except that a `UsageError` it raises (a bad value found once the flags are read: an unknown
+def one_line(main, argv, stops: tuple = ()):
+  """`main(argv)`, except that a `UsageError` it raises (a bad value found once the flags are read: an unknown
   dataset, a malformed job) ends the process with its message as one line on stderr and exit status 1; so
   does a value or file the library refuses (`wt_jax.errors.InputError`), an error of `stops` (for a training tool,
   the trainer's: a missing corpus, a busy workdir, divergence, a signal in the loop, which leave a resumable
   checkpoint), SIGINT anywhere else (KeyboardInterrupt: nothing was being trained), a `--config` file that would not
   load (its reason, `parse_flags`), an OSError of `_REFUSALS` (a permission, a read-only or full disk), with the
   path and what to check, and a file where a folder is needed or a folder where a file is."""
-  def main_one_line(argv):
-    try:
-      return main(argv)
-    except (app.UsageError, InputError) as e:
-      sys.exit(str(e))
-    except stops as e:  # (before OSError: an unreadable checkpoint is a PermissionError with its own message)
-      sys.exit(str(e))
-    except KeyboardInterrupt:
-      sys.exit("Stopped by SIGINT outside the training steps (setting up, testing, or a second signal); the "
-               "checkpoints saved before are kept. Re-run the same command to resume.")
-    except OSError as e:
-      if _file_for_a_folder(e):
-        sys.exit(f"{e.strerror}: {str(e.filename)!r} is a file (or under one) where a folder is needed; move it "
-                 "or give another folder.")
-      folder = next((f for f in (e.filename, e.filename2) if f is not None and os.path.isdir(f)), None)
-      if e.errno == errno.EISDIR and folder is not None:  # (a rename onto it names the file renamed first)
-        sys.exit(f"{e.strerror}: {str(folder)!r} is a folder where a file is needed; move it or give another "
-                 "folder.")
-      if e.errno not in _REFUSALS:
-        raise
-      where = " → ".join(repr(str(f)) for f in (e.filename, e.filename2) if f is not None) or "(no path given)"
-      sys.exit(f"{e.strerror}: {where}; {_REFUSALS[e.errno]}.")
-  return main_one_line
+  try:
+    return main(argv)
+  except (app.UsageError, InputError) as e:
+    sys.exit(str(e))
+  except stops as e:  # (before OSError: an unreadable checkpoint is a PermissionError with its own message)
+    sys.exit(str(e))
+  except KeyboardInterrupt:
+    sys.exit("Stopped by SIGINT outside the training steps (setting up, testing, or a second signal); the "
+             "checkpoints saved before are kept. Re-run the same command to resume.")
+  except OSError as e:
+    if _file_for_a_folder(e):
+      sys.exit(f"{e.strerror}: {str(e.filename)!r} is a file (or under one) where a folder is needed; move it "
+               "or give another folder.")
+    folder = next((f for f in (e.filename, e.filename2) if f is not None and os.path.isdir(f)), None)
+    if e.errno == errno.EISDIR and folder is not None:  # (a rename onto it names the file renamed first)
+      sys.exit(f"{e.strerror}: {str(folder)!r} is a folder where a file is needed; move it or give another "
+               "folder.")
+    if e.errno not in _REFUSALS:
+      raise
+    where = " → ".join(repr(str(f)) for f in (e.filename, e.filename2) if f is not None) or "(no path given)"
+    sys.exit(f"{e.strerror}: {where}; {_REFUSALS[e.errno]}.")
 
 
 def _file_for_a_folder(e: OSError) -> bool:

@@ -35,7 +35,7 @@ from ml_collections import config_flags
 from experiments import run_main
 from wt_jax import adapt, lm_eval, losses, members, models, precision, sampling, softmax, trained_lm, tying
 from wt_jax.data import batching, lm_corpora, paths, ptb, translation, vocab, wikitext2
-from wt_jax.train import lm, nmt, optim, run_folder, skipgram, trainer
+from wt_jax.train import lm, nmt, optim, run_record, skipgram, trainer
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
 _STEPS = flags.DEFINE_integer("steps", 200, "Timed train steps per repeat.")
@@ -200,7 +200,7 @@ def bench_corpus(config, tokens: int) -> dict:
     return {"bench": "text_corpus", "train_tokens": copies * per_copy, "copies_of_wikitext2_train": copies,
             "train_text_bytes": (folder / "train.txt").stat().st_size, "cache_bytes": cached_bytes,
             "tokenizer": config.tokenizer, "vocab_size_cap": config.vocab_size, "prepare": runs[0], "cached": runs[1],
-            "cpu": run_folder.host()["cpu"], "python": sys.version.split()[0]}
+            "cpu": run_record.host()["cpu"], "python": sys.version.split()[0]}
 
 
 def bench_sampling(config, max_len: int, num_samples: int, repeats: int) -> dict:
@@ -244,7 +244,7 @@ def bench_sampling(config, max_len: int, num_samples: int, repeats: int) -> dict
           "max_len": max_len, "repeats": repeats, "compile_s": round(compile_s, 2),
           "scan_tokens_per_s": round(rate(scan), 1), "step_loop_tokens_per_s": round(rate(loop), 1),
           "same_tokens": same, "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
-          "host": run_folder.host(), "wt_jax_commit": run_folder.code_revision()}
+          "host": run_record.host(), "wt_jax_commit": run_record.code_revision()}
 
 
 def bench_adaptation(config, tokens: int, cache_size: int, repeats: int) -> dict:
@@ -281,8 +281,8 @@ def bench_adaptation(config, tokens: int, cache_size: int, repeats: int) -> dict
           "compile_s": compile_s,
           "tokens_per_s": {name: round((tokens - 1) / statistics.median(t), 1) for name, t in seconds.items()},
           "temp_mib": {"cache": temp(cache), "dynamic_sgd": temp(dynamic)},
-          "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__, "host": run_folder.host(),
-          "wt_jax_commit": run_folder.code_revision()}
+          "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__, "host": run_record.host(),
+          "wt_jax_commit": run_record.code_revision()}
 
 
 def _median_ms(f, *args, repeats: int = 30) -> float:
@@ -474,8 +474,8 @@ def members_sweep(config, sweep: list[int]) -> None:
       "train_ms_per_step_median": {str(k): med[k] for k in sweep},
       "time_of_one": {str(k): round(med[k] / med[0], 3) for k in sweep},
       "ms_per_model_step": {str(k): round(med[k] / max(k, 1), 3) for k in sweep},
-      "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__, "host": run_folder.host(),
-      "wt_jax_commit": run_folder.code_revision(), "runs": {str(k): v for k, v in runs.items()}}))
+      "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__, "host": run_record.host(),
+      "wt_jax_commit": run_record.code_revision(), "runs": {str(k): v for k, v in runs.items()}}))
 
 
 def members_task(config, train_stream, valid_stream):

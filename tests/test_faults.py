@@ -146,12 +146,12 @@ def test_an_entry_point_refused_by_the_machine_ends_with_one_line(error, says):
     raise error
 
   with pytest.raises(SystemExit) as ended:  # (`run_main` = absl's app.run of `one_line(main)`)
-    experiments.one_line(main)(["entry"])
+    experiments.one_line(main, ["entry"])
   assert ended.value.code == says
   def other(argv):
     raise FileNotFoundError(2, "No such file or directory", "/nowhere")
   with pytest.raises(FileNotFoundError):
-    experiments.one_line(other)(["entry"])
+    experiments.one_line(other, ["entry"])
 
 
 def test_a_file_where_a_folder_is_needed_ends_with_one_line(tmp_path):
@@ -160,21 +160,16 @@ def test_a_file_where_a_folder_is_needed_ends_with_one_line(tmp_path):
   import experiments
   (tmp_path / "a_file").write_text("x")
 
-  def make(path):
-    def main(argv):
-      Path(path).mkdir(parents=True, exist_ok=True)
-    return experiments.one_line(main)
-
   for path in (tmp_path / "a_file", tmp_path / "a_file" / "below"):
     with pytest.raises(SystemExit) as ended:
-      make(path)(["entry"])
+      experiments.one_line(lambda argv: Path(path).mkdir(parents=True, exist_ok=True), ["entry"])
     assert "is a file (or under one) where a folder is needed" in ended.value.code and str(path) in ended.value.code
 
   def exists(argv):
     (tmp_path / "a_folder").mkdir()
     (tmp_path / "a_folder").mkdir()  # (a folder made twice: a bug, not the user's file)
   with pytest.raises(FileExistsError):
-    experiments.one_line(exists)(["entry"])
+    experiments.one_line(exists, ["entry"])
 
 
 @pytest.mark.parametrize("name", ["run.lock", "run.json", "results.json", "checkpoints", "checkpoints/last"])
@@ -199,7 +194,7 @@ def test_a_folder_where_a_runs_file_goes_or_a_file_where_its_folder_goes_is_one_
     (path / "inside").mkdir(parents=True)
     says = f"Is a directory: {str(path)!r} is a folder where a file is needed; move it or give "
   with pytest.raises(SystemExit) as ended:
-    experiments.one_line(lambda argv: lm.fit(resumed_config(max_steps=4), corpus, workdir), trainer.STOPS)(["entry"])
+    experiments.one_line(lambda argv: lm.fit(resumed_config(max_steps=4), corpus, workdir), ["entry"], trainer.STOPS)
   assert ended.value.code == says + "another folder."
   assert (path / "inside").is_dir() if path.is_dir() else path.read_text() == "x"
   if name != "run.json":  # refused before any training
@@ -214,7 +209,7 @@ def test_an_output_folder_that_is_a_file_is_one_line_naming_the_flag(tmp_path):
   (tmp_path / "a_file").write_text("x")
   for path in (tmp_path / "a_file", tmp_path / "a_file" / "run"):
     with pytest.raises(SystemExit) as ended:
-      experiments.one_line(lambda argv: experiments.check_folder(path, "--workdir"))(["entry"])
+      experiments.one_line(lambda argv: experiments.check_folder(path, "--workdir"), ["entry"])
     assert ended.value.code == (f"--workdir={path}: {tmp_path / 'a_file'} is a file, not a folder; move it or give "
                                 "another folder.")
   experiments.check_folder(tmp_path / "new" / "run", "--workdir")
@@ -305,8 +300,8 @@ def test_a_diverged_run_stops_with_an_error_and_keeps_the_last_finite_checkpoint
     json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} in metrics.jsonl"))
 
 
-_HOLD_LOCK = ("import os, sys, time\nfrom etils import epath\nfrom wt_jax.train import run_folder\n"
-              "with run_folder.workdir_lock(epath.Path(sys.argv[1])):\n"
+_HOLD_LOCK = ("import os, sys, time\nfrom etils import epath\nfrom wt_jax.train import workdir_lock\n"
+              "with workdir_lock.workdir_lock(epath.Path(sys.argv[1])):\n"
               "  if sys.argv[3] and os.fork() == 0:  # a child that shares the lock until the file argv[3] exists\n"
               "    while not os.path.exists(sys.argv[3]):\n      time.sleep(0.01)\n    os._exit(0)\n"
               "  print('held', flush=True)\n  time.sleep(float(sys.argv[2]))\n")
@@ -326,12 +321,12 @@ def _lock_holder(workdir, seconds, shared_until=None):
 
 @pytest.fixture
 def lock_waits(monkeypatch):
-  """The pauses `run_folder`'s lock makes while it waits for a holder (a list of seconds, empty if it waited for
+  """The pauses `workdir_lock` makes while it waits for a holder (a list of seconds, empty if it waited for
   none): what a test reads instead of a clock."""
-  from wt_jax.train import run_folder
+  from wt_jax.train import workdir_lock
   waits = []
 
-  class _Time:  # run_folder's `time`, counting its sleeps
+  class _Time:  # workdir_lock's `time`, counting its sleeps
     def __getattr__(self, name):
       return getattr(time, name)
 
@@ -339,7 +334,7 @@ def lock_waits(monkeypatch):
       waits.append(seconds)
       time.sleep(seconds)
 
-  monkeypatch.setattr(run_folder, "time", _Time())
+  monkeypatch.setattr(workdir_lock, "time", _Time())
   return waits
 
 
@@ -373,7 +368,7 @@ def test_a_killed_holders_lock_is_free_at_once_and_one_still_held_as_it_exits_is
   (Through the entry point, the same command again after kill -9: test_a_run_killed_with_sigkill_resumes_...)"""
   import signal
   from etils import epath
-  from wt_jax.train import run_folder
+  from wt_jax.train import workdir_lock
   holder = _lock_holder(tmp_path, 60)
   os.kill(holder.pid, signal.SIGKILL)  # (not reaped: a zombie until the end of the test)
   # The kernel marks the main thread a zombie when it has exited, and closes the process's files when its last
@@ -382,7 +377,7 @@ def test_a_killed_holders_lock_is_free_at_once_and_one_still_held_as_it_exits_is
          or len(os.listdir(f"/proc/{holder.pid}/task")) > 1):
     time.sleep(0.01)
   try:
-    with caplog.at_level("WARNING"), run_folder.workdir_lock(epath.Path(tmp_path), wait_s=120):
+    with caplog.at_level("WARNING"), workdir_lock.workdir_lock(epath.Path(tmp_path), wait_s=120):
       assert lock_waits == [] and json.loads((tmp_path / "run.lock").read_text())["pid"] == os.getpid()
     assert any(f"Taking over the lock of PID {holder.pid} " in r.getMessage() for r in caplog.records)
   finally:
@@ -391,7 +386,7 @@ def test_a_killed_holders_lock_is_free_at_once_and_one_still_held_as_it_exits_is
   holder = _lock_holder(tmp_path, 60, shared_until=release)
   os.kill(holder.pid, signal.SIGKILL)
   taken = []
-  waiter = threading.Thread(target=lambda: _take_lock(run_folder, epath.Path(tmp_path), taken))
+  waiter = threading.Thread(target=lambda: _take_lock(workdir_lock, epath.Path(tmp_path), taken))
   try:
     waiter.start()
     while not lock_waits and waiter.is_alive():  # until it waits for the dying holder (or ends without waiting)
@@ -405,9 +400,9 @@ def test_a_killed_holders_lock_is_free_at_once_and_one_still_held_as_it_exits_is
     holder.wait()
 
 
-def _take_lock(run_folder, workdir, taken):
+def _take_lock(lock_module, workdir, taken):
   """Take `workdir`'s lock (waiting up to 120 s for a dying holder), appending the PID its file then names."""
-  with run_folder.workdir_lock(workdir, wait_s=120):
+  with lock_module.workdir_lock(workdir, wait_s=120):
     taken.append(json.loads((workdir / "run.lock").read_text())["pid"])
 
 
@@ -417,12 +412,12 @@ def test_a_holder_that_has_not_written_who_it_is_is_refused_as_such(tmp_path):
   belongs to the open file, so a second open of run.lock is refused as another process would be.)"""
   import fcntl
   from etils import epath
-  from wt_jax.train import run_folder
+  from wt_jax.train import workdir_lock
   fd = os.open(tmp_path / "run.lock", os.O_RDWR | os.O_CREAT)
   try:
     fcntl.flock(fd, fcntl.LOCK_EX)
     with pytest.raises(trainer.WorkdirBusyError, match="in use by a process that has not written who it is"):
-      with run_folder.workdir_lock(epath.Path(tmp_path), wait_s=0.5):
+      with workdir_lock.workdir_lock(epath.Path(tmp_path), wait_s=0.5):
         pass
   finally:
     os.close(fd)
@@ -463,7 +458,7 @@ def test_a_signal_while_a_run_sets_up_ends_it_as_pythons_default_does(tiny_corpu
   """Before the training loop no handler is set (nothing is trained yet, so nothing waits to be saved): SIGINT and
   SIGTERM end the tool at once, by the kernel's default action (`experiments.start` sets SIGINT's: a KeyboardInterrupt
   raised in a garbage collector's callback would be dropped), and no checkpoint is left. The run is held in set-up: its lock is taken by a process that has not yet written who it
-  is, which a run waits for (`run_folder.LOCK_WAIT_S`) before its loop; the signal is sent once the tool has logged
+  is, which a run waits for (`workdir_lock.LOCK_WAIT_S`) before its loop; the signal is sent once the tool has logged
   its config."""
   import signal
   _, root = tiny_corpus
@@ -506,7 +501,7 @@ def test_a_second_signal_in_the_training_loop_meets_pythons_default():
   before = signal.signal(signal.SIGINT, signal.default_int_handler)
   try:
     with pytest.raises(SystemExit) as ended:
-      experiments.one_line(main)(["entry"])
+      experiments.one_line(main, ["entry"])
   finally:
     signal.signal(signal.SIGINT, before)
   assert reached == [[signal.SIGINT], True]
@@ -583,8 +578,8 @@ def test_a_checkpoint_the_full_disk_refused_is_one_line_and_the_run_resumes_from
   with monkeypatch.context() as m:
     m.setattr(ocp.CheckpointManager, "save", full_at_step_6)
     with pytest.raises(SystemExit) as ended:
-      experiments.one_line(lambda argv: lm.fit(resumed_config(checkpoint_every_steps=3), corpus, tmp_path),
-                           trainer.STOPS)(["entry"])
+      experiments.one_line(lambda argv: lm.fit(resumed_config(checkpoint_every_steps=3), corpus, tmp_path), ["entry"],
+                           trainer.STOPS)
   folder = tmp_path / "checkpoints" / "last"
   assert ended.value.code.startswith("No space left on device (checkpoint last step 6 not written; step 3 is kept")
   assert ended.value.code.endswith(f": {str(folder)!r}; free some space or use another folder.")

@@ -142,7 +142,7 @@ def test_combine_spells_configs_that_share_every_shape_as_one_runs_members():
   members of the first config, and `parse` gives back exactly each config; a tied and an untied model, or
   two schedules' lengths, cannot share a program."""
   from configs import inan, large_bd_tied, large_bd_wd
-  from wt_jax.train import run_folder
+  from wt_jax.train import run_record
   configs = []
   for variant in ("vd", "al"):
     for seed in (0, 1):
@@ -157,7 +157,7 @@ def test_combine_spells_configs_that_share_every_shape_as_one_runs_members():
   group = members.parse(run)
   assert group.seeds == [0, 1, 0, 1] and group.varying == {"al.alpha": [0.0, 0.0, 13.0, 13.0]}  # (names: labels)
   for got, want in zip(group.configs, configs):
-    assert run_folder.config_changes(got.to_dict(), want.to_dict()) == {}
+    assert run_record.config_changes(got.to_dict(), want.to_dict()) == {}
   assert group.template().al.alpha == 13.0  # the program holds the AL; member 0 computes it times 0
   with pytest.raises(ValueError, match="differ in 'words.mode'"):
     members.combine([large_bd_tied.get_config(), large_bd_wd.get_config()])

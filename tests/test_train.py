@@ -157,7 +157,7 @@ def test_a_signal_in_the_training_steps_saves_last_there_and_the_run_resumes_to_
   corpus, _ = tiny_corpus
   stop = STEPS_PER_EPOCH + STEPS_PER_EPOCH // 2
   with sigint_in_step(lm.LMTask, stop) as not_deferred, pytest.raises(SystemExit) as ended:
-    experiments.one_line(lambda argv: lm.fit(resumed_config(), corpus, tmp_path), trainer.STOPS)(["entry"])
+    experiments.one_line(lambda argv: lm.fit(resumed_config(), corpus, tmp_path), ["entry"], trainer.STOPS)
   assert not_deferred == []
   last = tmp_path / "checkpoints" / "last"
   assert ended.value.code == (f"Interrupted at step {stop} by SIGINT; saved a checkpoint in {last}. Re-run the same "
@@ -370,7 +370,7 @@ def test_a_missing_corpus_ends_the_tool_with_one_line_naming_the_variable(tmp_pa
   monkeypatch.setenv("WT_JAX_DATA", str(tmp_path / "empty"))
   config = entry_config(download=False)
   with pytest.raises(SystemExit) as ended:
-    experiments.one_line(lambda argv: lm_corpora.load_corpus(config), trainer.STOPS)(["entry"])
+    experiments.one_line(lambda argv: lm_corpora.load_corpus(config), ["entry"], trainer.STOPS)
   assert "WT_JAX_DATA" in ended.value.code and "\n" not in ended.value.code, ended.value.code
 
 

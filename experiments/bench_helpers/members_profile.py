@@ -30,7 +30,7 @@ from experiments import bench
 from wt_jax import members as members_lib
 from wt_jax import models, softmax
 from wt_jax.data import batching
-from wt_jax.train import run_folder
+from wt_jax.train import run_record
 
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\S+?)[{ ].*?\b([\w\-]+)\(")
 
@@ -123,7 +123,7 @@ def summarise(config: str, K: int, round_: int, measured: dict, ops: dict, top: 
   products = sum(t for name, t in per_op.items() if ops[name]["product"])
   return {
       "bench": "members_profile", "config": config, "device_kind": jax.devices()[0].device_kind,
-      "jax": jax.__version__, "wt_jax_commit": run_folder.code_revision(), "members": K, "round": round_, "ms_per_step": round(measured["ms_per_step"], 2),
+      "jax": jax.__version__, "wt_jax_commit": run_record.code_revision(), "members": K, "round": round_, "ms_per_step": round(measured["ms_per_step"], 2),
       "op_ms_per_step": round(sum(per_op.values()), 2), "product_ms": round(products, 2),
       "other_ms": round(sum(per_op.values()) - products, 2),
       "top_ops": [{"op": name, "ms": round(t, 2), "product": ops[name]["product"], "shape": ops[name]["shape"],
@@ -161,8 +161,8 @@ def main():
   median = lambda K, key: statistics.median(line[key] for line in lines[K])
   print(json.dumps({
       "bench": "members_profile_ratios", "config": args.config, "steps": args.steps, "rounds": args.rounds,
-      "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__, "host": run_folder.host(),
-      "wt_jax_commit": run_folder.code_revision(), "to_one_model": {str(K): {key: round(median(K, key) / median(0, key), 2)
+      "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__, "host": run_record.host(),
+      "wt_jax_commit": run_record.code_revision(), "to_one_model": {str(K): {key: round(median(K, key) / median(0, key), 2)
                                 for key in ("ms_per_step", "op_ms_per_step", "product_ms", "other_ms")}
                        for K in Ks if K}}))
 

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from wt_jax.models import rhn_lm
-from wt_jax.train import run_folder
+from wt_jax.train import run_record
 
 H, DEPTH, B, T = 830, 10, 20, 35
 
@@ -102,7 +102,7 @@ def main():
         "ms_median": statistics.median(rounds[name]), "ms_rounds": rounds[name], "repeats": args.repeats,
         "temp_mib": round(f.memory_analysis().temp_size_in_bytes / 2**20, 1),
         "max_grad_error_vs_custom_vjp_split": grad_error[name], "device_kind": jax.devices()[0].device_kind,
-        "jax": jax.__version__, "host": run_folder.host(), "wt_jax_commit": run_folder.code_revision()}))
+        "jax": jax.__version__, "host": run_record.host(), "wt_jax_commit": run_record.code_revision()}))
 
 
 if __name__ == "__main__":

@@ -193,20 +193,20 @@ def record_mismatch(run_config: dict, expected: dict, ladder: list[str], results
 
   Its precision must be a rung of `ladder`: the queue resumes a run on its own rung, or records a finished one
   under it (no trainer knows the ladder). A resumable run's config is left to the trainer, which compares it with
-  the folder's run.json at the resume and refuses another run's (`run_folder.ConfigChangedError`: the job fails with
+  the folder's run.json at the resume and refuses another run's (`run_record.ConfigChangedError`: the job fails with
   that line). Any other record is compared here, since no trainer resumes it: a finished run is recorded, not
   rerun, and a run without a checkpoint would be started afresh over its record. Its config must match outside
-  the keys a resume may change (`run_folder.RESUMABLE_KEYS`); a finished run's results must name the same config,
+  the keys a resume may change (`run_record.RESUMABLE_KEYS`); a finished run's results must name the same config,
   seed and precision (a summary: the members' seeds): run.json and results.json are written at different
   times, so a folder may hold one of another run."""
-  from wt_jax.train import run_folder
+  from wt_jax.train import run_record
   precision = run_config.get("matmul_precision")
   if precision not in ladder:
     return f"its run.json has matmul_precision {precision!r}, not one of {ladder}"
   if resumable:
     return None
-  changes = {k: v for k, v in run_folder.config_changes(run_config, expected).items()
-             if k.split(".")[-1] not in run_folder.RESUMABLE_KEYS | IGNORED_IN_MATCH}
+  changes = {k: v for k, v in run_record.config_changes(run_config, expected).items()
+             if k.split(".")[-1] not in run_record.RESUMABLE_KEYS | IGNORED_IN_MATCH}
   if changes:
     shown = ", ".join(f"{k} {a!r} (job: {b!r})" for k, (a, b) in list(changes.items())[:4])
     return f"its run.json has {shown}{', …' if len(changes) > 4 else ''}"

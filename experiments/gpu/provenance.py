@@ -42,11 +42,11 @@ def source_digest(root: Path) -> str:
 
 def stamp(folder: Path, root: Path = REPO) -> str:
   """Write `folder/commit` (this checkout's HEAD, "+dirty" if tracked code differs from it:
-  `run_folder.code_revision`) and `folder/source` (`source_digest`) before the tree is copied to another machine."""
-  from wt_jax.train import run_folder
+  `run_record.code_revision`) and `folder/source` (`source_digest`) before the tree is copied to another machine."""
+  from wt_jax.train import run_record
   saved = os.environ.pop("WT_JAX_COMMIT", None)  # this checkout's own commit, not one handed down
   try:
-    commit = run_folder.code_revision()
+    commit = run_record.code_revision()
   finally:
     if saved is not None:
       os.environ["WT_JAX_COMMIT"] = saved

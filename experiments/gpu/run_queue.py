@@ -517,8 +517,8 @@ def main(argv):
     return
   runs, records = _folders()
   env = environment()
-  from wt_jax.train import run_folder
-  env["wt_jax_commit"] = run_folder.code_revision()
+  from wt_jax.train import run_record
+  env["wt_jax_commit"] = run_record.code_revision()
   files.write_json(records / "env.json", env)
   if _EXPECT_BACKEND.value and env.get("backend") != _EXPECT_BACKEND.value:
     raise SystemExit(f"JAX's backend is {env.get('backend')!r}, not {_EXPECT_BACKEND.value!r} "

@@ -26,7 +26,7 @@ from absl import app, flags
 
 from experiments import check_folder, lm_run_flags, quiet_library_logs, run_main
 from wt_jax import adapt, files, lm_eval, trained_lm
-from wt_jax.train import run_folder
+from wt_jax.train import run_record
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ def main(argv):
                               "seed": lm.config.seed, "valid_tokens": len(valid) - 1, "test_tokens": len(test) - 1,
                               **result, "settings": given, "reused": sorted(done["methods"]),
                               "wall_s": time.time() - t0,
-                              "versions": run_folder.versions(), "host": run_folder.host()})
+                              "versions": run_record.versions(), "host": run_record.host()})
     partial.unlink()
     log.info("%s: %s", workdir, json.dumps({k: result[k].get("test_ppl") for k in result}))
 

@@ -23,7 +23,8 @@ from etils import epath
 from wt_jax import files, parallel
 from wt_jax import members as members_lib
 from wt_jax.train.checkpoint import Checkpoints
-from wt_jax.train.run_folder import Folder, NonFiniteLossError, RunFolder, record_run
+from wt_jax.train.run_folder import Folder, NonFiniteLossError, RunFolder
+from wt_jax.train.run_record import record_run
 
 log = logging.getLogger(__name__)
 

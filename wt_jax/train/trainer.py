@@ -25,7 +25,9 @@ from wt_jax.data import paths
 from wt_jax.errors import InputError
 from wt_jax.train import metrics as metrics_lib
 from wt_jax.train.checkpoint import CheckpointMismatchError, CheckpointUnreadableError, Checkpoints
-from wt_jax.train.run_folder import ConfigChangedError, NonFiniteLossError, RunFolder, WorkdirBusyError, versions
+from wt_jax.train.run_folder import NonFiniteLossError, RunFolder
+from wt_jax.train.run_record import ConfigChangedError, versions
+from wt_jax.train.workdir_lock import WorkdirBusyError
 from wt_jax.train.task import Task
 
 log = logging.getLogger(__name__)
