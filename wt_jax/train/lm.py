@@ -109,7 +109,7 @@ def check(config) -> None:
   unknown test_params or weight_decay_mode, the augmented loss's α or w_ce below 0, its τ not positive or its
   embedding neither input nor output, an unknown softmax kind or K < 1 draws, an approximate softmax with the
   augmented loss or the NNLM's direct connections, NCE started normalised without an output bias to move, and a
-  negative scan_unroll."""
+  negative scan_unroll or warmup_steps."""
   for key in POSITIVE_KEYS:
     value = config[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -144,6 +144,8 @@ def check(config) -> None:
     raise InputError(softmax.NCE_NEEDS_BIAS)
   if config.scan_unroll < 0:
     raise InputError(f"scan_unroll must be ≥ 0 (0: automatic), got {config.scan_unroll}.")
+  if config.warmup_steps < 0:
+    raise InputError(f"warmup_steps must be ≥ 0 (0: no warm-up), not {config.warmup_steps}.")
 
 
 def resolve(config, corpus):

@@ -96,12 +96,15 @@ class MembersFolder(Folder):
     now = jax.device_get(sums) or {}
     totals, shown = [], []
     for k, f in enumerate(self.each):
-      totals.append(f.totals({key: np.reshape(v, (len(self.each),))[k] for key, v in now.items()}))
+      mine = {key: np.reshape(v, (len(self.each),))[k] for key, v in now.items()}
       try:
-        shown.append(f.numbers(totals[-1], step, epoch))
+        _, t, s = f.progress(state, mine, step, epoch)
       except NonFiniteLossError as e:
         state = self.freeze(state, k, step, epoch, e.why)
-        shown.append(f.train_metrics(totals[-1], step))
+        t = f.totals(mine)
+        s = f.train_metrics(t, step)
+      totals.append(t)
+      shown.append(s)
     return state, totals, shown
 
   def line(self, shown: list, values: list | None = None) -> str:

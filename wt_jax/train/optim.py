@@ -35,11 +35,7 @@ def zaremba_schedule(base_lr: float, decay: float, decay_after_epoch: int,
 
 
 def with_warmup(schedule: optax.Schedule, warmup_steps: int) -> optax.Schedule:
-  """`schedule` scaled by min(1, (step + 1) / warmup_steps): a linear warm-up (`schedule` itself when 0)."""
-  if warmup_steps < 0:
-    raise ValueError(f"warmup_steps must be ≥ 0, not {warmup_steps}.")
-  if not warmup_steps:
-    return schedule
+  """`schedule` scaled by min(1, (step + 1) / warmup_steps): a linear warm-up over `warmup_steps` ≥ 1 steps."""
   return lambda step: schedule(step) * jnp.minimum(1.0, (step + 1) / warmup_steps)
 
 
@@ -95,8 +91,9 @@ def make_optimizer(config, steps_per_epoch: int) -> optax.GradientTransformation
   `config.weight_decay_mode == 'decoupled'` and `weight_decay` > 0, then the row-norm constraint on the input
   embedding when `config.words.row_norm` > 0 (`embedding_rows_at_norm`).
   The other weight-decay mode, 'loss', is a cost term (`wt_jax.losses.make_lm_cost`)."""
-  lr = with_warmup(zaremba_schedule(config.learning_rate, config.lr_decay, config.decay_after_epoch,
-                                    steps_per_epoch), config.warmup_steps)
+  lr = zaremba_schedule(config.learning_rate, config.lr_decay, config.decay_after_epoch, steps_per_epoch)
+  if config.warmup_steps:
+    lr = with_warmup(lr, config.warmup_steps)
   if config.optimizer == "sgd":
     opt = optax.sgd(lr)
   elif config.optimizer == "adam":

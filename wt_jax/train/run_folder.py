@@ -115,18 +115,15 @@ class RunFolder(Folder):
     now, before = jax.device_get(sums) or {}, self.epoch_sums or {}
     return {key: before.get(key, 0.0) + float(now.get(key, 0.0)) for key in {**before, **now}}
 
-  def numbers(self, totals: dict, step: int, epoch: int) -> dict:
-    """The progress numbers of the epoch's train sums `totals`; NonFiniteLossError if the sums or the numbers are
-    not finite (a perplexity may overflow where its NLL sum does not)."""
+  def progress(self, state, sums, step: int, epoch: int):
+    """(state, the epoch's train sums on the host, their progress numbers) for the device `sums`;
+    NonFiniteLossError if the sums or the numbers are not finite (a perplexity may overflow where its NLL sum does
+    not). `state` comes back as it went in (a members run may freeze a member in it: `MembersFolder.progress`)."""
+    totals = self.totals(sums)
     check_or_stop(totals, f"the training {{key}} became non-finite before step {step} (epoch {epoch})")
     shown = self.train_metrics(totals, step)
     check_or_stop(shown, f"the training {{key}} is {{value}} at step {step} (epoch {epoch})")
-    return shown
-
-  def progress(self, state, sums, step: int, epoch: int):
-    """(state, the epoch's train sums on the host, their progress numbers) for the device `sums`: `numbers`."""
-    totals = self.totals(sums)
-    return state, totals, self.numbers(totals, step, epoch)
+    return state, totals, shown
 
   def line(self, shown: dict, values: dict | None = None) -> str:
     """A progress line's numbers: the progress numbers `shown`, and an epoch's validation `values`."""

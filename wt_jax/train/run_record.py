@@ -42,11 +42,11 @@ def code_revision() -> str | None:
   if os.environ.get("WT_JAX_COMMIT"):
     return os.environ["WT_JAX_COMMIT"]
   src = Path(__file__).resolve().parents[2]
+  git = dict(capture_output=True, text=True, timeout=10, check=True)
   try:
-    git = lambda *a: subprocess.run(["git", "-C", str(src), *a], capture_output=True, text=True,
-                                    timeout=10, check=True).stdout.strip()
-    commit = git("rev-parse", "HEAD")
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "wt_jax", "experiments", "configs")
+    commit = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], **git).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no", "--", "wt_jax",
+                            "experiments", "configs"], **git).stdout.strip()
   except (OSError, subprocess.SubprocessError):
     return None  # not a git checkout (e.g. an installed wheel) or no git binary
   return commit + ("+dirty" if dirty else "")
@@ -69,17 +69,8 @@ def host() -> dict:
           "xla_flags": os.environ.get("XLA_FLAGS", "")}
 
 
-def check_determinism(config) -> None:
-  """A run asked to be deterministic (`config.deterministic`) stops with one line when its process's XLA_FLAGS
-  do not ask XLA for it, instead of running non-deterministically (the entry points set it: `experiments.start`)."""
-  if config.get("deterministic", False) and not parallel.determinism_in(os.environ.get("XLA_FLAGS", "")):
-    raise RuntimeError(f"config.deterministic is set but XLA_FLAGS does not hold {parallel.DETERMINISTIC_FLAG}=true; set it "
-                       "before the first JAX computation (experiments.start does).")
-
-
 def describe_run(config, run_versions: dict) -> dict:
   """What `<workdir>/run.json` holds: enough to know, from the folder alone, what ran and how."""
-  check_determinism(config)
   return {"what": "a wt_jax run: its config, command, code and machine (written at its first start)",
           "config": config.to_dict(), "command": " ".join(shlex.quote(a) for a in sys.argv),
           "cwd": os.getcwd(), "wt_jax_version": __version__, "versions": run_versions, "host": host(),
@@ -123,7 +114,6 @@ def check_resume(run_file: epath.Path, config, step: int, saved_config: dict | N
   changes are appended to run.json. A folder without run.json (a run started by hand elsewhere) is not checked; a
   damaged one is rebuilt from `saved_config`, the config the checkpoint saved (`_read_record`). A member
   (`member`: {"index", "of", "run"}) is checked the same way against its own config and record."""
-  check_determinism(config)
   if not run_file.exists() and member is None:
     return
   record = _read_record(run_file, saved_config, step, member)
@@ -148,7 +138,12 @@ def record_run(workdir: epath.Path, config, run_versions: dict, members: list, r
                saved_config: dict | None) -> None:
   """The run's record, `<workdir>/run.json`, and each member's (`members`: [(its folder, its config)], empty for
   a plain run): written at a first start (`resumed_from` None); at a resume from that step, checked against the
-  config (`check_resume`; `saved_config`: the checkpoint's) and the resume appended to it."""
+  config (`check_resume`; `saved_config`: the checkpoint's) and the resume appended to it. A run asked to be
+  deterministic (`config.deterministic`) whose process's XLA_FLAGS do not ask XLA for it stops here, before its first
+  step, instead of running non-deterministically (the entry points set the flag: `experiments.start`)."""
+  if config.get("deterministic", False) and not parallel.determinism_in(os.environ.get("XLA_FLAGS", "")):
+    raise RuntimeError(f"config.deterministic is set but XLA_FLAGS does not hold {parallel.DETERMINISTIC_FLAG}=true; "
+                       "set it before the first JAX computation (experiments.start does).")
   member = lambda k: {"index": k, "of": len(members), "run": str(workdir)}  # a member's place in its run
   if resumed_from is None:
     files.write_json(workdir / RUN_FILE, describe_run(config, run_versions))
