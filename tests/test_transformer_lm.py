@@ -247,3 +247,24 @@ def test_t5_steps_scales_only_the_word_matrices_steps():
     optim.scale_word_matrices(2.0).update({"w": jnp.ones(2)}, None)
   with pytest.raises(ValueError, match="> 0"):
     optim.scale_word_matrices(0.0)
+
+
+@pytest.mark.parametrize("cell,V", [("untied,64,1000", 1000), ("tied_wide,128,4000", 4000), ("tied_wide,64,words", 33278)])
+def test_a_tying_surface_cell_counts_its_parameters_as_the_model_has_them(cell, V):
+  """configs/tying_surface.py: `transformer_params` equals the built model's count (so `matched_width`'s widened
+  tied model is matched to the untied one by the model's own parameters, here within 5%); a malformed cell is
+  refused."""
+  from configs import tying_surface
+  c = tying_surface.get_config(cell)
+  c.vocab_size = V
+  model = models.build(c)
+  shapes = jax.eval_shape(lambda k: models.init_params(model, c, k), jax.random.key(0))
+  built = sum(x.size for x in jax.tree_util.tree_leaves(shapes))
+  assert built == tying_surface.transformer_params(c.hidden_size, V, tied=c.words.mode == "tied")
+  arm, width, _ = cell.split(",")
+  untied = tying_surface.transformer_params(int(width), V, tied=False)
+  assert c.hidden_size % c.num_heads == 0 and c.mlp_size == 4 * c.hidden_size
+  if arm == "tied_wide":
+    assert c.hidden_size > int(width) and abs(built - untied) / untied < 0.05
+  with pytest.raises(ValueError, match="ARM,D,VOCAB"):
+    tying_surface.get_config("tied,128")

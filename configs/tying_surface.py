@@ -1,0 +1,57 @@
+"""A cell of the tying surface (issue 129): the tied − untied gap over the Transformer's width and the vocabulary's size.
+
+    python -m experiments.ptb --config=configs/tying_surface.py:tied,128,4000 --config.data_dir=DIR --workdir=...
+    bash experiments/studies/tying_surface.sh [RUNS_DIR] CELL ... [-- EXTRA_FLAGS]   # cells one after the other
+
+Argument ARM,D,VOCAB: ARM untied | tied | tied_wide (tied, its width raised until its parameters match the untied
+model's at D: `matched_width`); D the untied and tied models' width (64, 128, 256, 512); VOCAB the number of
+sentencepiece BPE pieces learned on the training text (1000, 4000, 16000) or `words` (whitespace words, every type of
+the training text: WikiText-2's 33,278). The text is a folder of train/valid/test.txt (`--config.data_dir`; the
+driver links WikiText-2's files), so every cell reports bits per byte of the same test text.
+
+Everything else is the Transformer study's (configs/transformer.py, ours): 4 pre-LN blocks, heads of 64 dimensions
+(one head at D = 64), feed-forward 4·D, the input embedding × √D (that study's best scale on PTB), dropout 0.3, Adam
+at 1e-3 after 500 warm-up steps, ×0.5 per epoch after the third, 6 epochs of 64-token windows after 32 of memory.
+"""
+from configs import transformer
+
+ARMS = ("untied", "tied", "tied_wide")
+HEAD_DIM = 64  # ours: head width (the study's D = 256 has 4 heads of 64)
+WORDS_CAP = 1_000_000  # `vocab_size` is a cap for a text corpus's words: above any training text's types here
+
+
+def transformer_params(D: int, V: int, tied: bool, layers: int = 4, memory_plus_window: int = 96) -> int:
+  """Parameters of `wt_jax.models.transformer_lm` (output bias on, feed-forward 4·D): per block two layer norms (4D),
+  qkv and attention output (4D² + 4D), the feed-forward layers (8D² + 5D); the positions (P·D), the last layer
+  norm (2D); the word matrix V·D (twice untied) and the output bias V."""
+  block = 12 * D * D + 13 * D
+  return layers * block + memory_plus_window * D + 2 * D + V * D * (1 if tied else 2) + V
+
+
+def matched_width(D: int, V: int, heads: int) -> int:
+  """The tied model's width whose parameter count is nearest the untied model's at width D, a multiple of 8·heads
+  (so that `heads` heads of a whole number of dimensions divide it)."""
+  target, step = transformer_params(D, V, tied=False), 8 * heads
+  wide = min(range(D, 4 * D + 1, step), key=lambda w: abs(transformer_params(w, V, tied=True) - target))
+  return wide
+
+
+def get_config(arg: str = "tied,128,4000"):
+  parts = arg.split(",")
+  if len(parts) != 3 or parts[0] not in ARMS or not parts[1].isdigit() or not (parts[2] == "words" or parts[2].isdigit()):
+    raise ValueError(f"configs/tying_surface.py:{arg}: expected ARM,D,VOCAB with ARM in {list(ARMS)}, D a width "
+                     "(64, 128, 256, 512) and VOCAB a number of BPE pieces (1000, 4000, 16000) or 'words'.")
+  arm, D, vocab = parts[0], int(parts[1]), parts[2]
+  c = transformer.get_config("tied,sqrt_d")
+  c.name = f"surface_{arm}_d{D}_{vocab}"
+  c.dataset = "text"
+  c.tokenizer = "word" if vocab == "words" else "sentencepiece"
+  c.subword_model = "bpe"
+  c.vocab_size = WORDS_CAP if vocab == "words" else int(vocab)  # (a cap: the run records the vocabulary it got)
+  c.words.mode = "untied" if arm == "untied" else "tied"
+  heads = max(1, D // HEAD_DIM)
+  V = 33_278 if vocab == "words" else int(vocab)  # (WikiText-2's words: the width match's vocabulary)
+  c.hidden_size = matched_width(D, V, heads) if arm == "tied_wide" else D
+  c.num_heads = heads
+  c.mlp_size = 4 * c.hidden_size
+  return c

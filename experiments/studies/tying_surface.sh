@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The tying surface (issue 129): Transformer cells of configs/tying_surface.py (ARM,D,VOCAB) on WikiText-2's text, one
+# run a cell and seed, one after the other.
+#
+#   bash experiments/studies/tying_surface.sh [RUNS_DIR] CELL ... [-- EXTRA_FLAGS]   # RUNS_DIR default runs/tying_surface
+#   SEEDS="0 1" bash experiments/studies/tying_surface.sh runs/tying_surface tied,128,4000 untied,128,4000
+#
+# The text folder is RUNS_DIR/wikitext2_text: links named train.txt.gz, valid.txt.gz, test.txt.gz to the WikiText-2
+# files under $WT_JAX_DATA/wikitext2. Each run is `python -m experiments.ptb --config=configs/tying_surface.py:CELL
+# --config.data_dir=RUNS_DIR/wikitext2_text --config.seed=S --workdir=RUNS_DIR/<ARM>_d<D>_<VOCAB>_seed<S>`, logged
+# beside its workdir, resumed if unfinished, skipped if finished (a results.json).
+set -u
+RUNS_DIR=${1:-runs/tying_surface}
+shift || true
+CELLS=()
+while [[ $# -gt 0 && "$1" != "--" ]]; do CELLS+=("$1"); shift; done
+[[ "${1:-}" == "--" ]] && shift
+EXTRA=("$@")
+[[ ${#CELLS[@]} -gt 0 ]] || { echo "give at least one cell ARM,D,VOCAB (configs/tying_surface.py)" >&2; exit 2; }
+SEEDS=${SEEDS:-0 1}
+DATA=${WT_JAX_DATA:?set WT_JAX_DATA to the folder holding wikitext2/}
+TEXT="$RUNS_DIR/wikitext2_text"
+mkdir -p "$TEXT"
+for split in train valid test; do
+  ln -sfn "$(cd "$DATA/wikitext2" && pwd)/wiki.$split.tokens.gz" "$TEXT/$split.txt.gz"
+done
+status=0
+for cell in "${CELLS[@]}"; do
+  IFS=, read -r arm width vocab <<<"$cell"
+  for seed in $SEEDS; do
+    wd="$RUNS_DIR/${arm}_d${width}_${vocab}_seed$seed"
+    if [[ -f "$wd/results.json" ]]; then echo "skip $wd (finished)"; continue; fi
+    echo "$(date -u +%FT%TZ) start $wd"
+    python -m experiments.ptb --config="configs/tying_surface.py:$cell" --config.data_dir="$TEXT" \
+        --config.seed="$seed" --workdir="$wd" --alsologtostderr "${EXTRA[@]}" >>"$wd.log" 2>&1 || status=$?
+    echo "$(date -u +%FT%TZ) exit $status $wd"
+  done
+done
+exit $status
