@@ -13,4 +13,5 @@ CHECKPOINT = flags.DEFINE_enum("checkpoint", None, list(trained_lm.CHECKPOINTS),
 MEMBER = flags.DEFINE_integer("member", None, "A members run's member k (its folder <workdir>/members/<k>/).")
 RESET_AT = flags.DEFINE_enum("reset_at", "never", list(trained_lm.RESETS), "Score each document from a fresh start "
                              "(the recurrent state, the cache, the adapted parameters): a document ends at every line "
-                             "end (line) or at an empty line (blank_line); never: the text is one stream.")
+                             "end (line), at an empty line (blank_line), or before each WikiText article (the empty "
+                             "line before a ' = Title = ' line: wikitext_article); never: the text is one stream.")

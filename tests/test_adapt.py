@@ -207,11 +207,18 @@ def test_reset_at_line_scores_a_repeated_line_as_the_first_and_never_remembers_i
     assert sum(never[-(n - 1):]) > sum(never[:n - 1]) + 1.0  # (the second line read after the first)
 
 
-def test_documents_end_at_each_line_or_at_each_empty_line():
+def test_documents_end_at_each_line_each_empty_line_or_before_each_wikitext_article():
   eos = 0
   ids = np.array([5, 6, 0, 7, 0, 0, 8, 0], np.int32)  # "5 6", "7", "", "8"
   assert [d.tolist() for d in trained_lm.documents(ids, "line", eos)] == [[0, 5, 6, 0], [0, 7, 0], [0, 0], [0, 8, 0]]
   assert [d.tolist() for d in trained_lm.documents(ids, "blank_line", eos)] == [[0, 5, 6, 0, 7, 0, 0], [0, 8, 0]]
+  words = ["<eos>", "=", "A", "B", "x", "y"]  # WikiText: an article is an empty line, ` = Title = `, an empty line, …
+  text = "\n = A = \n\n x y \n\n = = B = = \n\n y \n\n = B = \n\n x \n"  # (a heading `= = B = =` is not one)
+  ids = np.array([words.index(t) for line in text.split("\n")[:-1] for t in [*line.split(), "<eos>"]], np.int32)
+  docs = trained_lm.documents(ids, "wikitext_article", eos, lambda line: " ".join(words[i] for i in line))
+  assert [" ".join(words[i] for i in d) for d in docs] == [
+      "<eos> <eos> = A = <eos> <eos> x y <eos> <eos> = = B = = <eos> <eos> y <eos>",
+      "<eos> <eos> = B = <eos> <eos> x <eos>"]
   with pytest.raises(InputError, match="reset_at"):
     trained_lm.documents(ids, "paragraph", eos)
 

@@ -36,7 +36,7 @@ import numpy as np
 from etils import epath
 
 from wt_jax import export, lm_eval, members, models, precision
-from wt_jax.data import batching, lm_corpora, paths, ptb, text_corpus
+from wt_jax.data import batching, lm_corpora, paths, ptb, text_corpus, wikitext2
 from wt_jax.data import text as text_lib
 from wt_jax.data import vocab as vocab_lib
 from wt_jax.errors import InputError
@@ -224,31 +224,40 @@ def score_ids(lm: TrainedLM, ids: np.ndarray, per_token: bool = False) -> dict:
   return result
 
 
-RESETS = ("never", "line", "blank_line")
+RESETS = ("never", "line", "blank_line", "wikitext_article")
 
 
-def documents(ids: np.ndarray, reset_at: str, eos: int) -> list[np.ndarray]:
-  """ids[N] cut where `reset_at` says a document ends — after every `<eos>` (line), or after an `<eos>` that ends an
-  empty line (blank_line: the `<eos>` right after another) — each with `<eos>` in front: a document starts as a text
-  does after a line's end, so every one of its tokens is a target."""
+def documents(ids: np.ndarray, reset_at: str, eos: int, line_text=None) -> list[np.ndarray]:
+  """ids[N] cut where `reset_at` says a document ends — after every `<eos>` (line), after an `<eos>` that ends an
+  empty line (blank_line: the `<eos>` right after another), or before each WikiText article (wikitext_article: the
+  empty line before a ` = Title = ` line, `wikitext2.article_starts`, on the lines as `line_text(ids)` renders a
+  line's tokens) — each with `<eos>` in front: a document starts as a text does after a line's end, so every one of
+  its tokens is a target."""
   if reset_at not in RESETS:
     raise InputError(f"Unknown reset_at {reset_at!r}; expected one of {', '.join(RESETS)}.")
   ids = np.asarray(ids, np.int32)
   is_eos = ids == eos
-  ends = is_eos if reset_at == "line" else is_eos & np.concatenate([[False], is_eos[:-1]])
-  cuts = np.flatnonzero(ends) + 1
+  if reset_at == "wikitext_article":
+    line_starts = np.concatenate([[0], np.flatnonzero(is_eos) + 1])  # where each line begins (the last may be empty)
+    lines = [line_text(line[:-1] if line.size and line[-1] == eos else line) for line in np.split(ids, line_starts[1:])]
+    cuts = line_starts[wikitext2.article_starts(lines)]
+  else:
+    ends = is_eos if reset_at == "line" else is_eos & np.concatenate([[False], is_eos[:-1]])
+    cuts = np.flatnonzero(ends) + 1
   return [np.concatenate([[eos], doc]).astype(np.int32) for doc in np.split(ids, cuts) if doc.size]
 
 
 def by_document(scorer, lm: TrainedLM, ids: np.ndarray, reset_at: str, per_token: bool = False, **settings) -> dict:
   """`scorer(lm, ids, per_token=…, **settings)` (`score_ids`, `adapt.score_cache`, `adapt.score_dynamic`) of ids[N],
-  or with `reset_at` 'line' | 'blank_line' of each of its `documents` from a fresh start — the recurrent state, the
+  or with `reset_at` 'line' | 'blank_line' | 'wikitext_article' of each of its `documents` from a fresh start — the recurrent state, the
   cache, the adapted parameters — their NLL and targets added: {'ppl', 'nll', 'tokens', 'documents', …}."""
   if reset_at == "never":
     return scorer(lm, ids, per_token=per_token, **settings)
   if EOS not in lm.vocab:
     raise InputError(f"reset_at={reset_at} cuts the text at {EOS}, which the run's vocabulary does not have.")
-  parts = [scorer(lm, doc, per_token=per_token, **settings) for doc in documents(ids, reset_at, lm.vocab.index[EOS])]
+  line_text = lambda line_ids: lm.tokenizer.render(lm.vocab.decode(line_ids))
+  parts = [scorer(lm, doc, per_token=per_token, **settings)
+           for doc in documents(ids, reset_at, lm.vocab.index[EOS], line_text)]
   nll, tokens = sum(p["nll"] for p in parts), sum(p["tokens"] for p in parts)
   out = {**parts[0], "ppl": lm_eval.perplexity(nll, tokens), "nll": nll, "tokens": tokens, "documents": len(parts),
          "protocol": f"{parts[0]['protocol']}; each {reset_at.replace('_', ' ')}-ended document from a fresh start "
