@@ -39,6 +39,8 @@ _SGD_DECAYS = flags.DEFINE_list("sgd_decays", ["0", "0.001", "0.01"], "sgd: λ t
 _RMS_LRS = flags.DEFINE_list("rms_lrs", ["1e-5", "2e-5", "5e-5", "1e-4", "2e-4"], "rms: η to try (Krause et al.'s "
                              "code tries 3e-5 … 1e-4 at segments of 5).")
 _RMS_DECAYS = flags.DEFINE_list("rms_decays", ["0.001", "0.002", "0.005"], "rms: λ to try.")
+_RULES = flags.DEFINE_list("dynamic_rules", ["sgd", "rms"], "Dynamic evaluation's rules to tune (sgd, rms); the cache "
+                           "with dynamic evaluation uses sgd's best.")
 _SEGMENTS = flags.DEFINE_list("dynamic_segments", [], "Dynamic evaluation's segment lengths to try (default: the "
                               "run's bptt alone; Krause et al. use 5).")
 _STATS_BATCHES = flags.DEFINE_integer("stats_batches", 0, "rms: training windows for MS (0: all).")
@@ -64,7 +66,7 @@ def best_point(grid: list[dict]) -> dict:
 def settings(valid_tokens: int) -> dict:
   """What a record depends on besides the run: the grids and the tuning prefixes, as the flags give them."""
   names = ("cache_sizes", "cache_thetas", "cache_lambdas", "sgd_lrs", "sgd_decays", "rms_lrs", "rms_decays",
-           "stats_batches", "stats_batch_size", "dynamic_valid_tokens", "dynamic_segments", "reset_at")
+           "stats_batches", "stats_batch_size", "dynamic_valid_tokens", "dynamic_segments", "dynamic_rules", "reset_at")
   return {"valid_tokens": valid_tokens, **{n: flags.FLAGS[n].value for n in names}}
 
 
@@ -98,7 +100,7 @@ def study(lm, valid, test, train, done: dict, keep) -> dict:
   tune = valid[:_DYNAMIC_VALID.value + 1] if _DYNAMIC_VALID.value else valid
   segments = [int(v) for v in _SEGMENTS.value] or [lm.config.bptt]
   for rule, lrs, decays in (("sgd", _SGD_LRS.value, _SGD_DECAYS.value), ("rms", _RMS_LRS.value, _RMS_DECAYS.value)):
-    if f"dynamic_{rule}" in out:
+    if f"dynamic_{rule}" in out or rule not in _RULES.value:
       continue
     t1 = time.time()
     ms = (adapt.gradient_rms(lm, train, _STATS_BATCH_SIZE.value, max_batches=_STATS_BATCHES.value) if rule == "rms"
@@ -112,7 +114,7 @@ def study(lm, valid, test, train, done: dict, keep) -> dict:
     out[f"dynamic_{rule}"] = {"grid": grid, "best": best, "test_ppl": test_ppl, "segment": best["segment"],
                               "tuned_tokens": len(tune) - 1, "s": time.time() - t1}
     keep(out)
-  if "cache" in out and "dynamic_sgd+cache" not in out:
+  if "cache" in out and "dynamic_sgd" in out and "dynamic_sgd+cache" not in out:
     t2, c, d = time.time(), out["cache"]["best"], out["dynamic_sgd"]["best"]
     both = lambda ids, la: score(adapt.score_dynamic, ids, rule="sgd", lr=d["lr"], decay=d["decay"],
                                  segment=d["segment"], cache=(c["n"], c["theta"], la))
@@ -127,6 +129,8 @@ def study(lm, valid, test, train, done: dict, keep) -> dict:
 
 def main(argv):
   check_folder(_RECORDS.value, "--records")
+  if not set(_RULES.value) <= {"sgd", "rms"}:
+    raise app.UsageError(f"--dynamic_rules takes sgd and rms, not {', '.join(sorted(set(_RULES.value) - {'sgd', 'rms'}))}.")
   quiet_library_logs()
   out_dir = Path(_RECORDS.value)
   for workdir in argv[1:]:
