@@ -28,8 +28,9 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
   config = _CONFIG.value
   start(argv, _WORKDIR.value, config)
+  corpus = translation.load_corpus(config)  # (a corpus it cannot read: one line, before the config's lines)
   log.info("Config:\n%s", config)
-  nmt.fit_nmt(config, translation.load_corpus(config), _WORKDIR.value)
+  nmt.fit_nmt(config, corpus, _WORKDIR.value)
 
 
 if __name__ == "__main__":

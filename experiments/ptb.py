@@ -32,8 +32,9 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
   config = _CONFIG.value
   start(argv, _WORKDIR.value, config)
+  corpus = lm_corpora.load_corpus(config)  # (a corpus it cannot read: one line, before the config's lines)
   log.info("Config:\n%s", config)
-  lm.fit(config, lm_corpora.load_corpus(config), _WORKDIR.value)
+  lm.fit(config, corpus, _WORKDIR.value)
 
 
 if __name__ == "__main__":

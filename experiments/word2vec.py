@@ -33,8 +33,9 @@ def main(argv):
   start(argv, _WORKDIR.value, config)
   if config.dataset not in DATASETS:
     raise app.UsageError(f"Unknown dataset {config.dataset!r}; known: {', '.join(DATASETS)}.")
+  corpus = DATASETS[config.dataset](config)  # (a corpus it cannot read: one line, before the config's lines)
   log.info("Config:\n%s", config)
-  skipgram.fit_skipgram(config, DATASETS[config.dataset](config), _WORKDIR.value)
+  skipgram.fit_skipgram(config, corpus, _WORKDIR.value)
 
 
 if __name__ == "__main__":

@@ -243,6 +243,31 @@ def test_an_output_folder_that_is_a_file_is_refused_before_any_work(args, tmp_pa
   assert "Traceback" not in proc.stderr and (tmp_path / "a_file").read_text() == "x"
 
 
+@pytest.mark.parametrize("damage", ["cut", "flipped"])
+def test_a_step_that_is_not_as_saved_is_found_before_orbax_reads_it(tmp_path, monkeypatch, damage):
+  """Each saved step lists its files (`checkpoint.MANIFEST`: bytes, CRC-32): a step whose largest file was cut in half,
+  or has one byte changed at the same length, is moved aside without orbax being asked to read it (whose reads of a
+  damaged step fail part way and report the abandoned rest later); a step without the list is read by orbax."""
+  from wt_jax.train import checkpoint
+  state = {"params": {f"w{i}": jnp.full((64, 64), float(i)) for i in range(3)}, "step": jnp.int32(0)}
+  ckpts = checkpoint.Checkpoints(tmp_path / "checkpoints")
+  for step in (2, 4):
+    ckpts.save("last", step, state, {"step": step})
+  asked = []
+  read = checkpoint.Checkpoints.restore
+  monkeypatch.setattr(checkpoint.Checkpoints, "restore", lambda self, kind, target, step=None: (
+      asked.append(step), read(self, kind, target, step))[1])
+  largest = max((p for p in (tmp_path / "checkpoints" / "last" / "4").rglob("*") if p.is_file()),
+                key=lambda p: p.stat().st_size)
+  data = largest.read_bytes()
+  largest.write_bytes(data[: len(data) // 2] if damage == "cut" else data[:100] + bytes([data[100] ^ 1]) + data[101:])
+  assert ckpts.restore_intact(state)[2:] == ("last", 2) and asked == [2]
+  assert (tmp_path / "checkpoints" / "last" / "4.unreadable").is_dir()
+  (tmp_path / "checkpoints" / "last" / "2" / checkpoint.MANIFEST).unlink()  # (a step saved before the lists)
+  assert ckpts.restore_intact(state)[2:] == ("last", 2) and asked == [2, 2]
+  ckpts.close()
+
+
 def test_a_damaged_step_falls_back_and_leaves_the_users_hooks_and_loggers_as_they_were(tmp_path, monkeypatch):
   """Reading a damaged newest `last` (its largest file cut in half) moves it aside and restores the one before;
   `sys.unraisablehook` and the asyncio and absl loggers' filters are what the user had, intact read or not (orbax's

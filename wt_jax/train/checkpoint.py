@@ -9,7 +9,10 @@ damaged disk), `restore_intact` says so in one line, moves it aside (`<step>.unr
 falls back to the previous step, then to `best`; a `best` step newer than the one resumed from is moved aside
 too (`<step>.superseded`), since the run replays that step and saves it again. A step this process may not read
 (a file or folder of another user's, without read permission) is not damage: `CheckpointUnreadableError` names the
-path and nothing is moved, so the run does not start over from an older step while its newest is intact. A save
+path and nothing is moved, so the run does not start over from an older step while its newest is intact. Each step
+saved by one process on a local disk lists its files as saved (`MANIFEST`: bytes and CRC-32 of each), and a step
+that no longer matches its list is found damaged before orbax reads it: orbax's reads of a damaged step fail part
+way and leave the others running, which report themselves later as unraisable exceptions (BUILD_NOTES §70). A save
 the full disk refuses is one line too (`Checkpoints.save`); orbax's own reports of it (its writers' tracebacks,
 abandoned writes) may come before or after that line and are left as orbax prints them.
 """
@@ -17,8 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import logging
 import os
+import zlib
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -30,6 +36,7 @@ from wt_jax import files
 log = logging.getLogger(__name__)
 
 KEEP = {"last": 2, "best": 1}  # steps kept per kind: the previous `last` survives a damaged newest one
+MANIFEST = "wt_jax_files.json"  # in a step's folder: {path in the step: [bytes, CRC-32]} of every file as saved
 
 
 class CheckpointMismatchError(ValueError):
@@ -83,6 +90,8 @@ class Checkpoints:
       mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
                 force=True)
       mngr.wait_until_finished()
+      if files.is_local(self.directory) and jax.process_count() == 1:
+        self._list_files(self.directory / kind / str(step))
     except Exception as e:
       if not disk_full(e):
         raise
@@ -93,6 +102,36 @@ class Checkpoints:
       raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (checkpoint {kind} step {step} not written; "
                     + (f"step {max(kept)} is kept, and the same command resumes from it)" if kept
                        else "no step of it had been saved)"), str(self.directory / kind)) from None
+
+  @staticmethod
+  def _list_files(folder) -> None:
+    """`folder`/MANIFEST: its files as saved. A step saved without one (a full disk here) is read by orbax alone."""
+    try:
+      files.write_json(folder / MANIFEST, _files_of(Path(os.fspath(folder))))
+    except OSError as e:
+      log.warning("Could not list the files of %s (%s); a damage to it will be found by orbax's read.", folder, e)
+
+  def _not_as_saved(self, kind: str, step: int) -> str | None:
+    """How `<kind>/<step>` differs from its MANIFEST (a file missing, shorter or longer, other bytes), or None: it
+    matches, or has no list (saved before lists were kept, on a bucket, by several processes), or a file of it is
+    one this process may not read (`restore` names that)."""
+    folder = Path(os.fspath(self.directory / kind / str(step)))
+    if not files.is_local(self.directory) or not (folder / MANIFEST).is_file():
+      return None
+    try:
+      saved, now = json.loads((folder / MANIFEST).read_text()), _files_of(folder)
+    except PermissionError:
+      return None
+    except (OSError, ValueError) as e:
+      return f"its file list {MANIFEST} cannot be read ({type(e).__name__})"
+    for name, (size, crc) in saved.items():
+      if name not in now:
+        return f"{name} is missing"
+      if now[name][0] != size:
+        return f"{name} holds {now[name][0]:,} bytes, saved with {size:,}"
+      if now[name][1] != crc:
+        return f"{name} holds other bytes than were saved (CRC-32)"
+    return None
 
   def restore(self, kind: str, target: Any, step: int | None = None) -> tuple[Any, dict]:
     """Restore (state, meta) into the structure of `target`; raises CheckpointMismatchError if trees differ."""
@@ -158,6 +197,9 @@ class Checkpoints:
     for kind in kinds:
       for step in reversed(self.steps(kind)):
         try:
+          damage = self._not_as_saved(kind, step)
+          if damage:
+            raise ValueError(damage)  # (found before orbax reads it)
           state, meta = self.restore(kind, target, step)
         except (CheckpointMismatchError, CheckpointUnreadableError):
           raise
@@ -196,6 +238,18 @@ class Checkpoints:
   def close(self) -> None:
     for m in self._managers.values():
       m.close()
+
+
+def _files_of(folder: Path) -> dict:
+  """{path in `folder`: [bytes, CRC-32]} of every file under `folder` but MANIFEST."""
+  out = {}
+  for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST):
+    crc = 0
+    with open(path, "rb") as f:
+      while chunk := f.read(1 << 24):
+        crc = zlib.crc32(chunk, crc)
+    out[path.relative_to(folder).as_posix()] = [path.stat().st_size, crc]
+  return out
 
 
 def disk_full(error: BaseException) -> bool:
