@@ -1,6 +1,7 @@
 """experiments.report: import finished runs, build the paper-vs-ours table, figure and study page (and a README
 section on request); the top-level README and the study pages: short, every link and number traceable."""
 import json
+import math
 import re
 import shutil
 from pathlib import Path
@@ -968,3 +969,58 @@ def test_the_paper_s_order_claims_are_read_against_the_seed_spread():
   assert inan.order_line(worse).startswith("AL < VD: no, ")
   assert inan.order_line({"vd": [87.3], "al": [82.9], "re": [85.1], "real": [82.7]}, str, paper=True) == (
       "AL < VD: yes, RE < VD: yes, REAL lowest: yes (REAL 82.7 < AL 82.9 < RE 85.1 < VD 87.3)")
+
+
+def test_the_subword_page_reads_word_runs_in_bits_per_byte_of_the_same_text_and_each_gap_against_the_seeds(tmp_path):
+  """subword_tying: a word run's test perplexity is converted to bits per byte with the subword runs' test text
+  (Σ NLL = ln(ppl)·(W − 1), over ln 2 and the bytes); tied − untied is read per tokenisation against twice the larger
+  seed sd; subword runs that scored different test texts are refused."""
+  from experiments.reports import subword
+  out, runs, words, size = tmp_path / "results", tmp_path / "runs", 1001, 5000
+  for config, ppl in (("small", 130.0), ("small_tied", 120.0)):
+    for seed in (0, 1):
+      _fake_run(tmp_path / "word" / f"{config}_seed{seed}", config, seed, ppl + seed)
+      folder = runs / f"{config}_bpe4000_seed{seed}"
+      _fake_run(folder, config, seed, 50.0)
+      res = json.loads((folder / "results.json").read_text())
+      corpus = {"tokenizer": {"vocab_size": 4000}, "test": {"words": words, "bytes": size, "tokens": 1500}}
+      (folder / "results.json").write_text(json.dumps({**res, "dataset": "text", "corpus": corpus,
+                                                       "test_ppl_per_word": ppl + 10 + 2 * seed,
+                                                       "test_bits_per_byte": 2.0 + (config == "small") / 10}))
+  for path in (tmp_path / "word").glob("*/results.json"):
+    path.write_text(json.dumps({**json.loads(path.read_text()), "dataset": "wikitext2"}))
+  records.import_runs(tmp_path / "word", out / subword.WORD_RUNS)
+
+  tab = subword.build_subword_tying("subword_tying", out, runs)
+
+  bpb = math.log(130.0) * (words - 1) / math.log(2) / size  # seed 0 of the untied word runs
+  assert f"{bpb:.4f}" in next(l for l in tab.splitlines() if l.startswith("| small LSTM, untied | words"))
+  assert "- words, tied − untied: test per word -10.0 (beyond twice the larger seed sd (1.4))" in tab
+  assert "- BPE pieces, tied − untied: test per word -10.0 (beyond twice the larger seed sd (2.8)); bits per byte -0.1000" in tab
+  res = json.loads((runs / "small_bpe4000_seed1" / "results.json").read_text())
+  res["corpus"]["test"]["bytes"] += 1
+  (runs / "small_bpe4000_seed1" / "results.json").write_text(json.dumps(res))
+  with pytest.raises(records.ReportError, match="different test texts"):
+    subword.build_subword_tying("subword_tying", out, runs)
+
+
+def test_the_wikitext2_test_time_page_adds_both_methods_and_the_same_study_scored_by_articles(tmp_path):
+  """test_time_wt2: the cache with dynamic evaluation as a column, the article_resets subfolder as a table of its own
+  with its tied − untied readings and each config's gain by articles against as one stream, and the cited anchor."""
+  from experiments.reports import test_time
+  runs = tmp_path / "records"
+  (runs / "article_resets").mkdir(parents=True)
+  for folder, sgd in ((runs, 80.0), (runs / "article_resets", 90.0)):
+    for config, tying, seed in (("small", "untied", 0), ("small_tied", "tied", 0)):
+      r = _fake_adapt_record(config, tying, seed, 100.0, 95.0, sgd)
+      r["dynamic_sgd+cache"] = {"grid": [{"lambda": 0.1, "valid_ppl": 98.0}], "test_ppl": sgd - 5,
+                                "best": {"lr": 0.05, "decay": 0.0, "lambda": 0.1, "valid_ppl": 98.0}}
+      (folder / f"{config}_seed{seed}.json").write_text(json.dumps(r))
+  tab = test_time.build_test_time("test_time_wt2", tmp_path / "results", runs)
+  assert "+ dynamic eval, SGD, + cache (gain)" in tab and "| 75.0 (-25.0%) |" in tab
+  page = (tmp_path / "results" / "test_time_wt2" / "README.md").read_text()
+  assert "**By documents**: every WikiText article scored from a fresh start" in page
+  assert "| 85.0 (-15.0%) |" in page  # the by-articles table's both-methods cell
+  assert "- small, + dynamic eval, SGD: gain -10.0% by articles against -20.0% as one stream (1 and 1 seeds)." in page
+  assert "Papers with Code; the paper's table not read): 99.3 → 68.9 (-30.6%)." in page
+  assert (tmp_path / "results" / "test_time_wt2" / "article_resets" / "small_seed0.json").exists()

@@ -122,14 +122,14 @@ def load_runs(report_dir: Path, dataset: str | None = "ptb", check=None) -> dict
   return by_config
 
 
-def seeds_cell(values: list[float], fmt: str = ".1f") -> str:
+def seeds_cell(values: list[float], fmt: str = ".1f", sd_fmt: str = ".1f") -> str:
   """One run: its value; several (seeds, or the members of a run): mean ± the sample standard deviation over
-  them, then each (seed order); `fmt` formats the values (the sd is always to one decimal)."""
+  them, then each (seed order); `fmt` formats the values, `sd_fmt` the sd."""
   if not values:
     return "—"
   if len(values) == 1:
     return f"{values[0]:{fmt}}"
-  return (f"{statistics.mean(values):{fmt}} ± {statistics.stdev(values):.1f} "
+  return (f"{statistics.mean(values):{fmt}} ± {statistics.stdev(values):{sd_fmt}} "
           f"({', '.join(f'{v:{fmt}}' for v in values)})")
 
 

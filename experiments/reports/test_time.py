@@ -1,7 +1,9 @@
 """Test-time adaptation of trained LMs: plain, + continuous cache, + dynamic evaluation, tied against untied,
 from the per-run records `experiments.studies.test_time` writes (one JSON file per run folder).
 
-    python -m experiments.report test_time --runs=runs/test_time_records
+    python -m experiments.report test_time --runs=runs/test_time_records         # PTB (PAGES["test_time"])
+    python -m experiments.report test_time_wt2 --runs=runs/test_time_wt2_records  # WikiText-2 in BPE pieces, with an
+                                                                                 # article_resets/ subfolder
 
 With --runs, every record there (<run>.json) is read first and then copied into results/test_time/; the page's
 tables are built from those files alone: test perplexity per config and method (mean ± sd over seeds), each
@@ -10,6 +12,7 @@ what a `VARIANTS` subfolder's records (the same runs, other grids) change.
 """
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import statistics
 from pathlib import Path
@@ -27,18 +30,46 @@ ANCHORS = [("Grave et al. (2016), LSTM + continuous cache pointer", 82.3, 72.1),
 # reads again: the others' grids are the main one's, or one point of it).
 VARIANTS = {"wide_eta": ("dynamic evaluation's η grid extended upward", ("dynamic_sgd", "dynamic_rms")),
             "rms_mid": ("the RMS rule's η between 2e-4 and 5e-4", ("dynamic_rms",))}
+
+
+@dataclasses.dataclass(frozen=True)
+class Page:
+  """A test-time page: its title, methods (record key → column), published anchors ((label, plain, adapted) and
+  what they measure), the subfolders of other grids (`VARIANTS`) and of the same study scored by documents
+  (`resets`: a subfolder name and what a document is; "" for none)."""
+  title: str
+  methods: dict
+  anchors: list
+  anchors_on: str
+  variants: dict
+  resets: tuple[str, str] = ("", "")
+
+
+PAGES = {
+    "test_time": Page("Test-time adaptation: the continuous cache and dynamic evaluation", METHODS, ANCHORS,
+                      "PTB test perplexity", VARIANTS),
+    # WikiText-2's anchor: not in the papers we hold (../shared/papers); cited from Papers with Code's leaderboard
+    # rows for Grave et al. (ICLR 2017), its own table not read.
+    "test_time_wt2": Page("Test-time adaptation on WikiText-2 (BPE pieces): the cache and dynamic evaluation, by articles",
+                          {**METHODS, "dynamic_sgd+cache": "+ dynamic eval, SGD, + cache"},
+                          [("Grave et al. (2017), LSTM + continuous cache, words (cited: Papers with Code; the "
+                            "paper's table not read)", 99.3, 68.9)],
+                          "WikiText-2 test perplexity per word", {},
+                          ("article_resets", "every WikiText article scored from a fresh start "
+                                             "(`--reset_at=wikitext_article`: 60 articles in the test split)")),
+}
 # A variant record and its main one must score one model: 1e-4 is far inside a retraining's spread (seed sd about
 # 0.2-0.6%) and, by our estimate (not measured across machines), far above float32 rounding of one model's score.
 SAME_MODEL_RTOL = 1e-4
 KEYS = ("run", "config", "tying", "seed", "plain", "valid_tokens", "test_tokens", "wall_s")
 
 
-def import_records(runs_dir: Path, report_dir: Path) -> list[str]:
-  """Copy every <run>.json of `runs_dir`, and of its `VARIANTS` subfolders, to the same place under `report_dir`,
-  after reading each (a damaged one raises `ReportError` before anything is copied); an unfinished study's
-  <run>.partial.json is not a record."""
+def import_records(runs_dir: Path, report_dir: Path, subfolders=tuple(VARIANTS)) -> list[str]:
+  """Copy every <run>.json of `runs_dir`, and of its `subfolders` (a page's variants and resets), to the same place
+  under `report_dir`, after reading each (a damaged one raises `ReportError` before anything is copied); an
+  unfinished study's <run>.partial.json is not a record."""
   runs_folder(runs_dir)
-  found = [p for sub in ("", *VARIANTS) for p in sorted((runs_dir / sub).glob("*.json"))
+  found = [p for sub in ("", *subfolders) for p in sorted((runs_dir / sub).glob("*.json"))
            if not p.name.endswith(".partial.json")]
   if not found:
     raise ReportError(f"{runs_dir} holds no records; run python -m experiments.studies.test_time first.")
@@ -67,12 +98,12 @@ def gain(r: dict, method: str) -> float | None:
   return 100 * (r[method]["test_ppl"] / r["plain"]["test_ppl"] - 1) if method in r else None
 
 
-def ppl_table(by_config: dict[str, list[dict]]) -> str:
-  rows = ["| config | tying | seeds | plain | " + " | ".join(f"{label} (gain)" for label in METHODS.values()) + " |",
-          "|---|---|---|---|" + "---|" * len(METHODS)]
+def ppl_table(by_config: dict[str, list[dict]], methods: dict = METHODS) -> str:
+  rows = ["| config | tying | seeds | plain | " + " | ".join(f"{label} (gain)" for label in methods.values()) + " |",
+          "|---|---|---|---|" + "---|" * len(methods)]
   for config, records in by_config.items():
     cells = [seeds_cell([r["plain"]["test_ppl"] for r in records])]
-    for method in METHODS:
+    for method in methods:
       have = [r for r in records if method in r]
       ppl, gains = [r[method]["test_ppl"] for r in have], [gain(r, method) for r in have]
       cells.append(f"{seeds_cell(ppl)} ({seeds_cell(gains, '+.1f')}%)" if have else "—")
@@ -81,14 +112,13 @@ def ppl_table(by_config: dict[str, list[dict]]) -> str:
   return "\n".join(rows)
 
 
-def tied_vs_untied(by_config: dict[str, list[dict]], methods=tuple(METHODS)) -> str:
+def tied_vs_untied(by_config: dict[str, list[dict]], methods: dict = METHODS) -> str:
   """Per pair and method: the mean gains, their difference, and whether it exceeds twice the larger seed sd."""
   lines = []
   for untied, tied in PAIRS.items():
     if untied not in by_config or tied not in by_config:
       continue
-    for method in methods:
-      label = METHODS[method]
+    for method, label in methods.items():
       u = [gain(r, method) for r in by_config[untied] if method in r]
       t = [gain(r, method) for r in by_config[tied] if method in r]
       if not u or not t:
@@ -129,12 +159,12 @@ def _dynamic_cell(r: dict, method: str) -> str:
   return " / ".join(_edge(best[k], grid, k) for k in ("lr", "decay")) + f", {r[method]['test_ppl']:.1f}"
 
 
-def variants_table(report_dir: Path, by_config: dict[str, list[dict]]) -> str:
+def variants_table(report_dir: Path, by_config: dict[str, list[dict]], variants: dict = VARIANTS) -> str:
   """Per variant record and dynamic rule: the best η / λ and its test perplexity on the grid of the same run's
   main record and on the variant's grid; '' when there is no variant record."""
   main = {r["_name"]: r for records in by_config.values() for r in records}
   rows = []
-  for variant, (_, methods) in VARIANTS.items():
+  for variant, (_, methods) in variants.items():
     for path in sorted((report_dir / variant).glob("*.json")):
       r, base = json_record(path.read_text(errors="replace"), path, KEYS), main.get(path.stem)
       if base is not None and abs(r["plain"]["test_ppl"] / base["plain"]["test_ppl"] - 1) > SAME_MODEL_RTOL:
@@ -190,34 +220,55 @@ def provenance(by_config: dict[str, list[dict]]) -> str:
   return "\n".join(lines)
 
 
+def resets_lines(main: dict[str, list[dict]], resets: dict[str, list[dict]], methods: dict) -> str:
+  """Per config and method: its mean gain with the text as one stream (`main`) and by documents (`resets`)."""
+  lines = []
+  for config, records in resets.items():
+    for method, label in methods.items():
+      by_doc = [gain(r, method) for r in records if method in r]
+      stream = [gain(r, method) for r in main.get(config, []) if method in r]
+      if by_doc and stream:
+        lines.append(f"- {config}, {label}: gain {statistics.mean(by_doc):+.1f}% by articles against "
+                     f"{statistics.mean(stream):+.1f}% as one stream ({len(by_doc)} and {len(stream)} seeds).")
+  return "\n".join(lines)
+
+
 def build_test_time(name: str, out_root: Path, runs_dir: Path | None = None, readme: Path | None = None) -> str:
-  """Import (optionally), then write the page; returns the perplexity table."""
-  report_dir = out_root / name
+  """Import (optionally), then write the page `PAGES[name]`; returns the perplexity table."""
+  page, report_dir = PAGES[name], out_root / name
   report_dir.mkdir(parents=True, exist_ok=True)
+  resets_dir, documents = page.resets
   if runs_dir is not None:
-    import_records(runs_dir, report_dir)
+    import_records(runs_dir, report_dir, (*page.variants, *([resets_dir] if resets_dir else [])))
   by_config = load_records(report_dir)
   if not by_config:
     raise ReportError(f"{report_dir} holds no records; import them with --runs.")
-  tab = ppl_table(by_config)
-  variants = variants_table(report_dir, by_config)
+  tab = ppl_table(by_config, page.methods)
+  variants = variants_table(report_dir, by_config, page.variants)
   variants = (f"**Other grids** (a record of a subfolder re-evaluates a run of the main table: "
-              f"{'; '.join(f'`{k}`: {v}' for k, (v, _) in VARIANTS.items())}).\n\n{variants}\n\n" if variants else "")
-  for variant, (_, methods) in VARIANTS.items():
-    pairs = tied_vs_untied(load_records(report_dir / variant), methods)
+              f"{'; '.join(f'`{k}`: {v}' for k, (v, _) in page.variants.items())}).\n\n{variants}\n\n" if variants
+              else "")
+  for variant, (_, methods) in page.variants.items():
+    pairs = tied_vs_untied(load_records(report_dir / variant), {m: page.methods[m] for m in methods})
     variants += (f"**Tied against untied on the `{variant}` grid.**\n\n{pairs}\n\n" if pairs.startswith("- +")
                  else "")
+  by_document = load_records(report_dir / resets_dir) if resets_dir else {}
+  if by_document:
+    variants += (f"**By documents**: {documents}; the same grids, tuned and scored by documents.\n\n"
+                 f"{ppl_table(by_document, page.methods)}\n\n{tied_vs_untied(by_document, page.methods)}\n\n"
+                 f"{resets_lines(by_config, by_document, page.methods)}\n\n"
+                 f"{settings_table(by_document)}\n\n")
   speed = speed_table(report_dir)
   speed = (f"**Speed** (`bench.jsonl`: `python -m experiments.bench --config=... --adapt_tokens=N "
            f"--adapt_cache_size=n`, the three passes interleaved in one run, batch 1, medians; compare within a row, "
            f"not across rows, which ran one after another).\n\n{speed}\n\n"
            if speed else "")
-  anchors = "\n".join(f"- {label}: {a} → {b} ({100 * (b / a - 1):+.1f}%)." for label, a, b in ANCHORS)
+  anchors = "\n".join(f"- {label}: {a} → {b} ({100 * (b / a - 1):+.1f}%)." for label, a, b in page.anchors)
   body = (f"Test perplexity (the run's batch-1 stream); a cell of several seeds is mean ± sample sd (each seed); "
           f"gain: the change against plain, in percent.\n\n{tab}\n\n**Tied against untied.**\n\n"
-          f"{tied_vs_untied(by_config)}\n\n**Published gains (PTB test perplexity).**\n\n{anchors}\n\n"
+          f"{tied_vs_untied(by_config, page.methods)}\n\n**Published gains ({page.anchors_on}).**\n\n{anchors}\n\n"
           f"**Tuned on validation** (each method's best grid point; \"grid edge\": the best lies on the grid's "
           f"border).\n\n{settings_table(by_config)}\n\n{variants}{speed}Rebuild: `python -m experiments.report {name}`")
-  write_page(report_dir / "README.md", name, "Test-time adaptation: the continuous cache and dynamic evaluation",
-             body, f"## Runs\n\n{provenance(by_config)}")
+  write_page(report_dir / "README.md", name, page.title, body,
+             f"## Runs\n\n{provenance({**by_config, **{f'{k} (by documents)': v for k, v in by_document.items()}})}")
   return tab
