@@ -19,6 +19,7 @@
     python -m experiments.report sampling --runs=runs/sampling      # samples and scores of trained runs
     python -m experiments.report test_time --runs=runs/test_time_records   # the cache and dynamic evaluation
     python -m experiments.report field                                # published PTB / WikiText-2 rows and ours
+    python -m experiments.report subword_tying --runs=runs/subword_tying   # tying with BPE pieces, WikiText-2
 
 With --runs, each finished run there (a folder with results.json) is imported into results/<report>/<run>/
 (results.json, curve.jsonl); the table, figure and study page are then built from results/<report>/ alone, and
@@ -39,7 +40,7 @@ from absl import app, flags
 
 from experiments import check_folder, run_main
 from experiments.reports import (field, inan, lm_tables, members_speed, nmt, records, samples, softmax_study,
-                                 test_time, tpu_memory)
+                                 subword, test_time, tpu_memory)
 
 _RUNS = flags.DEFINE_string("runs", None, "Directory of run workdirs to import finished runs from.")
 _OUT = flags.DEFINE_string("out", "results", "Root of the committed results; the report goes in OUT/<name>.")
@@ -52,6 +53,7 @@ NMT_REPORTS = nmt.NMT_REPORTS  # (built by nmt.build_nmt)
 OTHER_REPORTS = {"tpu_memory": tpu_memory.build_tpu_memory, "inan_table1_2": inan.build_inan,
                  "members": members_speed.build_members_speed, "sampling": samples.build_sampling,
                  "test_time": test_time.build_test_time, "field": field.build_field,
+                 "subword_tying": subword.build_subword_tying,
                  **{name: softmax_study.build_softmax_study for name in softmax_study.SOFTMAX_STUDIES}}
 
 
