@@ -18,6 +18,7 @@
                                                                      # holds bench --members_sweep lines
     python -m experiments.report sampling --runs=runs/sampling      # samples and scores of trained runs
     python -m experiments.report test_time --runs=runs/test_time_records   # the cache and dynamic evaluation
+    python -m experiments.report test_time_wt2 --runs=runs/test_time_wt2_records   # (WikiText-2, by articles)
     python -m experiments.report field                                # published PTB / WikiText-2 rows and ours
     python -m experiments.report subword_tying --runs=runs/subword_tying   # tying with BPE pieces, WikiText-2
 
@@ -52,7 +53,7 @@ NMT_REPORTS = nmt.NMT_REPORTS  # (built by nmt.build_nmt)
 # Pages with a builder of their own.
 OTHER_REPORTS = {"tpu_memory": tpu_memory.build_tpu_memory, "inan_table1_2": inan.build_inan,
                  "members": members_speed.build_members_speed, "sampling": samples.build_sampling,
-                 "test_time": test_time.build_test_time, "field": field.build_field,
+                 **{name: test_time.build_test_time for name in test_time.PAGES}, "field": field.build_field,
                  "subword_tying": subword.build_subword_tying,
                  **{name: softmax_study.build_softmax_study for name in softmax_study.SOFTMAX_STUDIES}}
 
