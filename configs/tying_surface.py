@@ -1,4 +1,4 @@
-"""A cell of the tying surface (issue 129): the tied − untied gap over the Transformer's width and the vocabulary's size.
+"""A cell of the tying surface: the tied − untied gap over the Transformer's width and the vocabulary's size.
 
     python -m experiments.ptb --config=configs/tying_surface.py:tied,128,4000 --config.data_dir=DIR --workdir=...
     bash experiments/studies/tying_surface.sh [RUNS_DIR] CELL ... [-- EXTRA_FLAGS]   # cells one after the other

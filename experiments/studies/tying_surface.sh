@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The tying surface (issue 129): Transformer cells of configs/tying_surface.py (ARM,D,VOCAB) on WikiText-2's text, one
+# The tying surface: Transformer cells of configs/tying_surface.py (ARM,D,VOCAB) on WikiText-2's text, one
 # run a cell and seed, one after the other.
 #
 #   bash experiments/studies/tying_surface.sh [RUNS_DIR] CELL ... [-- EXTRA_FLAGS]   # RUNS_DIR default runs/tying_surface
