@@ -41,7 +41,7 @@ def start(argv, workdir, config) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   check_folder(workdir, "--workdir")
-  from wt_jax import parallel  # (imported here: this package's light tools, report and the GPU queue, load no JAX)
+  import wt_jax.parallel as parallel  # (imported here: this package's light tools, report and the GPU queue, load no JAX)
   apply_determinism(config)
   parallel.initialize_distributed()
   quiet_library_logs()
@@ -60,7 +60,7 @@ def apply_determinism(config) -> None:
   the flags end up in run.json and results.json. JAX's backends read XLA_FLAGS once, when they start: the entry
   points call this before any JAX computation (`start`); from a notebook, set XLA_FLAGS before the first one.
   Without `config.deterministic`, nothing changes."""
-  from wt_jax import parallel
+  import wt_jax.parallel as parallel
   flags = os.environ.get("XLA_FLAGS", "")
   if config.get("deterministic", False) and not parallel.determinism_in(flags):
     os.environ["XLA_FLAGS"] = parallel.xla_flags_with_determinism(flags, True)

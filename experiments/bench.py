@@ -33,7 +33,16 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from experiments import run_main
-from wt_jax import adapt, lm_eval, losses, members, models, precision, sampling, softmax, trained_lm, tying
+import wt_jax.adapt as adapt
+import wt_jax.lm_eval as lm_eval
+import wt_jax.losses as losses
+import wt_jax.members as members
+import wt_jax.models as models
+import wt_jax.precision as precision
+import wt_jax.sampling as sampling
+import wt_jax.softmax as softmax
+import wt_jax.trained_lm as trained_lm
+import wt_jax.tying as tying
 from wt_jax.data import batching, lm_corpora, paths, ptb, translation, vocab, wikitext2
 from wt_jax.train import lm, nmt, optim, run_record, skipgram, trainer
 
@@ -303,7 +312,7 @@ def breakdown(config, params, tx) -> dict:
   w = config.words
   head = tying.WordEmbeddings(vocab_size=config.vocab_size, dim=H, mode=w.mode, init_scale=config.init_scale,
                               pr_lambda=w.pr_lambda, proj_bias=w.proj_bias, output_bias=w.output_bias,
-                              logit_scale=w.logit_scale, dtype=precision.compute_dtype(config.compute_dtype))
+                              logit_scale=w.logit_scale, matmuls=precision.COMPUTE[config.compute_dtype])
   h = jax.random.normal(jax.random.key(0), (B, T, H))
   y = jax.random.randint(jax.random.key(1), (B, T), 0, config.vocab_size)
   head_params = head.init(jax.random.key(2), h, method=head.logits)["params"]
@@ -502,7 +511,11 @@ def compiled_train_step(config, model, windows: batching.Windows, counts=None):
 def main(argv):
   del argv
   config = _CONFIG.value
-  with precision.matmul_precision(config.get("matmul_precision", "default")):
+  matmul_precision = config.get("matmul_precision", "default")
+  if matmul_precision not in precision.MATMUL_PRECISIONS:
+    raise app.UsageError(f"Unknown matmul_precision {matmul_precision!r}; expected one of "
+                         f"{', '.join(precision.MATMUL_PRECISIONS)}.")
+  with jax.default_matmul_precision(precision.MATMUL_PRECISIONS[matmul_precision]):
     try:
       _main(config)
     except paths.DataUnavailableError as e:  # no corpus: one line

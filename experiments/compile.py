@@ -24,7 +24,8 @@ from etils import epath
 from ml_collections import config_flags
 
 from experiments import check_folder, run_main
-from wt_jax import aot, batch_search
+import wt_jax.aot as aot
+import wt_jax.batch_search as batch_search
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file in configs/.", lock_config=True)
 _TOPOLOGY = flags.DEFINE_string("topology", None, "TPU slice, e.g. v5e:1x1, v5e:2x2, v4:2x2x1, v5p:2x2x1, v6e:2x4.")

@@ -38,7 +38,7 @@ import numpy as np
 from absl import app, flags
 
 from experiments import check_folder, run_main
-from wt_jax import tying
+import wt_jax.tying as tying
 from wt_jax.analysis import embeddings as emb
 from wt_jax.data import paths, ptb, wikitext2
 from wt_jax.data import vocab as vocab_lib

@@ -27,7 +27,9 @@ import sys
 from absl import app, flags
 
 from experiments import check_folder, quiet_library_logs, run_main
-from wt_jax import convert, export, interchange
+import wt_jax.convert as convert
+import wt_jax.export as export
+import wt_jax.interchange as interchange
 from wt_jax.data import paths
 from wt_jax.train.checkpoint import CheckpointUnreadableError
 

@@ -17,7 +17,9 @@ from absl import app, flags
 from absl import logging as absl_logging
 
 from experiments import check_folder, lm_run_flags, quiet_library_logs, run_main
-from wt_jax import files, sampling, trained_lm
+import wt_jax.files as files
+import wt_jax.sampling as sampling
+import wt_jax.trained_lm as trained_lm
 from wt_jax.errors import InputError
 from wt_jax.train.checkpoint import CheckpointUnreadableError
 

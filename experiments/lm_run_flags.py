@@ -4,7 +4,7 @@ be imported into one process (absl's flags are process-wide; a name defined twic
 `--workdir` marks it required itself."""
 from absl import flags
 
-from wt_jax import trained_lm
+import wt_jax.trained_lm as trained_lm
 
 WORKDIR = flags.DEFINE_string("workdir", None, "The trained run's folder (holds run.json, vocab.txt, checkpoints/).")
 CHECKPOINT = flags.DEFINE_enum("checkpoint", None, list(trained_lm.CHECKPOINTS),

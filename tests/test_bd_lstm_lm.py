@@ -17,16 +17,16 @@ F32_RTOL = 1e-5
 F32_ATOL = 2e-6  # × the largest |value| of the array compared
 
 
-def plain_masked_recurrence(xw, w_hh, c0, h0, h_mask, dtype=None, unroll=1):
+def plain_masked_recurrence(xw, w_hh, c0, h0, h_mask, matmuls=precision.FLOAT32, unroll=1):
   """The cell as bd_lstm_lm wrote it before it had its own VJP (per-gate masks through an einsum, plain
   σ and tanh), differentiated by JAX. (`unroll`: the recurrence's signature; one step per iteration here.)"""
   H = w_hh.shape[0]
 
   def gates(h):
     if h_mask is None:
-      return precision.dot(h, w_hh, dtype)
+      return matmuls.dot(h, w_hh)
     if h_mask.shape[0] == 1:
-      return precision.dot(h * h_mask[0], w_hh, dtype)
+      return matmuls.dot(h * h_mask[0], w_hh)
     out = jnp.einsum("gbk,kgh->bgh", h[None] * h_mask, w_hh.reshape(H, 4, H))
     return out.reshape(out.shape[0], 4 * H)
 
@@ -52,11 +52,11 @@ def _inputs(T, B, H, G, seed=0):
   return (xw, w, c0, h0, mask), weights
 
 
-def _value_and_grads(fn, args, weights, dtype):
+def _value_and_grads(fn, args, weights, matmuls):
   wy, wc, wh = weights
 
   def loss(*a):
-    hs, c, h = fn(*a, dtype)
+    hs, c, h = fn(*a, matmuls)
     return jnp.sum(hs * wy) + jnp.sum(c * wc) + jnp.sum(h * wh)
 
   return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4)))(*args)
@@ -70,8 +70,8 @@ def _assert_close(ours, ref, rtol, atol_scale):
 @pytest.mark.parametrize("G", [1, 4])
 def test_masked_recurrence_matches_autodiff_float32(G):
   args, weights = _inputs(T=6, B=3, H=5, G=G)
-  v, g = _value_and_grads(lstm_lm.masked_lstm_recurrence, args, weights, None)
-  v_ref, g_ref = _value_and_grads(plain_masked_recurrence, args, weights, None)
+  v, g = _value_and_grads(lstm_lm.masked_lstm_recurrence, args, weights, precision.FLOAT32)
+  v_ref, g_ref = _value_and_grads(plain_masked_recurrence, args, weights, precision.FLOAT32)
   _assert_close(v, v_ref, F32_RTOL, F32_ATOL)
   for name, a, b in zip(("xw", "w_hh", "c0", "h0", "mask"), g, g_ref):
     assert a.shape == b.shape, name
@@ -81,7 +81,7 @@ def test_masked_recurrence_matches_autodiff_float32(G):
 @pytest.mark.parametrize("G", [1, 4])
 def test_masked_recurrence_outputs(G):
   (xw, w, c0, h0, mask), _ = _inputs(T=6, B=3, H=5, G=G)
-  for ours, ref in zip(lstm_lm.masked_lstm_recurrence(xw, w, c0, h0, mask, None),
+  for ours, ref in zip(lstm_lm.masked_lstm_recurrence(xw, w, c0, h0, mask, precision.FLOAT32),
                        plain_masked_recurrence(xw, w, c0, h0, mask)):
     _assert_close(ours, ref, F32_RTOL, F32_ATOL)
 
@@ -90,8 +90,8 @@ def test_all_ones_mask_is_the_unmasked_recurrence():
   (xw, w, c0, h0, _), _ = _inputs(T=4, B=2, H=3, G=1)
   for G in (1, 4):
     ones = jnp.ones((G, 2, 3))
-    for a, b in zip(lstm_lm.masked_lstm_recurrence(xw, w, c0, h0, ones, None),
-                    lstm_lm.lstm_recurrence(xw, w, c0, h0, None)):
+    for a, b in zip(lstm_lm.masked_lstm_recurrence(xw, w, c0, h0, ones, precision.FLOAT32),
+                    lstm_lm.lstm_recurrence(xw, w, c0, h0, precision.FLOAT32)):
       _assert_close(a, b, F32_RTOL, F32_ATOL)
 
 
@@ -102,14 +102,14 @@ def test_masked_recurrence_bfloat16(G):
   lstm_recurrence's): loose agreement with the plain cell in bfloat16 and in float32; every matmul bf16."""
   from tests.test_precision import _dot_input_dtypes
   args, weights = _inputs(T=5, B=3, H=8, G=G)
-  v, g = _value_and_grads(lstm_lm.masked_lstm_recurrence, args, weights, jnp.bfloat16)
-  v32, g32 = _value_and_grads(plain_masked_recurrence, args, weights, None)
+  v, g = _value_and_grads(lstm_lm.masked_lstm_recurrence, args, weights, precision.BFLOAT16)
+  v32, g32 = _value_and_grads(plain_masked_recurrence, args, weights, precision.FLOAT32)
   assert float(v) == pytest.approx(float(v32), rel=3e-2, abs=3e-2)
   for a, b in zip(g, g32):
     assert a.dtype == jnp.float32
     _assert_close(a, b, 0.0, 5e-2)
   dots = _dot_input_dtypes(lambda *a: _value_and_grads(lstm_lm.masked_lstm_recurrence, a, weights,
-                                                        jnp.bfloat16), *args)
+                                                        precision.BFLOAT16), *args)
   assert dots and all(d == ("bfloat16", "bfloat16") for d in dots), dots
 
 
@@ -134,7 +134,7 @@ def test_model_training_steps_match_the_plain_recurrence(monkeypatch, kind):
     return out, p, eval_logits
 
   ours = train(lstm_lm.masked_lstm_recurrence, lstm_lm.lstm_recurrence)
-  ref = train(plain_masked_recurrence, lambda xw, w, c0, h0, dtype, unroll=1: plain_masked_recurrence(xw, w, c0, h0, None))
+  ref = train(plain_masked_recurrence, lambda xw, w, c0, h0, matmuls, unroll=1: plain_masked_recurrence(xw, w, c0, h0))
   np.testing.assert_allclose(ours[0], ref[0], rtol=1e-6)
   jax.tree_util.tree_map(lambda a, b: _assert_close(a, b, F32_RTOL, F32_ATOL), ours[1], ref[1])
   _assert_close(ours[2], ref[2], F32_RTOL, F32_ATOL)

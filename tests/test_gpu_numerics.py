@@ -113,7 +113,7 @@ def test_one_train_step_on_the_gpu_matches_the_cpu(family, matmul_precision):
   loss_tol, update_tol = TOLERANCE[matmul_precision]
   results = {}
   for name, device in (("cpu", jax.devices("cpu")[0]), ("gpu", GPU)):
-    with precision.matmul_precision(matmul_precision):
+    with jax.default_matmul_precision(precision.MATMUL_PRECISIONS[matmul_precision]):
       results[name] = _nmt_step(_on(device)) if family == "nmt" else _lm_step(_lm_config(family), _on(device))
   (loss_c, before, after_c), (loss_g, _, after_g) = results["cpu"], results["gpu"]
   assert np.isfinite(loss_g) and abs(loss_g - loss_c) <= loss_tol * abs(loss_c), (loss_g, loss_c)

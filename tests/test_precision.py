@@ -69,6 +69,16 @@ def test_bf16_model_keeps_float32_params_and_matches_float32(model_name, extra):
   assert dots and all(d == ("bfloat16", "bfloat16") for d in dots), dots
 
 
-def test_unknown_compute_dtype_is_a_clear_error():
-  with pytest.raises(ValueError, match="Unknown compute_dtype 'fp16'"):
-    models.build(tiny_config(compute_dtype="fp16"))
+def test_unknown_compute_dtype_or_matmul_precision_is_one_line_before_anything_is_built():
+  from wt_jax.errors import InputError
+  from wt_jax.train import lm
+  with pytest.raises(InputError, match="Unknown compute_dtype 'fp16'; expected one of float32, bfloat16"):
+    lm.check(tiny_config(compute_dtype="fp16"))
+  with pytest.raises(InputError, match="Unknown matmul_precision 'tf32'; expected one of default, float32, "):
+    lm.check(tiny_config(matmul_precision="tf32"))
+
+
+def test_a_float32_model_multiplies_with_jnp_matmul_itself():
+  """The default path calls nothing of `wt_jax.precision`: a float32 model's matmuls are `jnp.matmul`."""
+  assert models.build(tiny_config(compute_dtype="float32")).matmuls.dot is jnp.matmul
+  assert models.build(tiny_config(compute_dtype="bfloat16")).matmuls is precision.BFLOAT16

@@ -17,14 +17,14 @@ F32_RTOL = 1e-5
 F32_ATOL = 2e-6  # × the largest |value| of the array compared
 
 
-def plain_recurrence(xw, r, b, s0, s_mask, dtype=None, unroll=1):
+def plain_recurrence(xw, r, b, s0, s_mask, matmuls=precision.FLOAT32, unroll=1):
   """The RHN recurrence written plainly (jnp.tanh, jax.nn.sigmoid, `precision.dot`), differentiated by JAX.
   (`unroll`: the recurrence's signature; one step per iteration here.)"""
   d, H = r.shape[0], r.shape[1]
 
   def step(s, xw_Bx2H):
     for l in range(d):
-      z = precision.dot(s * s_mask if s_mask is not None else s, r[l], dtype) + b[l]
+      z = matmuls.dot(s * s_mask if s_mask is not None else s, r[l]) + b[l]
       if l == 0:
         z = z + xw_Bx2H
       h, t = jnp.tanh(z[:, :H]), jax.nn.sigmoid(z[:, H:])
@@ -47,11 +47,11 @@ def _inputs(T, B, H, d, seed=0):
   return (xw, r, b, s0, mask), (wy, ws)
 
 
-def _value_and_grads(fn, args, weights, dtype, with_mask):
+def _value_and_grads(fn, args, weights, matmuls, with_mask):
   wy, ws = weights
 
   def loss(xw, r, b, s0, mask):
-    y, s = fn(xw, r, b, s0, mask if with_mask else None, dtype)
+    y, s = fn(xw, r, b, s0, mask if with_mask else None, matmuls)
     return jnp.sum(y * wy) + jnp.sum(s * ws)
 
   return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4)))(*args)
@@ -73,8 +73,8 @@ _F32_FAST = {(False, True, 10), (True, True, 1)}
 def test_matches_autodiff_float32(depth, with_mask, remat):
   args, weights = _inputs(T=5, B=3, H=6, d=depth)
   fn = rhn_lm.rhn_recurrence_remat if remat else rhn_lm.rhn_recurrence
-  (v, g) = _value_and_grads(fn, args, weights, None, with_mask)
-  (v_ref, g_ref) = _value_and_grads(plain_recurrence, args, weights, None, with_mask)
+  (v, g) = _value_and_grads(fn, args, weights, precision.FLOAT32, with_mask)
+  (v_ref, g_ref) = _value_and_grads(plain_recurrence, args, weights, precision.FLOAT32, with_mask)
   _assert_close(v, v_ref, F32_RTOL, F32_ATOL)
   for name, a, b in zip(("xw", "R", "b", "s0", "mask"), g, g_ref):
     if name == "mask" and not with_mask:
@@ -85,7 +85,7 @@ def test_matches_autodiff_float32(depth, with_mask, remat):
 
 def test_outputs_match_the_plain_recurrence():
   (xw, r, b, s0, mask), _ = _inputs(T=7, B=2, H=5, d=3)
-  y, s = rhn_lm.rhn_recurrence(xw, r, b, s0, mask, None)
+  y, s = rhn_lm.rhn_recurrence(xw, r, b, s0, mask, precision.FLOAT32)
   y_ref, s_ref = plain_recurrence(xw, r, b, s0, mask)
   _assert_close(y, y_ref, F32_RTOL, F32_ATOL)
   _assert_close(s, s_ref, F32_RTOL, F32_ATOL)
@@ -98,9 +98,9 @@ def test_matches_autodiff_bfloat16(with_mask):
   """bfloat16 matmul inputs: against autodiff of the plain cell with the same bfloat16 matmuls (loose: the
   roundings happen at different places, e.g. ∂R from bfloat16 ∂z summed in one float32 matmul)."""
   args, weights = _inputs(T=5, B=3, H=8, d=4)
-  v, g = _value_and_grads(rhn_lm.rhn_recurrence, args, weights, jnp.bfloat16, with_mask)
-  v_ref, g_ref = _value_and_grads(plain_recurrence, args, weights, jnp.bfloat16, with_mask)
-  _, g32 = _value_and_grads(plain_recurrence, args, weights, None, with_mask)
+  v, g = _value_and_grads(rhn_lm.rhn_recurrence, args, weights, precision.BFLOAT16, with_mask)
+  v_ref, g_ref = _value_and_grads(plain_recurrence, args, weights, precision.BFLOAT16, with_mask)
+  _, g32 = _value_and_grads(plain_recurrence, args, weights, precision.FLOAT32, with_mask)
   assert float(v) == pytest.approx(float(v_ref), rel=2e-2, abs=2e-2)
   for a, b, c in zip(g[:4], g_ref[:4], g32[:4]):
     assert a.dtype == jnp.float32
@@ -112,7 +112,7 @@ def test_bfloat16_gradient_runs_every_matmul_on_bfloat16():
   from tests.test_precision import _dot_input_dtypes
   args, weights = _inputs(T=3, B=2, H=4, d=2)
   for fn in (rhn_lm.rhn_recurrence, rhn_lm.rhn_recurrence_remat):
-    dots = _dot_input_dtypes(lambda *a: _value_and_grads(fn, a, weights, jnp.bfloat16, True), *args)
+    dots = _dot_input_dtypes(lambda *a: _value_and_grads(fn, a, weights, precision.BFLOAT16, True), *args)
     assert len(dots) >= 6 and all(d == ("bfloat16", "bfloat16") for d in dots), dots
 
 

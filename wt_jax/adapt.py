@@ -26,7 +26,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wt_jax import lm_eval, losses, precision
+import wt_jax.lm_eval as lm_eval
+import wt_jax.losses as losses
+import wt_jax.precision as precision
 from wt_jax.data import batching
 from wt_jax.errors import InputError
 
@@ -121,7 +123,7 @@ def cache_nll(lm, ids, size: int, thetas, lambdas) -> np.ndarray:
   thetas, lambdas = [float(t) for t in np.atleast_1d(thetas)], [float(v) for v in np.atleast_1d(lambdas)]
   _check_cache(lm, size, thetas, lambdas)
   xs, ys, mask, _ = _windows(lm, ids, lm.config.test_window)
-  with precision.matmul_precision(lm.config.get("matmul_precision", "default")):
+  with jax.default_matmul_precision(precision.MATMUL_PRECISIONS[lm.config.get("matmul_precision", "default")]):
     nll, _ = _cache_pass(lm.params, xs, ys, mask, jnp.asarray(thetas, jnp.float32),
                          jnp.asarray(lambdas, jnp.float32), model=lm.model, size=int(size))
   return np.asarray(jax.device_get(nll), np.float64).sum(axis=0)
@@ -133,7 +135,7 @@ def score_cache(lm, ids, size: int, theta: float, lam: float, per_token: bool = 
   _check_cache(lm, size, [theta], [lam])
   W = lm.config.test_window
   xs, ys, mask, tokens = _windows(lm, ids, W)
-  with precision.matmul_precision(lm.config.get("matmul_precision", "default")):
+  with jax.default_matmul_precision(precision.MATMUL_PRECISIONS[lm.config.get("matmul_precision", "default")]):
     nll_windows, out = _cache_pass(lm.params, xs, ys, mask, jnp.asarray([theta], jnp.float32),
                                    jnp.asarray([lam], jnp.float32), model=lm.model, size=int(size), per_token=per_token)
   nll = float(np.asarray(jax.device_get(nll_windows), np.float64)[:, 0, 0].sum())
@@ -192,7 +194,7 @@ def gradient_rms(lm, train_ids, batch_size: int = 100, segment: int | None = Non
   segment = lm.config.bptt if segment is None else segment
   w = batching.lm_windows(train_ids, batch_size, segment)
   n = min(max_batches, len(w)) if max_batches > 0 else len(w)
-  with precision.matmul_precision(lm.config.get("matmul_precision", "default")):
+  with jax.default_matmul_precision(precision.MATMUL_PRECISIONS[lm.config.get("matmul_precision", "default")]):
     sq = _gradient_squares(lm.params, w.x[:n], w.y[:n], model=lm.model)
   return jax.tree_util.tree_map(lambda s: jnp.sqrt(s / n), sq)
 
@@ -259,7 +261,7 @@ def score_dynamic(lm, ids, rule: str, lr: float, decay: float = 0.0, ms=None, se
   xs, ys, mask, tokens = _windows(lm, ids, segment)
   ms = ms if rule == "rms" else jax.tree_util.tree_map(jnp.ones_like, lm.params)
   size, theta, lam = cache if cache is not None else (0, 0.0, 0.0)
-  with precision.matmul_precision(lm.config.get("matmul_precision", "default")):
+  with jax.default_matmul_precision(precision.MATMUL_PRECISIONS[lm.config.get("matmul_precision", "default")]):
     nll_segments, out, params = _dynamic_pass(lm.params, ms, xs, ys, mask, jnp.float32(lr), jnp.float32(decay),
                                               jnp.float32(eps), jnp.float32(theta), jnp.float32(lam),
                                               model=lm.model, rms=rule == "rms", size=int(size))

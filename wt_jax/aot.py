@@ -50,9 +50,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from wt_jax import decode, losses, models, parallel
-from wt_jax import members as members_lib
-from wt_jax import lm_eval as eval_lib
+import wt_jax.decode as decode
+import wt_jax.losses as losses
+import wt_jax.models as models
+import wt_jax.parallel as parallel
+import wt_jax.members as members_lib
+import wt_jax.lm_eval as eval_lib
 from wt_jax.batch_search import DoesNotFit  # raised by compile_program
 from wt_jax.data import translation as tr
 from wt_jax.models import nmt as nmt_model

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wt_jax import parallel
+import wt_jax.parallel as parallel
 from wt_jax.data import subwords as sw_lib
 from wt_jax.data import translation as tr
 from wt_jax.data.subwords import BOS, EOS, PAD

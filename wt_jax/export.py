@@ -35,7 +35,7 @@ import ml_collections
 import numpy as np
 from etils import epath
 
-from wt_jax import convert
+import wt_jax.convert as convert
 from wt_jax.convert import tying_mode, words_params
 from wt_jax.data import lm_corpora, paths
 from wt_jax.data import vocab as vocab_lib

@@ -20,7 +20,7 @@ import json
 import jax
 from flax import traverse_util
 
-from wt_jax import files
+import wt_jax.files as files
 
 
 def dynamic(value) -> bool:

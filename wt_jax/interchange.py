@@ -27,7 +27,8 @@ import jax
 import numpy as np
 from etils import epath
 
-from wt_jax import export, files
+import wt_jax.export as export
+import wt_jax.files as files
 from wt_jax.convert import tying_mode
 from wt_jax.data import text_corpus
 from wt_jax.data import vocab as vocab_lib

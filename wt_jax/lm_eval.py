@@ -19,7 +19,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wt_jax import losses, models, parallel
+import wt_jax.losses as losses
+import wt_jax.models as models
+import wt_jax.parallel as parallel
 from wt_jax.data import batching
 
 

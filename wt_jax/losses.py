@@ -19,7 +19,9 @@ import optax
 
 import numpy as np
 
-from wt_jax import precision, softmax, tying
+import wt_jax.precision as precision
+import wt_jax.softmax as softmax
+import wt_jax.tying as tying
 
 
 def token_nll(logits: jax.Array, targets: jax.Array) -> jax.Array:
@@ -124,7 +126,7 @@ def approximate_lm_cost(config, counts: np.ndarray | None, ce_weight: float = 1.
   'nce' are drawn from `key`, once per step for the whole batch. nll is what the training perplexity is read
   from (`softmax.TRAIN_NLL`): exact for 'class', an estimate otherwise."""
   s, kind = config.softmax, config.softmax.kind
-  dtype = precision.compute_dtype(config.compute_dtype)
+  dtype = precision.COMPUTE[config.compute_dtype].dtype
   num_samples = int(s.num_samples)
   if kind in ("sampled", "nce"):
     # the draw follows Q' (Q rounded to 2^−32) exactly, and the costs correct with the same Q'

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wt_jax import precision
+import wt_jax.precision as precision
 from wt_jax.data import ptb
 from wt_jax.data import text as text_lib
 from wt_jax.errors import InputError
@@ -156,7 +156,7 @@ def sample(lm: TrainedLM, prompt: str = "", num_samples: int = 1, max_len: int =
   'prompt_tokens', 'oov', 'oov_words', 'settings', 'run'}."""
   check_sampling(num_samples, max_len, temperature, top_k, top_p)
   ids, tokens, enc = prompt_tokens(lm, prompt)
-  with precision.matmul_precision(lm.config.get("matmul_precision", "default")):
+  with jax.default_matmul_precision(precision.MATMUL_PRECISIONS[lm.config.get("matmul_precision", "default")]):
     out_ids, logp = decode(lm.params, jnp.asarray(ids), jax.random.key(seed), jnp.float32(temperature),
                            model=lm.model, window=window_of(lm.model, lm.config), num_samples=num_samples,
                            max_len=max_len, top_k=top_k, top_p=float(top_p))

@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wt_jax import precision
+import wt_jax.precision as precision
 from wt_jax.errors import InputError
 
 KINDS = ("full", "sampled", "nce", "class")

@@ -35,7 +35,11 @@ import ml_collections
 import numpy as np
 from etils import epath
 
-from wt_jax import export, lm_eval, members, models, precision
+import wt_jax.export as export
+import wt_jax.lm_eval as lm_eval
+import wt_jax.members as members
+import wt_jax.models as models
+import wt_jax.precision as precision
 from wt_jax.data import batching, lm_corpora, paths, ptb, text_corpus, wikitext2
 from wt_jax.data import text as text_lib
 from wt_jax.data import vocab as vocab_lib
@@ -210,7 +214,7 @@ def score_ids(lm: TrainedLM, ids: np.ndarray, per_token: bool = False) -> dict:
   if ids.size < 2:
     raise InputError(f"Scoring needs at least 2 tokens (the first is context only); the text has {ids.size}.")
   W = lm.config.test_window
-  with precision.matmul_precision(lm.config.get("matmul_precision", "default")):
+  with jax.default_matmul_precision(precision.MATMUL_PRECISIONS[lm.config.get("matmul_precision", "default")]):
     out = lm_eval.evaluate(lm.model, eval_window(lm.model), lm.params, ids, 1, W, drop_remainder=False)
     result = {"ppl": out["ppl"], "nll": out["nll"], "tokens": out["tokens"],
               "protocol": f"one stream at batch 1 in windows of {W} (test_window), the carry kept across them; "

@@ -36,7 +36,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from wt_jax import precision, softmax
+import wt_jax.precision as precision
+import wt_jax.softmax as softmax
 from wt_jax.errors import InputError
 
 MODES = ("untied", "tied", "projection", "tied_projection")
@@ -68,7 +69,7 @@ class WordEmbeddings(nn.Module):
     input_scale: multiply looked-up embeddings by D^½ (Vaswani et al. 2017, Section 3.4; Gemma). With a
       tied leaf the two scales are the two places the one matrix's size can be corrected: before the first
       layer (input_scale) or before the softmax (logit_scale).
-    dtype: matmul input dtype of the output layer (None / float32, or bfloat16; see wt_jax.precision).
+    matmuls: how the output layer multiplies (float32 or bfloat16 inputs; `wt_jax.precision.COMPUTE`).
     class_bounds: () for a softmax over the words; (0 = b_0 < … < b_C = V) for a class-factored one whose
       class c holds ids [b_c, b_{c+1}) (`wt_jax.softmax.class_bounds`).
   """
@@ -82,7 +83,7 @@ class WordEmbeddings(nn.Module):
   output_bias: bool = True
   logit_scale: bool = False
   input_scale: bool = False
-  dtype: Any = None
+  matmuls: precision.Matmuls = precision.FLOAT32
   class_bounds: tuple[int, ...] = ()
 
   def setup(self):
@@ -118,7 +119,7 @@ class WordEmbeddings(nn.Module):
 
   def _project(self, h: jax.Array) -> jax.Array:
     """h[..., D] → h·P + p_b (the projection modes, `PROJECTED`), sowing its penalty."""
-    h = precision.dot(h, self.proj_kernel, self.dtype)
+    h = self.matmuls.dot(h, self.proj_kernel)
     if self.proj_bias:
       h = h + self.proj_b
     penalty = self.pr_lambda * 0.5 * jnp.sum(jnp.square(self.proj_kernel))
@@ -136,7 +137,7 @@ class WordEmbeddings(nn.Module):
     `class_bounds`: the class-factored model's exact log-probabilities (a valid input to any softmax)."""
     if self.class_bounds:
       return self.scores(self.features(h))
-    out = precision.dot(self._project(h) if self.mode in PROJECTED else h, self.output_matrix().T, self.dtype)
+    out = self.matmuls.dot(self._project(h) if self.mode in PROJECTED else h, self.output_matrix().T)
     if self.logit_scale:
       out = out * (1.0 / math.sqrt(self.dim))
     if self.output_bias:
@@ -151,9 +152,9 @@ class WordEmbeddings(nn.Module):
       logp = softmax.class_log_probs(z.reshape(-1, self.dim), self.output_matrix(),
                                      self.out_bias if self.output_bias else None, self.class_embedding,
                                      self.class_bias if self.output_bias else None, self.class_bounds,
-                                     self.dtype)
+                                     self.matmuls.dtype)
       return logp.reshape(*lead, self.vocab_size)
-    out = precision.dot(z, self.output_matrix().T, self.dtype)
+    out = self.matmuls.dot(z, self.output_matrix().T)
     return out + self.out_bias if self.output_bias else out
 
   def output(self, h: jax.Array, features: bool = False) -> jax.Array:

@@ -27,8 +27,9 @@ import jax
 import numpy as np
 
 from experiments import bench
-from wt_jax import members as members_lib
-from wt_jax import models, softmax
+import wt_jax.members as members_lib
+import wt_jax.models as models
+import wt_jax.softmax as softmax
 from wt_jax.data import batching
 from wt_jax.train import run_record
 

@@ -146,7 +146,7 @@ def combined_job(parts: list[Job], common: list[str] | tuple) -> Job:
   members of the first part's config, spelled out in `member_values` (`wt_jax.members.combine`: names, seeds
   and the values that differ), so member k's config is exactly that part's. A part that differs from the
   first in anything else (a shape, the model, the corpus) cannot share the program: one line says which key."""
-  from wt_jax import members
+  import wt_jax.members as members
   label = "__".join(p.label for p in parts)
   configs = []
   try:
@@ -169,7 +169,7 @@ def members_of(config) -> int:
   """K of a config that trains K members in one program (`config.members`, or the length of
   `config.member_values`' lists: `wt_jax.members.parse`), 0 for a plain run. Raises ValueError for a bad
   spelling."""
-  from wt_jax import members
+  import wt_jax.members as members
   group = members.parse(config)
   return group.size if group else 0
 
@@ -214,7 +214,7 @@ def record_mismatch(run_config: dict, expected: dict, ladder: list[str], results
     checks = [("config", expected.get("name")), ("seed", expected.get("seed")), ("matmul_precision", precision)]
     if "seeds" in results:  # a members run's summary.json
       import ml_collections
-      from wt_jax import members
+      import wt_jax.members as members
       group = members.parse(ml_collections.ConfigDict(expected))
       checks.append(("seeds", group.seeds if group else None))
     for key, want in checks:

@@ -20,7 +20,7 @@ from pathlib import Path
 from absl import app
 
 from experiments.gpu.jobs import REPO
-from wt_jax import files
+import wt_jax.files as files
 
 
 # The code a copy of the checkout runs: every file of these folders with these suffixes (and setup.py).

@@ -35,7 +35,7 @@ from experiments import run_main
 from experiments.gpu.jobs import (MEMBERS_DIR, REPO, SUMMARY_FILE, Job, job_config, job_members, parse_job,
                                   read_job_specs, record_mismatch, steps_of_job)
 from experiments.gpu.provenance import environment, stamp
-from wt_jax import files
+import wt_jax.files as files
 
 _JOBS = flags.DEFINE_list("jobs", [], "Jobs by priority, comma-separated (CONFIG[:ARGUMENT][:key=value...]); a "
                           "job whose argument holds a comma goes in --job or --job_file.")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from experiments.reports.pages import _report_dir, _write
 from experiments.reports.records import CURVE, differences, read_results, seeds_cell
-from wt_jax import files
+import wt_jax.files as files
 
 @dataclasses.dataclass(frozen=True)
 class NmtRow:

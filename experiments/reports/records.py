@@ -9,7 +9,7 @@ import shutil
 import statistics
 from pathlib import Path
 
-from wt_jax import files
+import wt_jax.files as files
 
 log = logging.getLogger(__name__)
 

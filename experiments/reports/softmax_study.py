@@ -11,8 +11,8 @@ from pathlib import Path
 
 from experiments.reports.pages import _report_dir, _write
 from experiments.reports.records import CURVE, ReportError, json_record, load_runs, read_results, seeds_cell
-from wt_jax import softmax
-from wt_jax import files
+import wt_jax.softmax as softmax
+import wt_jax.files as files
 
 SOFTMAX_KINDS = (("full", "full softmax"), ("sampled", "sampled softmax"), ("nce", "NCE"),
                  ("class", "class-factored softmax"))

@@ -25,7 +25,10 @@ from pathlib import Path
 from absl import app, flags
 
 from experiments import check_folder, lm_run_flags, quiet_library_logs, run_main
-from wt_jax import adapt, files, lm_eval, trained_lm
+import wt_jax.adapt as adapt
+import wt_jax.files as files
+import wt_jax.lm_eval as lm_eval
+import wt_jax.trained_lm as trained_lm
 from wt_jax.train import run_record
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,10 @@ from typing import Sequence
 
 import numpy as np
 
-from wt_jax import files, losses, models, tying
+import wt_jax.files as files
+import wt_jax.losses as losses
+import wt_jax.models as models
+import wt_jax.tying as tying
 from wt_jax.analysis import embeddings
 from wt_jax.data import batching, ptb
 from wt_jax.errors import InputError

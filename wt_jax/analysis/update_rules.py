@@ -39,7 +39,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wt_jax import losses, tying
+import wt_jax.losses as losses
+import wt_jax.tying as tying
 
 
 def _embedding_shape(params: Any) -> tuple[int, int]:

@@ -10,7 +10,7 @@ from typing import Iterable, Sequence
 import numpy as np
 from etils import epath
 
-from wt_jax import files
+import wt_jax.files as files
 from wt_jax.errors import InputError
 
 FILE = "vocab.txt"  # <run folder>/vocab.txt

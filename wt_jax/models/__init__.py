@@ -16,7 +16,8 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from wt_jax import softmax, tying
+import wt_jax.softmax as softmax
+import wt_jax.tying as tying
 from wt_jax.errors import InputError
 from wt_jax.models import bd_lstm_lm, ffnn_lm, lstm_lm, rhn_lm, transformer_lm
 

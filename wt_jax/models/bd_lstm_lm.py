@@ -27,13 +27,14 @@ before the output layer); the embedding's mask is `dropout_i` on layer 0's input
 """
 from __future__ import annotations
 
-from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from wt_jax import precision, softmax, tying
+import wt_jax.precision as precision
+import wt_jax.softmax as softmax
+import wt_jax.tying as tying
 from wt_jax.models import lstm_lm, variational
 
 Carry = tuple[jax.Array, jax.Array]
@@ -70,8 +71,9 @@ class VariationalLSTMLayer(nn.Module):
     xw_TxBx4H = gates_from(x_TxBxI, x_mask, w_ih) + b_ih + b_hh  # input part for all steps, hoisted
     # The recurrence with its own backward pass (lstm_lm): the state mask is applied inside it.
     if h_mask is None:
-      return lstm_lm.lstm_recurrence(xw_TxBx4H, w_hh, c_BxH, h_BxH, None, self.unroll)
-    return lstm_lm.masked_lstm_recurrence(xw_TxBx4H, w_hh, c_BxH, h_BxH, h_mask, None, self.unroll)
+      return lstm_lm.lstm_recurrence(xw_TxBx4H, w_hh, c_BxH, h_BxH, precision.FLOAT32, self.unroll)
+    return lstm_lm.masked_lstm_recurrence(xw_TxBx4H, w_hh, c_BxH, h_BxH, h_mask, precision.FLOAT32,
+                                          self.unroll)
 
 
 class BDLSTMLM(nn.Module):
@@ -92,7 +94,7 @@ class BDLSTMLM(nn.Module):
   pr_lambda: float = 1.0 / 6.5
   proj_bias: bool = True
   output_bias: bool = True  # False: Inan et al.'s reused embeddings (RE) fix the softmax bias at 0
-  dtype: Any = None  # output-layer matmul input dtype (config.compute_dtype; the gates stay float32)
+  matmuls: precision.Matmuls = precision.FLOAT32  # the output layer's (config.compute_dtype; the gates: float32)
   unroll: int | bool = 1  # time steps per compiled loop iteration (lstm_lm.loop_unroll; True: all)
   class_bounds: tuple[int, ...] = ()  # a class-factored softmax (wt_jax.softmax; config.softmax.kind='class')
 
@@ -100,7 +102,7 @@ class BDLSTMLM(nn.Module):
     self.words = tying.WordEmbeddings(vocab_size=self.vocab_size, dim=self.hidden, mode=self.tying,
                                       init_scale=self.init_scale, pr_lambda=self.pr_lambda,
                                       proj_bias=self.proj_bias, output_bias=self.output_bias,
-                                      dtype=self.dtype, class_bounds=self.class_bounds)
+                                      matmuls=self.matmuls, class_bounds=self.class_bounds)
     self.layers = [VariationalLSTMLayer(self.hidden, self.init_scale, self.unroll, name=f"lstm_{l}")
                    for l in range(self.num_layers)]
 
@@ -143,5 +145,5 @@ def from_config(config) -> BDLSTMLM:
       tie_state_masks=config.tie_state_masks,
       tying=config.words.mode, pr_lambda=config.words.pr_lambda, proj_bias=config.words.proj_bias,
       output_bias=config.words.output_bias,
-      dtype=precision.compute_dtype(config.compute_dtype), unroll=lstm_lm.loop_unroll(config),
+      matmuls=precision.COMPUTE[config.compute_dtype], unroll=lstm_lm.loop_unroll(config),
       class_bounds=softmax.model_class_bounds(config) if config.softmax.kind == "class" else ())

@@ -26,7 +26,8 @@ from __future__ import annotations
 import flax.linen as nn
 import jax.numpy as jnp
 
-from wt_jax import softmax, tying
+import wt_jax.softmax as softmax
+import wt_jax.tying as tying
 from wt_jax.models import variational
 
 

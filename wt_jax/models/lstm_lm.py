@@ -18,13 +18,14 @@ The recurrent state ("carry") is a pair (c, h), each [L, B, H]; it is carried ac
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from wt_jax import precision, softmax, tying
+import wt_jax.precision as precision
+import wt_jax.softmax as softmax
+import wt_jax.tying as tying
 from wt_jax.models import variational
 
 Carry = tuple[jax.Array, jax.Array]  # (c[L, B, H], h[L, B, H])
@@ -39,7 +40,7 @@ def _recurrent_weights(w_hh, h_mask, dtype, transpose=False):
   """W_hh (or W_hhᵀ) prepared once, outside the time loop: cast to the matmul dtype, and for per-gate masks
   split into the four gates' [H, H] blocks (XLA's CPU backend would otherwise re-slice or re-transpose a
   loop-invariant operand at every step)."""
-  w = w_hh.astype(dtype) if precision.is_low(dtype) else w_hh
+  w = w_hh if dtype is None else w_hh.astype(dtype)
   if h_mask is not None and h_mask.shape[0] == 4:
     H = w_hh.shape[0]
     blocks = [w[:, g * H:(g + 1) * H] for g in range(4)]
@@ -47,28 +48,28 @@ def _recurrent_weights(w_hh, h_mask, dtype, transpose=False):
   return w.T if transpose else w
 
 
-def _recurrent_product(h_BxH, w, h_mask, dtype):
+def _recurrent_product(h_BxH, w, h_mask, dot):
   """The recurrent part of the gates: h·W_hh (no mask), (h·m)·W_hh (a shared mask m = h_mask[0]) or
   [(h·m_g)·W_g]_g (per-gate masks h_mask[4, B, H], w the four [H, H] blocks) → [B, 4H]."""
   if h_mask is None:
-    return precision.matmul(h_BxH, w, dtype)
+    return dot(h_BxH, w)
   if h_mask.shape[0] == 1:
-    return precision.matmul(h_BxH * h_mask[0], w, dtype)
-  return jnp.concatenate([precision.matmul(h_BxH * h_mask[g], w[g], dtype) for g in range(4)], axis=-1)
+    return dot(h_BxH * h_mask[0], w)
+  return jnp.concatenate([dot(h_BxH * h_mask[g], w[g]) for g in range(4)], axis=-1)
 
 
-def _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype, h_mask=None, unroll=1):
+def _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, matmuls, h_mask=None, unroll=1):
   """The recurrence; also returns what the backward pass needs: σ-activations a[T, B, 4H] and c[T, B, H].
   `unroll`: time steps per iteration of the compiled loop (`lax.scan`; the same arithmetic)."""
   H = w_hh.shape[0]
   scale = _gate_scale(H)
-  w = _recurrent_weights(w_hh, h_mask, dtype)  # cast once, not at every step
+  w = _recurrent_weights(w_hh, h_mask, matmuls.dtype)  # cast once, not at every step
 
   def cell(carry, xw_Bx4H):
     c, h = carry
     # One σ over all four gates: tanh(z) = 2σ(2z) − 1, so j is computed from σ(2·z_j). Mathematically the
     # TF cell exactly; one fused elementwise op instead of four slices is ~2× faster on CPU.
-    a = jax.nn.sigmoid((xw_Bx4H + _recurrent_product(h, w, h_mask, dtype)) * scale)
+    a = jax.nn.sigmoid((xw_Bx4H + _recurrent_product(h, w, h_mask, matmuls.dot)) * scale)
     i, j, f, o = jnp.split(a, 4, axis=-1)
     c = f * c + i * (2.0 * j - 1.0)
     h = o * jnp.tanh(c)
@@ -79,11 +80,11 @@ def _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype, h_mask=None, unroll=1):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def lstm_recurrence(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype=None, unroll=1):
+def lstm_recurrence(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, matmuls=precision.FLOAT32, unroll=1):
   """LSTM over time given the precomputed input part of the gates xw = x·W_ih + b.
 
-  xw[T, B, 4H], w_hh[H, 4H], c0, h0[B, H] → (h[T, B, H], c_T[B, H], h_T[B, H]). `dtype`: the input dtype
-  of the recurrent matmuls, forward and backward (None: float32; see wt_jax.precision). `unroll`: time steps
+  xw[T, B, 4H], w_hh[H, 4H], c0, h0[B, H] → (h[T, B, H], c_T[B, H], h_T[B, H]). `matmuls`: how the
+  recurrent matmuls multiply, forward and backward (`wt_jax.precision.COMPUTE`). `unroll`: time steps
   per iteration of the compiled forward and backward loops (the same arithmetic; on a GPU, where every loop
   iteration costs a host round trip and kernel launches, fewer iterations are faster).
 
@@ -91,21 +92,21 @@ def lstm_recurrence(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype=None, unroll=1):
   [H, T·B]×[T·B, 4H] matmul, instead of accumulating a [H, 4H] gradient inside the loop at every step as
   plain autodiff of `lax.scan` does (the cuDNN strategy; ~3× faster backward on CPU).
   """
-  hs, c, h, _, _ = _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype, unroll=unroll)
+  hs, c, h, _, _ = _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, matmuls, unroll=unroll)
   return hs, c, h
 
 
-def _recurrence_fwd(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype, unroll):
-  hs, c, h, acts, cs = _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype, unroll=unroll)
+def _recurrence_fwd(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, matmuls, unroll):
+  hs, c, h, acts, cs = _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, matmuls, unroll=unroll)
   return (hs, c, h), (w_hh, c0_BxH, h0_BxH, hs, acts, cs)
 
 
-def _backward(dtype, w_hh, c0, h0, hs, acts, cs, d_hs, d_cT, d_hT, h_mask=None, unroll=1):
+def _backward(matmuls, w_hh, c0, h0, hs, acts, cs, d_hs, d_cT, d_hT, h_mask=None, unroll=1):
   """The backward loop (gate gradients only) and ∂W_hh after it; with a mask also its gradient."""
   c_prev = jnp.concatenate([c0[None], cs[:-1]], axis=0)
   h_prev = jnp.concatenate([h0[None], hs[:-1]], axis=0)
   H = w_hh.shape[0]
-  w_T = _recurrent_weights(w_hh, h_mask, dtype, transpose=True)
+  w_T = _recurrent_weights(w_hh, h_mask, matmuls.dtype, transpose=True)
 
   def step(carry, inputs):
     dh_next, dc_next, dm = carry
@@ -119,12 +120,12 @@ def _backward(dtype, w_hh, c0, h0, hs, acts, cs, d_hs, d_cT, d_hT, h_mask=None, 
     upstream = jnp.concatenate([dc * g, 4.0 * dc * i, dc * cp, dh * tc], axis=-1)
     dz = upstream * a * (1.0 - a)
     if h_mask is None:
-      dh_prev = precision.matmul(dz, w_T, dtype)
+      dh_prev = matmuls.dot(dz, w_T)
     elif h_mask.shape[0] == 1:  # ∂(h·m) → ∂h, ∂m
-      du = precision.matmul(dz, w_T, dtype)
+      du = matmuls.dot(dz, w_T)
       dm, dh_prev = dm + (du * hp[0])[None], du * h_mask[0]
     else:
-      du = jnp.stack([precision.matmul(dz[:, k * H:(k + 1) * H], w_T[k], dtype) for k in range(4)])
+      du = jnp.stack([matmuls.dot(dz[:, k * H:(k + 1) * H], w_T[k]) for k in range(4)])
       dm, dh_prev = dm + du * hp[0], jnp.sum(du * h_mask, axis=0)
     return (dh_prev, dc * f, dm), dz
 
@@ -132,20 +133,20 @@ def _backward(dtype, w_hh, c0, h0, hs, acts, cs, d_hs, d_cT, d_hT, h_mask=None, 
   xs = (d_hs, acts, cs, c_prev) + ((h_prev,) if h_mask is not None else ())
   (dh0, dc0, dm), dz_TxBx4H = jax.lax.scan(step, (d_hT, d_cT, dm0), xs, reverse=True, unroll=unroll)
   if h_mask is None:
-    dw_hh = precision.matmul(h_prev.reshape(-1, H).T, dz_TxBx4H.reshape(-1, 4 * H), dtype)
+    dw_hh = matmuls.dot(h_prev.reshape(-1, H).T, dz_TxBx4H.reshape(-1, 4 * H))
   elif h_mask.shape[0] == 1:
-    dw_hh = precision.matmul((h_prev * h_mask[0]).reshape(-1, H).T, dz_TxBx4H.reshape(-1, 4 * H), dtype)
+    dw_hh = matmuls.dot((h_prev * h_mask[0]).reshape(-1, H).T, dz_TxBx4H.reshape(-1, 4 * H))
   else:  # gate k's block: Σ_t (h·m_k)ᵀ ∂z_k
     dw_hh = jnp.concatenate([
-        precision.matmul((h_prev * h_mask[k]).reshape(-1, H).T,
-                         dz_TxBx4H[..., k * H:(k + 1) * H].reshape(-1, H), dtype) for k in range(4)], axis=-1)
+        matmuls.dot((h_prev * h_mask[k]).reshape(-1, H).T, dz_TxBx4H[..., k * H:(k + 1) * H].reshape(-1, H))
+        for k in range(4)], axis=-1)
   return dz_TxBx4H, dw_hh, dc0, dh0, dm
 
 
-def _recurrence_bwd(dtype, unroll, res, cotangents):
+def _recurrence_bwd(matmuls, unroll, res, cotangents):
   w_hh, c0, h0, hs, acts, cs = res
   d_hs, d_cT, d_hT = cotangents
-  dxw, dw_hh, dc0, dh0, _ = _backward(dtype, w_hh, c0, h0, hs, acts, cs, d_hs, d_cT, d_hT, unroll=unroll)
+  dxw, dw_hh, dc0, dh0, _ = _backward(matmuls, w_hh, c0, h0, hs, acts, cs, d_hs, d_cT, d_hT, unroll=unroll)
   return dxw, dw_hh, dc0, dh0
 
 
@@ -153,7 +154,7 @@ lstm_recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
-def masked_lstm_recurrence(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, h_mask_GxBxH, dtype=None, unroll=1):
+def masked_lstm_recurrence(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, h_mask_GxBxH, matmuls=precision.FLOAT32, unroll=1):
   """`lstm_recurrence` with a variational mask on the recurrent state (Gal 2015; Gal & Ghahramani 2016):
   the previous h enters the gates as (h·m)·W_hh, the same mask at every step of the window.
 
@@ -163,19 +164,19 @@ def masked_lstm_recurrence(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, h_mask_GxBxH, dtype=
   formed after the loop — is `lstm_recurrence`'s; the mask gets its true gradient ([G, B, H]), which the
   models do not use.
   """
-  hs, c, h, _, _ = _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype, h_mask_GxBxH, unroll)
+  hs, c, h, _, _ = _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, matmuls, h_mask_GxBxH, unroll)
   return hs, c, h
 
 
-def _masked_fwd(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, h_mask_GxBxH, dtype, unroll):
-  hs, c, h, acts, cs = _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, dtype, h_mask_GxBxH, unroll)
+def _masked_fwd(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, h_mask_GxBxH, matmuls, unroll):
+  hs, c, h, acts, cs = _forward(xw_TxBx4H, w_hh, c0_BxH, h0_BxH, matmuls, h_mask_GxBxH, unroll)
   return (hs, c, h), (w_hh, c0_BxH, h0_BxH, h_mask_GxBxH, hs, acts, cs)
 
 
-def _masked_bwd(dtype, unroll, res, cotangents):
+def _masked_bwd(matmuls, unroll, res, cotangents):
   w_hh, c0, h0, h_mask, hs, acts, cs = res
   d_hs, d_cT, d_hT = cotangents
-  return _backward(dtype, w_hh, c0, h0, hs, acts, cs, d_hs, d_cT, d_hT, h_mask, unroll)
+  return _backward(matmuls, w_hh, c0, h0, hs, acts, cs, d_hs, d_cT, d_hT, h_mask, unroll)
 
 
 masked_lstm_recurrence.defvjp(_masked_fwd, _masked_bwd)
@@ -186,7 +187,7 @@ class LSTMLayer(nn.Module):
 
   hidden: int
   init_scale: float
-  dtype: Any = None  # matmul input dtype (None: float32; see wt_jax.precision)
+  matmuls: precision.Matmuls = precision.FLOAT32  # how it multiplies (wt_jax.precision.COMPUTE)
   unroll: int | bool = 1  # time steps per compiled loop iteration (lstm_recurrence)
 
   @nn.compact
@@ -196,8 +197,8 @@ class LSTMLayer(nn.Module):
     w_ih = self.param("w_ih", w_init, (I, 4 * H))
     w_hh = self.param("w_hh", w_init, (H, 4 * H))
     bias = self.param("bias", nn.initializers.zeros, (4 * H,))
-    xw_TxBx4H = precision.dot(x_TxBxI, w_ih, self.dtype) + bias
-    y_TxBxH, c, h = lstm_recurrence(xw_TxBx4H, w_hh, c_BxH, h_BxH, self.dtype, self.unroll)
+    xw_TxBx4H = self.matmuls.dot(x_TxBxI, w_ih) + bias
+    y_TxBxH, c, h = lstm_recurrence(xw_TxBx4H, w_hh, c_BxH, h_BxH, self.matmuls, self.unroll)
     return y_TxBxH, c, h
 
 
@@ -219,7 +220,7 @@ class LSTMLM(nn.Module):
   proj_bias: bool = True
   output_bias: bool = True  # False: Inan et al.'s reused embeddings (RE) fix the softmax bias at 0
   logit_scale: bool = False
-  dtype: Any = None  # matmul input dtype: None (float32) or bfloat16 (config.compute_dtype)
+  matmuls: precision.Matmuls = precision.FLOAT32  # float32 or bfloat16 inputs (config.compute_dtype)
   unroll: int | bool = 1  # time steps per compiled loop iteration (loop_unroll; True: all)
   class_bounds: tuple[int, ...] = ()  # a class-factored softmax (wt_jax.softmax; config.softmax.kind='class')
 
@@ -228,8 +229,8 @@ class LSTMLM(nn.Module):
         vocab_size=self.vocab_size, dim=self.hidden, mode=self.tying,
         init_scale=self.embedding_init_scale or self.init_scale, pr_lambda=self.pr_lambda,
         proj_bias=self.proj_bias, output_bias=self.output_bias,
-        logit_scale=self.logit_scale, dtype=self.dtype, class_bounds=self.class_bounds)
-    self.layers = [LSTMLayer(self.hidden, self.init_scale, self.dtype, self.unroll, name=f"lstm_{l}")
+        logit_scale=self.logit_scale, matmuls=self.matmuls, class_bounds=self.class_bounds)
+    self.layers = [LSTMLayer(self.hidden, self.init_scale, self.matmuls, self.unroll, name=f"lstm_{l}")
                    for l in range(self.num_layers)]
     self.drop = variational.Dropout(self.dropout)
 
@@ -270,5 +271,5 @@ def from_config(config) -> LSTMLM:
       embedding_init_scale=config.words.init_scale, tying=config.words.mode,
       pr_lambda=config.words.pr_lambda, proj_bias=config.words.proj_bias, output_bias=config.words.output_bias,
       logit_scale=config.words.logit_scale,
-      dtype=precision.compute_dtype(config.compute_dtype), unroll=loop_unroll(config),
+      matmuls=precision.COMPUTE[config.compute_dtype], unroll=loop_unroll(config),
       class_bounds=softmax.model_class_bounds(config) if config.softmax.kind == "class" else ())

@@ -37,7 +37,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from wt_jax import tying
+import wt_jax.tying as tying
 from wt_jax.errors import InputError
 
 TYING_MODES = ("none", "decoder", "three_way")

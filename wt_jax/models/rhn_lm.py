@@ -25,13 +25,14 @@ their activations (memory ∝ T·B·H instead of T·d·B·H), and is slower.
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from wt_jax import precision, softmax, tying
+import wt_jax.precision as precision
+import wt_jax.softmax as softmax
+import wt_jax.tying as tying
 from wt_jax.models import variational
 
 
@@ -46,7 +47,7 @@ def _bias_init(scale: float, transform_bias: float):
   return init
 
 
-def _micro_layers(s_BxH, xw_Bx2H, r_c, b_dx2H, s_mask, dtype):
+def _micro_layers(s_BxH, xw_Bx2H, r_c, b_dx2H, s_mask, dot):
   """One RHN time step: the d micro-layers from state s[B, H]; r_c is a list of d matrices [H, 2H]. Returns
   the new state, the input state of every micro-layer (d arrays [B, H]) and its σ-activations
   a_ℓ = σ(z_ℓ·scale) (d arrays [B, 2H]).
@@ -57,7 +58,7 @@ def _micro_layers(s_BxH, xw_Bx2H, r_c, b_dx2H, s_mask, dtype):
   scale = jnp.concatenate([jnp.full(H, 2.0), jnp.ones(H)])  # z·scale: 2 for the h half, 1 for the t half
   s_in, acts = [], []
   for l in range(d):  # d is small and static: unrolled inside the scan body
-    z = precision.matmul(s_BxH * s_mask if s_mask is not None else s_BxH, r_c[l], dtype) + b_dx2H[l]
+    z = dot(s_BxH * s_mask if s_mask is not None else s_BxH, r_c[l]) + b_dx2H[l]
     if l == 0:
       z = z + xw_Bx2H
     a = jax.nn.sigmoid(z * scale)
@@ -69,18 +70,18 @@ def _micro_layers(s_BxH, xw_Bx2H, r_c, b_dx2H, s_mask, dtype):
 
 
 def _split_once(r_dxKxN, dtype):
-  """R[d, K, N] → d matrices [K, N], cast to the matmul dtype, outside the time loop. (XLA's CPU backend
+  """R[d, K, N] → d matrices [K, N], cast to the matmul input `dtype` (None: kept float32), outside the time loop. (XLA's CPU backend
   copies a static slice R[ℓ] of a loop-invariant stacked array into a fresh buffer at every iteration; with
   d separate loop invariants each step's matmul reads its weights in place — ~25% faster at H = 830.)"""
-  r = r_dxKxN.astype(dtype) if precision.is_low(dtype) else r_dxKxN
+  r = r_dxKxN if dtype is None else r_dxKxN.astype(dtype)
   return [r[l] for l in range(r.shape[0])]
 
 
-def _rhn_forward(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH, dtype, keep_activations, unroll=1):
-  r_c = _split_once(r_dxHx2H, dtype)  # cast and slice once, not at every step
+def _rhn_forward(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH, matmuls, keep_activations, unroll=1):
+  r_c = _split_once(r_dxHx2H, matmuls.dtype)  # cast and slice once, not at every step
 
   def step(s, xw_Bx2H):
-    s, s_in, acts = _micro_layers(s, xw_Bx2H, r_c, b_dx2H, s_mask_BxH, dtype)
+    s, s_in, acts = _micro_layers(s, xw_Bx2H, r_c, b_dx2H, s_mask_BxH, matmuls.dot)
     return s, ((s, s_in, acts) if keep_activations else s)
 
   s_T, ys = jax.lax.scan(step, s0_BxH, xw_TxBx2H, unroll=unroll)
@@ -91,14 +92,14 @@ def _rhn_forward(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH, dtype, keep_ac
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
-def rhn_recurrence(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH=None, dtype=None, unroll=1):
+def rhn_recurrence(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH=None, matmuls=precision.FLOAT32, unroll=1):
   """One RHN layer over time (Zilly et al. 2017, coupled carry gate), given the hoisted input product.
 
   xw[T, B, 2H] = x·W_in (seen by micro-layer 0 only), R[d, H, 2H], b[d, 2H], s0[B, H], s_mask[B, H] or None
   (the variational state mask, the same at every micro-layer and step) → (y[T, B, H], s_T[B, H]); y[t] is the
   state after step t. Per step, for ℓ = 0..d−1:
       z_ℓ = (s·m)·R_ℓ + b_ℓ (+ xw[t] at ℓ = 0);   h = tanh(z_ℓ[:H]), t = σ(z_ℓ[H:]);   s ← (h − s)·t + s.
-  `dtype`: input dtype of the matmuls, forward and backward (None: float32; see wt_jax.precision). `unroll`:
+  `matmuls`: how the matmuls multiply, forward and backward (`wt_jax.precision.COMPUTE`). `unroll`:
   time steps per iteration of the compiled forward and backward loops (the same arithmetic).
 
   The custom VJP runs only the gate gradients ∂z_ℓ in the backward loop and forms each ∂R_ℓ after it as one
@@ -108,20 +109,20 @@ def rhn_recurrence(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH=None, dtype=N
   `rhn_recurrence_remat` is the memory-light alternative. The mask gets its true gradient (a cheap [B, H]
   sum), although the models do not need it.
   """
-  y, s_T, _, _ = _rhn_forward(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH, dtype, False, unroll)
+  y, s_T, _, _ = _rhn_forward(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH, matmuls, False, unroll)
   return y, s_T
 
 
-def _rhn_fwd(xw, r, b, s0, s_mask, dtype, unroll):
-  y, s_T, s_in, acts = _rhn_forward(xw, r, b, s0, s_mask, dtype, True, unroll)
+def _rhn_fwd(xw, r, b, s0, s_mask, matmuls, unroll):
+  y, s_T, s_in, acts = _rhn_forward(xw, r, b, s0, s_mask, matmuls, True, unroll)
   return (y, s_T), (r, s_mask, s_in, acts)
 
 
-def _rhn_bwd(dtype, unroll, res, cotangents):
+def _rhn_bwd(matmuls, unroll, res, cotangents):
   r, s_mask, s_in, acts = res
   dy_TxBxH, ds_T = cotangents
   d, H = r.shape[0], r.shape[1]
-  r_T = _split_once(jnp.swapaxes(r, 1, 2), dtype)  # d × [2H, H], transposed once: contiguous operands
+  r_T = _split_once(jnp.swapaxes(r, 1, 2), matmuls.dtype)  # d × [2H, H], transposed once: contiguous operands
 
   def step(carry, inputs):
     ds, dm = carry
@@ -133,7 +134,7 @@ def _rhn_bwd(dtype, unroll, res, cotangents):
       h, t = 2.0 * a[:, :H] - 1.0, a[:, H:]
       # s' = (h − s)·t + s: ∂h = ∂s'·t, ∂t = ∂s'·(h − s), direct ∂s = ∂s'·(1 − t); tanh' = 1 − h², σ' = t(1 − t)
       dz = jnp.concatenate([ds * t * (1.0 - h * h), ds * (h - s) * t * (1.0 - t)], axis=-1)
-      du = precision.matmul(dz, r_T[l], dtype)  # ∂(s·m)
+      du = matmuls.dot(dz, r_T[l])  # ∂(s·m)
       if s_mask is not None:
         dm = dm + du * s
         du = du * s_mask
@@ -145,8 +146,8 @@ def _rhn_bwd(dtype, unroll, res, cotangents):
   (ds0, dm), dzs = jax.lax.scan(step, (ds_T, dm0), (dy_TxBxH, s_in, acts), reverse=True, unroll=unroll)
   # After the loop: ∂R_ℓ = Σ_t (s_ℓ·m)ᵀ ∂z_ℓ, one [H, T·B]×[T·B, 2H] matmul per micro-layer.
   dr = jnp.stack([
-      precision.matmul((s_in[l] * s_mask if s_mask is not None else s_in[l]).reshape(-1, H).T,
-                       dzs[l].reshape(-1, 2 * H), dtype) for l in range(d)])
+      matmuls.dot((s_in[l] * s_mask if s_mask is not None else s_in[l]).reshape(-1, H).T,
+                  dzs[l].reshape(-1, 2 * H)) for l in range(d)])
   db = jnp.stack([dzs[l].sum(axis=(0, 1)) for l in range(d)])
   return dzs[0], dr, db, ds0, dm
 
@@ -154,7 +155,7 @@ def _rhn_bwd(dtype, unroll, res, cotangents):
 rhn_recurrence.defvjp(_rhn_fwd, _rhn_bwd)
 
 
-def rhn_recurrence_remat(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH=None, dtype=None, unroll=1):
+def rhn_recurrence_remat(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH=None, matmuls=precision.FLOAT32, unroll=1):
   """`rhn_recurrence`'s maths (same arguments and results) differentiated by JAX, with each time step under
   `jax.checkpoint`: the backward pass recomputes the d micro-layers and accumulates ∂R inside the loop, so
   only the states between steps are kept (memory ∝ T·B·H, not T·d·B·H). Slower than `rhn_recurrence`
@@ -165,7 +166,7 @@ def rhn_recurrence_remat(xw_TxBx2H, r_dxHx2H, b_dx2H, s0_BxH, s_mask_BxH=None, d
 
   def step(s, xw_Bx2H):
     for l in range(d):  # d is small and static: unrolled inside the scan body
-      z = precision.dot(s * s_mask_BxH if s_mask_BxH is not None else s, r_dxHx2H[l], dtype) + b_dx2H[l]
+      z = matmuls.dot(s * s_mask_BxH if s_mask_BxH is not None else s, r_dxHx2H[l]) + b_dx2H[l]
       if l == 0:
         z = z + xw_Bx2H
       h, t = jnp.tanh(z[:, :H]), jax.nn.sigmoid(z[:, H:])
@@ -184,7 +185,7 @@ class RHNLayer(nn.Module):
   init_scale: float
   transform_bias: float = -2.0
   remat: bool = False
-  dtype: Any = None  # matmul input dtype (None: float32; see wt_jax.precision)
+  matmuls: precision.Matmuls = precision.FLOAT32  # how it multiplies (wt_jax.precision.COMPUTE)
   unroll: int = 1  # time steps per compiled loop iteration (rhn_recurrence)
 
   @nn.compact
@@ -196,9 +197,9 @@ class RHNLayer(nn.Module):
     b = self.param("bias", _bias_init(self.init_scale, self.transform_bias), (d, 2 * H))
     if x_mask is not None:
       x_TxBxI = x_TxBxI * x_mask
-    xw_TxBx2H = precision.dot(x_TxBxI, w, self.dtype)
+    xw_TxBx2H = self.matmuls.dot(x_TxBxI, w)
     recurrence = rhn_recurrence_remat if self.remat else rhn_recurrence
-    return recurrence(xw_TxBx2H, r, b, s_BxH, s_mask, self.dtype, self.unroll)
+    return recurrence(xw_TxBx2H, r, b, s_BxH, s_mask, self.matmuls, self.unroll)
 
 
 class RHNLM(nn.Module):
@@ -220,7 +221,7 @@ class RHNLM(nn.Module):
   pr_lambda: float = 1.0 / 6.5
   proj_bias: bool = True
   output_bias: bool = True  # False: Inan et al.'s reused embeddings (RE) fix the softmax bias at 0
-  dtype: Any = None  # matmul input dtype: None (float32) or bfloat16 (config.compute_dtype)
+  matmuls: precision.Matmuls = precision.FLOAT32  # float32 or bfloat16 inputs (config.compute_dtype)
   unroll: int = 1  # time steps per compiled loop iteration (_loop_unroll)
   class_bounds: tuple[int, ...] = ()  # a class-factored softmax (wt_jax.softmax; config.softmax.kind='class')
 
@@ -228,9 +229,9 @@ class RHNLM(nn.Module):
     self.words = tying.WordEmbeddings(vocab_size=self.vocab_size, dim=self.hidden, mode=self.tying,
                                       init_scale=self.init_scale, pr_lambda=self.pr_lambda,
                                       proj_bias=self.proj_bias, output_bias=self.output_bias,
-                                      dtype=self.dtype, class_bounds=self.class_bounds)
+                                      matmuls=self.matmuls, class_bounds=self.class_bounds)
     self.layers = [RHNLayer(self.hidden, self.depth, self.init_scale, self.transform_bias, self.remat,
-                            self.dtype, self.unroll, name=f"rhn_{l}") for l in range(self.num_layers)]
+                            self.matmuls, self.unroll, name=f"rhn_{l}") for l in range(self.num_layers)]
 
   def initial_carry(self, batch_size: int) -> jax.Array:
     return jnp.zeros((self.num_layers, batch_size, self.hidden), jnp.float32)
@@ -261,6 +262,6 @@ def from_config(config) -> RHNLM:
       dropout_h=config.dropout_h, dropout_o=config.dropout_o, init_scale=config.init_scale,
       transform_bias=config.transform_bias, tying=config.words.mode, remat=config.remat,
       pr_lambda=config.words.pr_lambda, proj_bias=config.words.proj_bias, output_bias=config.words.output_bias,
-      dtype=precision.compute_dtype(config.compute_dtype),
+      matmuls=precision.COMPUTE[config.compute_dtype],
       unroll=config.scan_unroll or 1,  # (0: 1; unrolling the RHN on a GPU is not measured yet: lstm_lm.loop_unroll)
       class_bounds=softmax.model_class_bounds(config) if config.softmax.kind == "class" else ())

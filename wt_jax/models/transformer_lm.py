@@ -28,29 +28,30 @@ sees t − 1 earlier ones). A perplexity of this model is only comparable with o
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from wt_jax import precision, softmax, tying
+import wt_jax.precision as precision
+import wt_jax.softmax as softmax
+import wt_jax.tying as tying
 from wt_jax.models import variational
 
 
 class Dense(nn.Module):
-  """x[..., K] → x·W + b, W from U(−init_scale, init_scale), matmul inputs in `dtype` (precision.dot)."""
+  """x[..., K] → x·W + b, W from U(−init_scale, init_scale), multiplied by `matmuls` (`wt_jax.precision`)."""
 
   features: int
   init_scale: float
-  dtype: Any = None
+  matmuls: precision.Matmuls = precision.FLOAT32
 
   @nn.compact
   def __call__(self, x):
     w = self.param("kernel", tying.uniform_init(self.init_scale), (x.shape[-1], self.features))
     b = self.param("bias", nn.initializers.zeros, (self.features,))
-    return precision.dot(x, w, self.dtype) + b
+    return self.matmuls.dot(x, w) + b
 
 
 class Block(nn.Module):
@@ -61,7 +62,7 @@ class Block(nn.Module):
   mlp_size: int
   dropout: float
   init_scale: float
-  dtype: Any = None
+  matmuls: precision.Matmuls = precision.FLOAT32
 
   @nn.compact
   def __call__(self, x_BxSxD, allowed_BxSxS, train: bool):
@@ -71,16 +72,16 @@ class Block(nn.Module):
     dropout = variational.Dropout(self.dropout)  # one module, two calls (two masks)
     drop = lambda v: dropout(v, deterministic=not train)
     h = nn.LayerNorm(name="ln_attn")(x_BxSxD)
-    qkv_BxSx3D = Dense(3 * D, self.init_scale, self.dtype, name="qkv")(h)
+    qkv_BxSx3D = Dense(3 * D, self.init_scale, self.matmuls, name="qkv")(h)
     q, k, v = (a.reshape(B, S, H, Dh) for a in jnp.split(qkv_BxSx3D, 3, axis=-1))
     scores_BxHxSxS = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(Dh)
     scores_BxHxSxS = jnp.where(allowed_BxSxS[:, None], scores_BxHxSxS, jnp.finfo(jnp.float32).min)
     attn_BxHxSxS = jax.nn.softmax(scores_BxHxSxS, axis=-1)
     ctx_BxSxD = jnp.einsum("bhqk,bkhd->bqhd", attn_BxHxSxS, v).reshape(B, S, D)
-    x_BxSxD = x_BxSxD + drop(Dense(D, self.init_scale, self.dtype, name="attn_out")(ctx_BxSxD))
+    x_BxSxD = x_BxSxD + drop(Dense(D, self.init_scale, self.matmuls, name="attn_out")(ctx_BxSxD))
     h = nn.LayerNorm(name="ln_mlp")(x_BxSxD)
-    h = nn.gelu(Dense(self.mlp_size, self.init_scale, self.dtype, name="mlp_in")(h))
-    return x_BxSxD + drop(Dense(D, self.init_scale, self.dtype, name="mlp_out")(h))
+    h = nn.gelu(Dense(self.mlp_size, self.init_scale, self.matmuls, name="mlp_in")(h))
+    return x_BxSxD + drop(Dense(D, self.init_scale, self.matmuls, name="mlp_out")(h))
 
 
 class TransformerLM(nn.Module):
@@ -103,7 +104,7 @@ class TransformerLM(nn.Module):
   output_bias: bool = True
   input_scale: bool = False
   logit_scale: bool = False
-  dtype: Any = None
+  matmuls: precision.Matmuls = precision.FLOAT32
   class_bounds: tuple[int, ...] = ()  # a class-factored softmax (wt_jax.softmax)
 
   def setup(self):
@@ -115,9 +116,9 @@ class TransformerLM(nn.Module):
         vocab_size=self.vocab_size, dim=self.dim, mode=self.tying,
         init_scale=self.embedding_init_scale or self.init_scale,
         pr_lambda=self.pr_lambda, proj_bias=self.proj_bias, output_bias=self.output_bias,
-        logit_scale=self.logit_scale, input_scale=self.input_scale, dtype=self.dtype,
+        logit_scale=self.logit_scale, input_scale=self.input_scale, matmuls=self.matmuls,
         class_bounds=self.class_bounds)
-    self.blocks = [Block(self.dim, self.num_heads, self.mlp_size, self.dropout, self.init_scale, self.dtype,
+    self.blocks = [Block(self.dim, self.num_heads, self.mlp_size, self.dropout, self.init_scale, self.matmuls,
                          name=f"block_{l}") for l in range(self.num_layers)]
     self.positions = self.param("positions", tying.uniform_init(self.init_scale), (self.max_len, self.dim))
     self.ln_out = nn.LayerNorm()
@@ -156,4 +157,5 @@ def from_config(config) -> TransformerLM:
       proj_bias=config.words.proj_bias, output_bias=config.words.output_bias,
       input_scale=config.words.input_scale, logit_scale=config.words.logit_scale,
       embedding_init_scale=config.words.init_scale,
-      dtype=precision.compute_dtype(config.compute_dtype), class_bounds=softmax.model_class_bounds(config) if config.softmax.kind == "class" else ())
+      matmuls=precision.COMPUTE[config.compute_dtype],
+      class_bounds=softmax.model_class_bounds(config) if config.softmax.kind == "class" else ())

@@ -31,7 +31,7 @@ import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
-from wt_jax import files
+import wt_jax.files as files
 
 log = logging.getLogger(__name__)
 

@@ -25,12 +25,19 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from wt_jax import convert, files, losses, models, parallel, precision, softmax, tying
-from wt_jax import members as members_lib
+import wt_jax.convert as convert
+import wt_jax.files as files
+import wt_jax.losses as losses
+import wt_jax.models as models
+import wt_jax.parallel as parallel
+import wt_jax.precision as precision
+import wt_jax.softmax as softmax
+import wt_jax.tying as tying
+import wt_jax.members as members_lib
 from wt_jax.data import batching, text_corpus
 from wt_jax.data import vocab as vocab_lib
 from wt_jax.errors import InputError
-from wt_jax import lm_eval as eval_lib
+import wt_jax.lm_eval as eval_lib
 from wt_jax.train import members_run, optim, trainer
 
 
@@ -108,8 +115,8 @@ def check(config) -> None:
   learning rate that is not a finite number ≥ 0 (0 trains nothing: a test of the initial parameters uses it), an
   unknown test_params or weight_decay_mode, the augmented loss's α or w_ce below 0, its τ not positive or its
   embedding neither input nor output, an unknown softmax kind or K < 1 draws, an approximate softmax with the
-  augmented loss or the NNLM's direct connections, NCE started normalised without an output bias to move, and a
-  negative scan_unroll or warmup_steps."""
+  augmented loss or the NNLM's direct connections, NCE started normalised without an output bias to move, a
+  negative scan_unroll or warmup_steps, and an unknown compute_dtype or matmul_precision (`wt_jax.precision`)."""
   for key in POSITIVE_KEYS:
     value = config[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -146,6 +153,9 @@ def check(config) -> None:
     raise InputError(f"scan_unroll must be ≥ 0 (0: automatic), got {config.scan_unroll}.")
   if config.warmup_steps < 0:
     raise InputError(f"warmup_steps must be ≥ 0 (0: no warm-up), not {config.warmup_steps}.")
+  for key, known in (("compute_dtype", precision.COMPUTE), ("matmul_precision", precision.MATMUL_PRECISIONS)):
+    if config[key] not in known:
+      raise InputError(f"Unknown {key} {config[key]!r}; expected one of {', '.join(known)}.")
 
 
 def resolve(config, corpus):
@@ -389,7 +399,7 @@ def fit(config, corpus, workdir: str | Path) -> dict:
   """Train `config` on `corpus` (train/valid/test streams), writing everything under `workdir`; every
   float32 matmul of the run (train steps and evaluation) at `config.matmul_precision`. Returns the results; with
   `config.members` or `member_values` (`wt_jax.members`), the members' summary (`members_run.members_summary`)."""
-  with precision.matmul_precision(config.matmul_precision):
+  with jax.default_matmul_precision(precision.MATMUL_PRECISIONS[config.matmul_precision]):
     if not (config.members or config.member_values):
       task = LMTask(config, corpus)
       return trainer.run(task, task.config, workdir)  # (task.config: with what LMTask derived from the corpus)

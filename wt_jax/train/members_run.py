@@ -20,8 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 from etils import epath
 
-from wt_jax import files, parallel
-from wt_jax import members as members_lib
+import wt_jax.files as files
+import wt_jax.parallel as parallel
+import wt_jax.members as members_lib
 from wt_jax.train.checkpoint import Checkpoints
 from wt_jax.train.run_folder import Folder, NonFiniteLossError, RunFolder
 from wt_jax.train.run_record import record_run

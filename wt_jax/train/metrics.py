@@ -16,7 +16,7 @@ from etils import epath
 from tensorboardX import record_writer, summary
 from tensorboardX.proto import event_pb2
 
-from wt_jax import files
+import wt_jax.files as files
 
 log = logging.getLogger(__name__)
 

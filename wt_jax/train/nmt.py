@@ -25,7 +25,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from wt_jax import decode, files, lm_eval, parallel
+import wt_jax.decode as decode
+import wt_jax.files as files
+import wt_jax.lm_eval as lm_eval
+import wt_jax.parallel as parallel
 from wt_jax.data import subwords as sw_lib
 from wt_jax.data import translation as tr
 from wt_jax.errors import InputError, require_counts

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from wt_jax import tying
+import wt_jax.tying as tying
 from wt_jax.errors import InputError
 
 

@@ -18,7 +18,8 @@ import jax
 import jax.numpy as jnp
 from etils import epath
 
-from wt_jax import files, parallel
+import wt_jax.files as files
+import wt_jax.parallel as parallel
 from wt_jax.train import metrics as metrics_lib
 from wt_jax.train.run_record import host, record_run
 from wt_jax.train.workdir_lock import workdir_lock

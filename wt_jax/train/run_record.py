@@ -19,7 +19,9 @@ import jax
 import optax
 from etils import epath
 
-from wt_jax import __version__, files, parallel
+from wt_jax import __version__
+import wt_jax.files as files
+import wt_jax.parallel as parallel
 from wt_jax.hparams import config_changes
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from wt_jax import parallel
+import wt_jax.parallel as parallel
 from wt_jax.data import skipgram as sg
 from wt_jax.data import vocab as vocab_lib
 from wt_jax.errors import InputError, require_counts

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from etils import epath
 
-from wt_jax import files, parallel
+import wt_jax.files as files
+import wt_jax.parallel as parallel
 
 log = logging.getLogger(__name__)
 
