@@ -41,7 +41,7 @@ def start(argv, workdir, config) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   check_folder(workdir, "--workdir")
-  import wt_jax.parallel as parallel  # (imported here: this package's light tools, report and the GPU queue, load no JAX)
+  import wt_jax.parallel as parallel  # (here: this package's light tools, report and the GPU queue, load no JAX)
   apply_determinism(config)
   parallel.initialize_distributed()
   quiet_library_logs()

@@ -9,9 +9,9 @@ default matmul precision; on CPUs with AVX-512 BF16 / AMX, XLA's bfloat16 matmul
     y = model.matmuls.dot(x, w)                     # x[..., K] @ w[K, N] → float32[..., N]
     y = dot(x, w, dtype)                            # the same, for a dtype at hand (None: float32)
 
-A float32 model's `dot` is `jnp.matmul` itself: nothing of this module runs on that path. The bfloat16 `dot` has
-its own VJP so that the backward matmuls (∂x = g·wᵀ, ∂w = xᵀ·g) also take bfloat16 inputs; plain autodiff would
-pair a float32 cotangent with a bfloat16 operand and run them in float32.
+A float32 model's `dot` is `jnp.matmul` itself: nothing of this module runs on that path. The bfloat16 `dot`
+has its own VJP so that the backward matmuls (∂x = g·wᵀ, ∂w = xᵀ·g) also take bfloat16 inputs; plain autodiff
+would pair a float32 cotangent with a bfloat16 operand and run them in float32.
 """
 from __future__ import annotations
 

@@ -70,9 +70,10 @@ def _micro_layers(s_BxH, xw_Bx2H, r_c, b_dx2H, s_mask, dot):
 
 
 def _split_once(r_dxKxN, dtype):
-  """R[d, K, N] → d matrices [K, N], cast to the matmul input `dtype` (None: kept float32), outside the time loop. (XLA's CPU backend
-  copies a static slice R[ℓ] of a loop-invariant stacked array into a fresh buffer at every iteration; with
-  d separate loop invariants each step's matmul reads its weights in place — ~25% faster at H = 830.)"""
+  """R[d, K, N] → d matrices [K, N], cast to the matmul input `dtype` (None: kept float32), outside the time
+  loop. (XLA's CPU backend copies a static slice R[ℓ] of a loop-invariant stacked array into a fresh buffer at
+  every iteration; with d separate loop invariants each step's matmul reads its weights in place — ~25% faster
+  at H = 830.)"""
   r = r_dxKxN if dtype is None else r_dxKxN.astype(dtype)
   return [r[l] for l in range(r.shape[0])]
 
