@@ -25,22 +25,11 @@ EXTRA=("$@")
 [[ ${#ARMS[@]} -gt 0 ]] || ARMS=(small_tied small)
 PIECES=${PIECES:-4000}
 SEEDS=${SEEDS:-0 1}
-DATA=${WT_JAX_DATA:?set WT_JAX_DATA to the folder holding wikitext2/}
-TEXT="$RUNS_DIR/wikitext2_text"
-mkdir -p "$TEXT"
-for split in train valid test; do
-  ln -sfn "$(cd "$DATA/wikitext2" && pwd)/wiki.$split.tokens.gz" "$TEXT/$split.txt.gz"
-done
+source "$(dirname "$0")/wikitext2_text.sh"
+link_wikitext2_text "$RUNS_DIR"
 status=0
 for arm in "${ARMS[@]}"; do
-  for seed in $SEEDS; do
-    wd="$RUNS_DIR/${arm}_bpe${PIECES}_seed$seed"
-    if [[ -f "$wd/results.json" ]]; then echo "skip $wd (finished)"; continue; fi
-    echo "$(date -u +%FT%TZ) start $wd"
-    python -m experiments.ptb --config="configs/$arm.py" --config.dataset=text --config.data_dir="$TEXT" \
-        --config.tokenizer=sentencepiece --config.vocab_size="$PIECES" --config.seed="$seed" --workdir="$wd" \
-        --alsologtostderr "${EXTRA[@]}" >>"$wd.log" 2>&1 || status=$?
-    echo "$(date -u +%FT%TZ) exit $status $wd"
-  done
+  train_seeds "$RUNS_DIR/${arm}_bpe$PIECES" --config="configs/$arm.py" --config.dataset=text --config.data_dir="$TEXT" \
+      --config.tokenizer=sentencepiece --config.vocab_size="$PIECES" "${EXTRA[@]}"
 done
 exit $status

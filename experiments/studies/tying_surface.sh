@@ -18,22 +18,12 @@ while [[ $# -gt 0 && "$1" != "--" ]]; do CELLS+=("$1"); shift; done
 EXTRA=("$@")
 [[ ${#CELLS[@]} -gt 0 ]] || { echo "give at least one cell ARM,D,VOCAB (configs/tying_surface.py)" >&2; exit 2; }
 SEEDS=${SEEDS:-0 1}
-DATA=${WT_JAX_DATA:?set WT_JAX_DATA to the folder holding wikitext2/}
-TEXT="$RUNS_DIR/wikitext2_text"
-mkdir -p "$TEXT"
-for split in train valid test; do
-  ln -sfn "$(cd "$DATA/wikitext2" && pwd)/wiki.$split.tokens.gz" "$TEXT/$split.txt.gz"
-done
+source "$(dirname "$0")/wikitext2_text.sh"
+link_wikitext2_text "$RUNS_DIR"
 status=0
 for cell in "${CELLS[@]}"; do
   IFS=, read -r arm width vocab <<<"$cell"
-  for seed in $SEEDS; do
-    wd="$RUNS_DIR/${arm}_d${width}_${vocab}_seed$seed"
-    if [[ -f "$wd/results.json" ]]; then echo "skip $wd (finished)"; continue; fi
-    echo "$(date -u +%FT%TZ) start $wd"
-    python -m experiments.ptb --config="configs/tying_surface.py:$cell" --config.data_dir="$TEXT" \
-        --config.seed="$seed" --workdir="$wd" --alsologtostderr "${EXTRA[@]}" >>"$wd.log" 2>&1 || status=$?
-    echo "$(date -u +%FT%TZ) exit $status $wd"
-  done
+  train_seeds "$RUNS_DIR/${arm}_d${width}_$vocab" --config="configs/tying_surface.py:$cell" --config.data_dir="$TEXT" \
+      "${EXTRA[@]}"
 done
 exit $status

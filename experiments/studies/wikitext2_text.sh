@@ -1,0 +1,29 @@
+# Sourced by the studies that train on WikiText-2 as a folder of text (subword_tying.sh, tying_surface.sh).
+#
+#   link_wikitext2_text RUNS_DIR      sets TEXT=RUNS_DIR/wikitext2_text: links named train.txt.gz, valid.txt.gz,
+#                                     test.txt.gz to the WikiText-2 files under $WT_JAX_DATA/wikitext2 (the tokenised
+#                                     release: its words, `<unk>` included, are the text)
+#   train_seeds PREFIX ARGS...        for each seed S of $SEEDS: `python -m experiments.ptb ARGS --config.seed=S
+#                                     --workdir=PREFIX_seedS`, logged to PREFIX_seedS.log, resumed if unfinished,
+#                                     skipped if finished (a results.json); a failure sets `status` and the next
+#                                     run goes on
+link_wikitext2_text() {
+  local data=${WT_JAX_DATA:?set WT_JAX_DATA to the folder holding wikitext2/} split
+  TEXT="$1/wikitext2_text"
+  mkdir -p "$TEXT"
+  for split in train valid test; do
+    ln -sfn "$(cd "$data/wikitext2" && pwd)/wiki.$split.tokens.gz" "$TEXT/$split.txt.gz"
+  done
+}
+
+train_seeds() {
+  local prefix=$1 seed wd
+  shift
+  for seed in $SEEDS; do
+    wd="${prefix}_seed$seed"
+    if [[ -f "$wd/results.json" ]]; then echo "skip $wd (finished)"; continue; fi
+    echo "$(date -u +%FT%TZ) start $wd"
+    python -m experiments.ptb "$@" --config.seed="$seed" --workdir="$wd" --alsologtostderr >>"$wd.log" 2>&1 || status=$?
+    echo "$(date -u +%FT%TZ) exit ${status:-0} $wd"
+  done
+}
