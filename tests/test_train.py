@@ -249,6 +249,18 @@ def test_a_vocabulary_size_or_an_optimizer_the_run_cannot_use_is_refused(tiny_co
     lm.fit(tiny_config(optimizer="adamw"), corpus, tmp_path)
 
 
+@pytest.mark.parametrize("override,says", [
+    (dict(model="lstm"), "Unknown model 'lstm'; known models: bd_lstm_lm, lbl, lstm_lm, nnlm, rhn_lm, transformer_lm."),
+    (dict(words=dict(mode="tie")), "Unknown tying mode 'tie'; expected one of untied, tied, projection, tied_projection."),
+    (dict(model="rhn_lm", words=dict(init_scale=0.1)), "words.init_scale is only implemented for lstm_lm and "
+     "transformer_lm, not 'rhn_lm'; leave it at 0.")])
+def test_a_model_or_tying_mode_the_config_check_does_not_know_is_one_line(override, says):
+  """`lm.check`, the one config check, names what `models.build` and `tying.WordEmbeddings` then trust."""
+  with pytest.raises(InputError) as refused:
+    lm.check(tiny_config(**override))
+  assert str(refused.value) == says
+
+
 def test_a_resume_on_a_corpus_with_other_words_stops_and_a_lost_vocab_txt_is_written_again(tiny_corpus, tmp_path):
   """vocab.txt says which word each embedding row is. A resume on a corpus of the same size whose words differ
   (another copy or version of it) would train every row on to another word: it stops with one line naming the

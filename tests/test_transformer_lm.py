@@ -15,6 +15,7 @@ from configs import transformer
 from tests.conftest import REPO, write_corpus
 from wt_jax import models, tying
 from wt_jax.data import ptb
+from wt_jax.errors import InputError
 from wt_jax.models.transformer_lm import TransformerLM
 from wt_jax.train import lm, optim
 
@@ -161,8 +162,8 @@ def test_configs_parse_and_build():
     transformer.get_config("tied,sqrt")
   lstm_with_scale = transformer.get_config("tied,sqrt_d")
   lstm_with_scale.model = "lstm_lm"
-  with pytest.raises(ValueError, match="input_scale"):
-    models.build(lstm_with_scale)
+  with pytest.raises(InputError, match="words.input_scale is only implemented for transformer_lm"):
+    lm.check(lstm_with_scale)  # (the one config check, before anything is built)
 
 
 def test_warmup_scales_the_schedule():

@@ -303,6 +303,7 @@ def compile_lm_members(config, devices, members: int, member_devices: int = 0) -
 
 
 def compile_lm(config, dp: parallel.DataParallel) -> dict[str, Program]:
+  lm.check(config)
   return {"train_step": compile_lm_train(config, dp), "eval_step": compile_lm_eval(config, dp)}
 
 

@@ -18,12 +18,11 @@ import jax.numpy as jnp
 
 import wt_jax.softmax as softmax
 import wt_jax.tying as tying
-from wt_jax.errors import InputError
 from wt_jax.models import bd_lstm_lm, ffnn_lm, lstm_lm, rhn_lm, transformer_lm
 
 CARRY_BATCH_AXIS = 1  # where the batch sits in every leaf of a carry (data parallelism shards it there)
 
-_REGISTRY: dict[str, Callable] = {
+REGISTRY: dict[str, Callable] = {
     "lstm_lm": lstm_lm.from_config,        # Zaremba et al. (2014)
     "bd_lstm_lm": bd_lstm_lm.from_config,  # Gal (2015) variational dropout, as in Press & Wolf Table 5
     "rhn_lm": rhn_lm.from_config,          # Zilly et al. (2017)
@@ -34,16 +33,8 @@ _REGISTRY: dict[str, Callable] = {
 
 
 def build(config):
-  """Build the model named by `config.model`."""
-  name = config.model
-  if name not in _REGISTRY:
-    raise InputError(f"Unknown model {name!r}; known models: {', '.join(sorted(_REGISTRY))}.")
-  if config.words.init_scale and name not in ("lstm_lm", "transformer_lm"):
-    raise ValueError(f"words.init_scale is only implemented for lstm_lm and transformer_lm, not {name!r}; "
-                     "leave it at 0.")
-  if config.words.input_scale and name != "transformer_lm":
-    raise ValueError(f"words.input_scale is only implemented for transformer_lm, not {name!r}; leave it off.")
-  return _REGISTRY[name](config)
+  """The model named by `config.model` (`REGISTRY`), for a config `wt_jax.train.lm.check` has passed."""
+  return REGISTRY[config.model](config)
 
 
 def init_params(model, config, rng: jax.Array):

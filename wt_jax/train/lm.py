@@ -111,12 +111,24 @@ POSITIVE_KEYS = ("vocab_size", "hidden_size", "num_layers", "batch_size", "bptt"
 def check(config) -> None:
   """Every value of a language-model config that no run can train with, refused in one line (`InputError`) before
   anything is built: the one place the config is checked (the factories, `models.build`, `losses.make_lm_cost`,
-  `optim.make_optimizer`, trust it). A count below 1 (`POSITIVE_KEYS`), a drop probability outside [0, 1), a
+  `optim.make_optimizer`, trust it). An unknown model, tying mode or optimizer, `words.init_scale` or
+  `input_scale` on a model that does not implement it, a count below 1 (`POSITIVE_KEYS`), a drop probability outside [0, 1), a
   learning rate that is not a finite number ≥ 0 (0 trains nothing: a test of the initial parameters uses it), an
   unknown test_params or weight_decay_mode, the augmented loss's α or w_ce below 0, its τ not positive or its
   embedding neither input nor output, an unknown softmax kind or K < 1 draws, an approximate softmax with the
   augmented loss or the NNLM's direct connections, NCE started normalised without an output bias to move, a
   negative scan_unroll or warmup_steps, and an unknown compute_dtype or matmul_precision (`wt_jax.precision`)."""
+  if config.model not in models.REGISTRY:
+    raise InputError(f"Unknown model {config.model!r}; known models: {', '.join(sorted(models.REGISTRY))}.")
+  if config.words.mode not in tying.MODES:
+    raise InputError(f"Unknown tying mode {config.words.mode!r}; expected one of {', '.join(tying.MODES)}.")
+  if config.optimizer not in optim.OPTIMIZERS:
+    raise InputError(f"Unknown optimizer {config.optimizer!r}; expected 'sgd' or 'adam'.")
+  if config.words.init_scale and config.model not in ("lstm_lm", "transformer_lm"):
+    raise InputError(f"words.init_scale is only implemented for lstm_lm and transformer_lm, not {config.model!r}; "
+                     "leave it at 0.")
+  if config.words.input_scale and config.model != "transformer_lm":
+    raise InputError(f"words.input_scale is only implemented for transformer_lm, not {config.model!r}; leave it off.")
   for key in POSITIVE_KEYS:
     value = config[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -15,7 +15,6 @@ import jax.numpy as jnp
 import optax
 
 import wt_jax.tying as tying
-from wt_jax.errors import InputError
 
 
 def epoch_lr(epoch: int, base_lr: float, decay: float, decay_after_epoch: int) -> float:
@@ -84,6 +83,9 @@ def scale_word_matrices(factor: float) -> optax.GradientTransformation:
   return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)
 
 
+OPTIMIZERS = {"sgd": optax.sgd, "adam": optax.adam}  # config.optimizer (checked in `wt_jax.train.lm.check`)
+
+
 def make_optimizer(config, steps_per_epoch: int) -> optax.GradientTransformation:
   """Global-norm clipping, then the optimiser named by `config.optimizer` ('sgd', as the papers, or 'adam') on
   the per-epoch schedule (after `config.warmup_steps` of linear warm-up), then the word matrices' steps ×
@@ -94,13 +96,7 @@ def make_optimizer(config, steps_per_epoch: int) -> optax.GradientTransformation
   lr = zaremba_schedule(config.learning_rate, config.lr_decay, config.decay_after_epoch, steps_per_epoch)
   if config.warmup_steps:
     lr = with_warmup(lr, config.warmup_steps)
-  if config.optimizer == "sgd":
-    opt = optax.sgd(lr)
-  elif config.optimizer == "adam":
-    opt = optax.adam(lr)
-  else:
-    raise InputError(f"Unknown optimizer {config.optimizer!r}; expected 'sgd' or 'adam'.")
-  chain = [optax.clip_by_global_norm(config.clip_norm), opt]
+  chain = [optax.clip_by_global_norm(config.clip_norm), OPTIMIZERS[config.optimizer](lr)]
   if config.words.lr_scale != 1.0:
     chain.append(scale_word_matrices(config.words.lr_scale))
   wd = config.weight_decay  # (a traced per-member scalar in a members program: decayed, by its value)
