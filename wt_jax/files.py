@@ -123,17 +123,18 @@ def check_writable(folder, file_names, folder_names) -> None:
   buckets (whose access is not a file mode), are not checked."""
   if not is_local(folder):
     return
-  at = lambda name: os.path.join(os.fspath(folder), name) if name else os.fspath(folder)
+  at = {name: os.path.join(os.fspath(folder), name) if name else os.fspath(folder)
+        for name in (*file_names, *folder_names)}
   for name in file_names:
-    if os.path.isdir(at(name)):
-      raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), at(name))
+    if os.path.isdir(at[name]):
+      raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), at[name])
   for name in folder_names:
-    if os.path.exists(at(name)) and not os.path.isdir(at(name)):
-      raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), at(name))
+    if os.path.exists(at[name]) and not os.path.isdir(at[name]):
+      raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), at[name])
   for name, need in [(f, os.W_OK) for f in file_names] + [(f, os.W_OK | os.X_OK) for f in folder_names]:
-    if os.path.exists(at(name)) and not os.access(at(name), need):
+    if os.path.exists(at[name]) and not os.access(at[name], need):
       raise PermissionError(errno.EACCES, f"{os.strerror(errno.EACCES)} (a run's output this user may not write)",
-                            at(name))
+                            at[name])
 
 
 def first_unreadable(folder) -> str | None:
