@@ -2,14 +2,11 @@
 
     fit(config, corpus, workdir) → results dict (also <workdir>/results.json)
 
-The model comes from `wt_jax.models.build(config)`, the cost from `wt_jax.losses.make_lm_cost(config)` and
-the optimiser (with any parameter constraint) from `wt_jax.train.optim.make_optimizer`; the train step
-(`make_train_step`) knows nothing else: forward over a [B, T] window (the model scans over time), cost,
-gradients, optax update. The recurrent state ("carry") is part of the training state: carried across
-windows, reset at the start of each epoch, checkpointed with the rest, so a resumed run ends with the same
-numbers. Validation every epoch (batched, `config.eval_batch_size` streams); the test protocol is
-`wt_jax.lm_eval.test_perplexities`. Checkpoints, resume, signals and the non-finite policy are the
-skeleton's (`wt_jax.train.trainer`).
+The config is checked once (`check`); the model is `models.build(config)`, the cost `losses.make_lm_cost(config)`,
+the optimiser `optim.make_optimizer`; the train step (`make_train_step`): forward over a [B, T] window, cost,
+gradients, optax update. The recurrent state ("carry") is part of the training state: carried across windows, reset
+at each epoch, checkpointed, so a resumed run ends with the same numbers. Validation every epoch; the test protocol
+is `lm_eval.test_perplexities`; checkpoints, resume, signals and the non-finite policy are `trainer`'s.
 """
 from __future__ import annotations
 
@@ -79,14 +76,11 @@ def make_train_step(model, tx: optax.GradientTransformation, cost: Callable, ste
   state: {'params', 'opt_state', 'step', 'carry'}; `cost` is `losses.make_lm_cost(config)`'s signature:
   cost(params, logits, targets, penalties, key) → (cost, nll[B, T]); a cost with `takes_features` (the
   softmax approximations of `wt_jax.softmax`) gets the output layer's features z[B, T, D] instead of the logits
-  and applies the word matrix itself. sums: this step's {'nll': Σ NLL, 'tokens', 'steps': 1} plus the global
-  L2 norm of the gradient (before clipping), and for each embedding matrix (one when tied, two when untied,
-  named by their path) its gradient's norm and how many of its rows the gradient reaches ('rows/grad/…':
-  Press & Wolf's Section 3 reading). Dropout's key is fold_in(step_key, step), the cost's fold_in of that.
-
-  With `dp`, the step is compiled for that mesh: x, y and the carry sharded along the batch, the rest
-  replicated (pass arrays placed by `dp`). The cost is written for the global batch, so the gradient equals
-  the single-device one (XLA adds the all-reduce).
+  and applies the word matrix itself. sums: this step's {'nll': Σ NLL, 'tokens', 'steps': 1}, the gradient's global
+  norm (before clipping) and, per embedding matrix, its gradient's norm and the rows it reaches ('rows/grad/…':
+  Press & Wolf's Section 3). Dropout's key is fold_in(step_key, step), the cost's fold_in of that. With `dp`: compiled
+  for that mesh, x, y and the carry sharded along the batch, the rest replicated; the cost is written for the global
+  batch, so the gradient equals the single-device one (XLA adds the all-reduce).
   """
   step = train_step_body(model, tx, cost, step_key)
   if dp is None:
@@ -110,20 +104,15 @@ POSITIVE_KEYS = ("vocab_size", "hidden_size", "num_layers", "batch_size", "bptt"
 
 def check(config) -> None:
   """Every value of a language-model config that no run can train with, refused in one line (`InputError`) before
-  anything is built: the one place the config is checked (the factories, `models.build`, `losses.make_lm_cost`,
-  `optim.make_optimizer`, trust it). An unknown model, tying mode or optimizer, `words.init_scale` or
-  `input_scale` on a model that does not implement it, a count below 1 (`POSITIVE_KEYS`), a drop probability outside [0, 1), a
-  learning rate that is not a finite number ≥ 0 (0 trains nothing: a test of the initial parameters uses it), an
-  unknown test_params or weight_decay_mode, the augmented loss's α or w_ce below 0, its τ not positive or its
-  embedding neither input nor output, an unknown softmax kind or K < 1 draws, an approximate softmax with the
-  augmented loss or the NNLM's direct connections, NCE started normalised without an output bias to move, a
-  negative scan_unroll or warmup_steps, and an unknown compute_dtype or matmul_precision (`wt_jax.precision`)."""
-  if config.model not in models.REGISTRY:
-    raise InputError(f"Unknown model {config.model!r}; known models: {', '.join(sorted(models.REGISTRY))}.")
-  if config.words.mode not in tying.MODES:
-    raise InputError(f"Unknown tying mode {config.words.mode!r}; expected one of {', '.join(tying.MODES)}.")
-  if config.optimizer not in optim.OPTIMIZERS:
-    raise InputError(f"Unknown optimizer {config.optimizer!r}; expected 'sgd' or 'adam'.")
+  anything is built: the one place the config is checked (`models.build`, the models, `losses.make_lm_cost` and
+  `optim.make_optimizer` trust it). Each refusal says what it expects."""
+  for key, value, known in (
+      ("model", config.model, sorted(models.REGISTRY)), ("words.mode", config.words.mode, tying.MODES),
+      ("optimizer", config.optimizer, optim.OPTIMIZERS), ("test_params", config.test_params, ("final", "best")),
+      ("softmax.kind", config.softmax.kind, softmax.KINDS), ("compute_dtype", config.compute_dtype, precision.COMPUTE),
+      ("matmul_precision", config.matmul_precision, precision.MATMUL_PRECISIONS)):
+    if value not in known:
+      raise InputError(f"Unknown {key} {value!r}; expected one of {', '.join(known)}.")
   if config.words.init_scale and config.model not in ("lstm_lm", "transformer_lm"):
     raise InputError(f"words.init_scale is only implemented for lstm_lm and transformer_lm, not {config.model!r}; "
                      "leave it at 0.")
@@ -138,8 +127,6 @@ def check(config) -> None:
       raise InputError(f"{key} is a drop probability, in [0, 1); not {config[key]!r}.")
   if not (math.isfinite(config.learning_rate) and config.learning_rate >= 0):
     raise InputError(f"learning_rate must be a finite number ≥ 0, not {config.learning_rate!r}.")
-  if config.test_params not in ("final", "best"):
-    raise InputError(f"Unknown test_params {config.test_params!r}; expected 'final' or 'best'.")
   if config.weight_decay_mode not in ("decoupled", "loss"):
     raise InputError(f"Unknown weight_decay_mode {config.weight_decay_mode!r}; expected 'decoupled' (p ← (p + u)(1 − "
                      "wd) after each step, Gal / Press & Wolf) or 'loss' (wd·½‖θ‖² added to the cost, Zilly et al.).")
@@ -149,8 +136,6 @@ def check(config) -> None:
   if al.alpha and (al.tau <= 0 or al.embedding not in ("input", "output")):
     raise InputError(f"al.tau must be positive (not {al.tau}) and al.embedding 'input' (Inan's L) or 'output' (not "
                      f"{al.embedding!r}).")
-  if s.kind not in softmax.KINDS:
-    raise InputError(f"Unknown softmax.kind {s.kind!r}; expected one of {', '.join(softmax.KINDS)}.")
   if s.kind in ("sampled", "nce") and s.num_samples < 1:
     raise InputError(f"softmax.num_samples must be ≥ 1, not {s.num_samples}.")
   if s.kind != "full" and al.alpha:
@@ -165,9 +150,6 @@ def check(config) -> None:
     raise InputError(f"scan_unroll must be ≥ 0 (0: automatic), got {config.scan_unroll}.")
   if config.warmup_steps < 0:
     raise InputError(f"warmup_steps must be ≥ 0 (0: no warm-up), not {config.warmup_steps}.")
-  for key, known in (("compute_dtype", precision.COMPUTE), ("matmul_precision", precision.MATMUL_PRECISIONS)):
-    if config[key] not in known:
-      raise InputError(f"Unknown {key} {config[key]!r}; expected one of {', '.join(known)}.")
 
 
 def resolve(config, corpus):
@@ -220,12 +202,10 @@ class LMTask:
     self.counts = softmax.counts(corpus.train, config.vocab_size) if config.softmax.kind != "full" else None
 
   def write_run_files(self, folder, resumed: bool) -> None:
-    """<folder>/vocab.txt: the vocabulary, one word per line in id order (row i of the embeddings is word i), so
-    the folder alone is enough to export or analyse the run (`wt_jax.export`); a sentencepiece corpus's model,
-    <folder>/tokenizer.model, so that new text is cut into the same pieces. At a resume (`resumed`) the file is
-    compared with this corpus's vocabulary: another list (a corpus of the same size whose words differ) stops the
-    run with one line, since the checkpoint's rows would go on training as other words; a lost file is written
-    again."""
+    """<folder>/vocab.txt (one word per line in id order: row i of the embeddings is word i) and a sentencepiece
+    corpus's <folder>/tokenizer.model, so the folder alone exports, scores and samples. At a resume (`resumed`)
+    another list (same size, other words) stops the run with one line — the checkpoint's rows would train on as
+    other words; a lost file is written again."""
     path = folder / vocab_lib.FILE
     if resumed and path.exists():
       vocab_lib.check_file(path, self.corpus.vocab.words, self.config.dataset)
