@@ -106,6 +106,7 @@ def test_embedding_init_scale_draws_only_the_word_layers_wider():
   import pytest
   from configs import nnlm, small
   from wt_jax import models
+  from wt_jax.train import lm
 
   c = small.get_config()
   c.vocab_size, c.hidden_size, c.words.init_scale = 200, 30, 2.0
@@ -121,5 +122,5 @@ def test_embedding_init_scale_draws_only_the_word_layers_wider():
   assert float(jnp.abs(params["words"]["embedding"]).max()) <= c.init_scale
   n = nnlm.get_config()
   n.words.init_scale = 1.0
-  with pytest.raises(ValueError, match="words.init_scale"):
-    models.build(n)
+  with pytest.raises(ValueError, match="words.init_scale"):  # (refused by the one config check)
+    lm.check(n)
