@@ -106,7 +106,15 @@ def run(task: Task, config, workdir, folder=None) -> dict:
     r = _start(task, config, folder)
     try:
       with deferred() as interrupted:
-        _train(r, interrupted)
+        while not _done(r):  # epochs until the run is done (or `max_steps` ends one early)
+          if r.pos == 0:
+            r.state, r.sums = r.task.start_epoch(r.state, r.epoch), None
+            r.folder.new_epoch()
+          if not _train_epoch(r, interrupted):
+            break
+          _end_epoch(r)
+        if r.profiler:
+          r.profiler.close()
       return _finish(r)
     except NonFiniteLossError as e:  # (the newest checkpoint is the last finite state: nothing is saved)
       step = r.ckpts.latest_step()
@@ -146,19 +154,6 @@ def _start(task: Task, config, folder) -> Run:
 
 def _done(r: Run) -> bool:
   return r.epoch > r.task.num_epochs or bool(r.task.max_steps and r.step >= r.task.max_steps)
-
-
-def _train(r: Run, interrupted: list) -> None:
-  """Epochs until the run is done (or `max_steps` ends one early)."""
-  while not _done(r):
-    if r.pos == 0:
-      r.state, r.sums = r.task.start_epoch(r.state, r.epoch), None
-      r.folder.new_epoch()
-    if not _train_epoch(r, interrupted):
-      break
-    _end_epoch(r)
-  if r.profiler:
-    r.profiler.close()
 
 
 def _train_epoch(r: Run, interrupted: list) -> bool:
