@@ -134,7 +134,8 @@ def test_model_training_steps_match_the_plain_recurrence(monkeypatch, kind):
     return out, p, eval_logits
 
   ours = train(lstm_lm.masked_lstm_recurrence, lstm_lm.lstm_recurrence)
-  ref = train(plain_masked_recurrence, lambda xw, w, c0, h0, matmuls, unroll=1: plain_masked_recurrence(xw, w, c0, h0))
+  ref = train(plain_masked_recurrence,
+              lambda xw, w, c0, h0, matmuls, unroll=1: plain_masked_recurrence(xw, w, c0, h0, None, matmuls))
   np.testing.assert_allclose(ours[0], ref[0], rtol=1e-6)
   jax.tree_util.tree_map(lambda a, b: _assert_close(a, b, F32_RTOL, F32_ATOL), ours[1], ref[1])
   _assert_close(ours[2], ref[2], F32_RTOL, F32_ATOL)
