@@ -172,7 +172,7 @@ def test_combine_spells_configs_that_share_every_shape_as_one_runs_members():
 def test_a_progress_line_summarises_each_configs_members_apart():
   """Members of one config: their mean and range. Members of different configs (the VD-LSTM and +AL rows
   in one program): each config's own mean and range, and a diverged member left out of its config's."""
-  from wt_jax.train.members_run import summary_line
+  from wt_jax.train.metrics import summary_line
   shown = [{"train_ppl": 100.0}, {"train_ppl": 102.0}, {"train_ppl": 90.0}, {"train_ppl": float("nan")}]
   live = [True] * 3 + [False]
   assert summary_line(shown[:2], live[:2], ["vd", "vd"]) == "members 2 (0 diverged)  train_ppl 101 [100–102]"
@@ -182,10 +182,10 @@ def test_a_progress_line_summarises_each_configs_members_apart():
 
 @pytest.mark.parametrize("how", ["nan_in_step", pytest.param("overflowing_perplexity", marks=pytest.mark.slow)])
 def test_a_diverging_member_leaves_the_others_unchanged(corpus, tmp_path, how):
-  """Member 1 diverges — a NaN gradient in its first step (the AL at τ = 1e-30), or a learning rate that sends
-  its perplexity past float range while its loss stays finite (found by the skeleton's check) — and is frozen
-  and recorded; member 0's numbers are bit for bit those of member 0 beside a healthy partner (the same
-  program), and the run finishes."""
+  """Member 1 diverges — a NaN gradient in its first step (the AL at τ = 1e-30: the step's guard freezes it and
+  reports NaN sums), or a learning rate that sends its perplexity past float range while its loss stays finite —
+  and the trainer's policy records it at its first progress check and leaves it out of the summary; member 0's
+  numbers are bit for bit those of member 0 beside a healthy partner (the same program), and the run finishes."""
   values = {"nan_in_step": ("al.tau=20,10", "al.tau=20,1e-30"),
             "overflowing_perplexity": ("learning_rate=1,2", "learning_rate=1,1e30")}[how]
   al = dict(alpha=1.0 if how == "nan_in_step" else 0.0)
@@ -208,7 +208,7 @@ def test_a_diverging_member_leaves_the_others_unchanged(corpus, tmp_path, how):
     assert diverged["step"] == 1 and "step 1" in diverged["reason"]
     alone = lm.LMTask(members.parse(_config(corpus, member_values=values[1], al=al)).configs[1], corpus)
     np.testing.assert_array_equal(frozen, _flat(jax.device_get(alone.init_state()["params"])))
-  else:  # found at the first progress check (the epoch's end here), frozen there
+  else:  # found at the first progress check (the epoch's end here); its parameters, finite, train on
     assert "train_ppl is inf" in diverged["reason"] and diverged["step"] > 1
 
 

@@ -454,7 +454,21 @@ def test_tensorboard_events_are_flushed_for_the_live_view_before_the_writer_clos
   acc = EventAccumulator(str(tmp_path))
   acc.Reload()
   assert [(e.step, e.value) for e in acc.Scalars("train/loss")] == [(3, 2.5)]
+  writer.write(kind="epoch", step=4, valid_ppl=[1.5, 2.5])  # a members run's numbers: one scalar a member
+  acc.Reload()
+  assert [[(e.step, e.value) for e in acc.Scalars(f"epoch/valid_ppl/{k}")] for k in (0, 1)] == [[(4, 1.5)], [(4, 2.5)]]
   writer.close()
+
+
+def test_a_members_checkpoint_in_the_old_layout_is_refused_not_resumed(tiny_corpus, tmp_path, monkeypatch):
+  """A checkpoint whose meta holds a "members" list (each member's record: a members run saved before the trainer
+  kept the record itself, BUILD_NOTES §77) would resume with no history or best: it is refused in one line."""
+  from wt_jax.train.checkpoint import Checkpoints
+  corpus, _ = tiny_corpus
+  old = lambda self, state, kinds: (state, {"members": [], "config": {}}, "last", 5) if kinds == ("last",) else None
+  monkeypatch.setattr(Checkpoints, "restore_intact", old)
+  with pytest.raises(InputError, match="saved by an older wt_jax's members run"):
+    lm.fit(tiny_config(max_steps=1), corpus, tmp_path)
 
 
 # --- a run folder that describes itself ------------------------------------------------------------

@@ -59,7 +59,7 @@ import wt_jax.lm_eval as eval_lib
 from wt_jax.batch_search import DoesNotFit  # raised by compile_program
 from wt_jax.data import translation as tr
 from wt_jax.models import nmt as nmt_model
-from wt_jax.train import lm, optim, trainer
+from wt_jax.train import lm, members_run, optim, trainer
 from wt_jax.train import nmt as nmt_train
 
 GIB = 1024 ** 3
@@ -294,7 +294,7 @@ def compile_lm_members(config, devices, members: int, member_devices: int = 0) -
   one = jax.eval_shape(lambda k: lm.initial_state(template, model, tx, k), jax.random.key(0))
   stacked = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct((members, *a.shape), a.dtype), one)
   stacked[members_lib.DIVERGED] = jax.ShapeDtypeStruct((members,), jnp.int32)
-  shardings = lm.member_state_sharding(dp)
+  shardings = members_run.state_sharding(dp)
   state = {k: _placed(v, lambda a, k=k: shardings[k]) for k, v in stacked.items()}
   x = jax.ShapeDtypeStruct((config.batch_size, config.bptt), jnp.int32, sharding=dp.batch_sharding(0))
   step_keys = jnp.stack([trainer.run_keys(seed)[1] for seed in group.seeds])

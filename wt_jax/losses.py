@@ -36,12 +36,6 @@ def zaremba_cost(nll_BxT: jax.Array, mask_BxT: jax.Array | None = None) -> jax.A
   return jnp.sum(nll_BxT) / nll_BxT.shape[0]
 
 
-def total_penalty(penalties: Any) -> jax.Array:
-  """Sum of every value a model sowed into its `penalties` collection (0 if none)."""
-  leaves = jax.tree_util.tree_leaves(penalties)
-  return sum(leaves, jnp.zeros((), jnp.float32))
-
-
 def augmented_kl(logits: jax.Array, targets: jax.Array, embedding: jax.Array, tau: float,
                  target_gradient: bool = False) -> jax.Array:
   """Inan, Khosravi & Socher (2017)'s augmented loss term, per token: KL(ỹ ‖ ŷ) with
@@ -105,7 +99,7 @@ def make_lm_cost(config, counts: np.ndarray | None = None) -> Callable:
     ce = zaremba_cost(nll_BxT)
     if scale_ce:
       ce = ce_weight * ce
-    total = ce + total_penalty(penalties) / targets_BxT.shape[0]
+    total = ce + sum(jax.tree_util.tree_leaves(penalties), jnp.zeros((), jnp.float32)) / targets_BxT.shape[0]
     if use_al:
       kl_BxT = augmented_kl(logits_BxTxV, targets_BxT, tying.word_matrix(params, which), tau, target_gradient)
       total = total + alpha * zaremba_cost(kl_BxT)
@@ -153,7 +147,7 @@ def approximate_lm_cost(config, counts: np.ndarray | None, ce_weight: float = 1.
     total = zaremba_cost(loss.reshape(B, T))
     if isinstance(ce_weight, jax.Array) or ce_weight != 1.0:
       total = ce_weight * total
-    total = total + total_penalty(penalties) / B
+    total = total + sum(jax.tree_util.tree_leaves(penalties), jnp.zeros((), jnp.float32)) / B
     if isinstance(l2, jax.Array) or l2 != 0:
       total = total + l2 * weight_l2(params)
     return total, nll.reshape(B, T)

@@ -233,16 +233,11 @@ def select(mask_K, new: Any, old: Any) -> Any:
       lambda n, o: jnp.where(mask_K.reshape(mask_K.shape + (1,) * (n.ndim - 1)), n, o), new, old)
 
 
-def mark_diverged(state: dict, k: int, step: int) -> dict:
-  """The state with member k frozen from now on (found diverged outside the step, e.g. by validation)."""
-  return {**state, DIVERGED: state[DIVERGED].at[k].set(jnp.where(state[DIVERGED][k] < 0, step,
-                                                                 state[DIVERGED][k]))}
-
-
 def guarded(step_fn: Callable) -> Callable:
   """step(state, *batch) → (state, sums) of one model → the same for a member whose state also holds
   `diverged_at`: a step that yields a non-finite sum or parameter (or follows one) leaves the member's state
-  as it was (its `step` still counts, so every member's step is the run's) and reports zero sums."""
+  as it was (its `step` still counts, so every member's step is the run's) and reports NaN sums, which the
+  trainer's non-finite policy reads as the member's divergence."""
 
   def step(state, *batch):
     old = {k: v for k, v in state.items() if k != DIVERGED}
@@ -254,7 +249,7 @@ def guarded(step_fn: Callable) -> Callable:
     kept = jax.tree_util.tree_map(lambda n, o: jnp.where(ok, n, o), new, old)
     kept["step"] = new["step"]
     kept[DIVERGED] = jnp.where(alive & ~finite, old["step"] + 1, state[DIVERGED])
-    return kept, jax.tree_util.tree_map(lambda v: jnp.where(ok, v, jnp.zeros_like(v)), sums)
+    return kept, jax.tree_util.tree_map(lambda v: jnp.where(ok, v, jnp.nan).astype(v.dtype), sums)
 
   return step
 

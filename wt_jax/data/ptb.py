@@ -37,7 +37,7 @@ class Corpus:
 
   @property
   def vocab_size(self) -> int:
-    return len(self.vocab)
+    return len(self.vocab.words)
 
 
 def read_tokens(path: str | os.PathLike) -> list[str]:
@@ -99,7 +99,7 @@ def load(data_dir: str | None = None, download: bool = True, url: str = URL) -> 
     if len(streams[s]) == 0 or all(t == EOS for t in streams[s]):
       raise InputError(f"PTB {s} split at {split_file(folder, s)} contains no words.")
   vocab = Vocab.from_tokens(streams["train"])
-  unk = "<unk>" if "<unk>" in vocab else None
+  unk = "<unk>" if "<unk>" in vocab.index else None
   encoded = []
   for s in SPLITS:
     try:

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from etils import epath
 
 import wt_jax.convert as convert
 import wt_jax.files as files
@@ -177,6 +178,8 @@ def resolve(config, corpus):
 class LMTask:
   """A language model on a corpus's train/valid/test streams (see the module docstring): `trainer.Task`."""
 
+  member_runs = ()  # one model
+
   def __init__(self, config, corpus):
     if config.members or config.member_values:
       raise InputError(f"{config.name} asks for members: `fit` trains them (`MembersTask`), not `LMTask`.")
@@ -202,10 +205,9 @@ class LMTask:
     self.counts = softmax.counts(corpus.train, config.vocab_size) if config.softmax.kind != "full" else None
 
   def write_run_files(self, folder, resumed: bool) -> None:
-    """<folder>/vocab.txt (one word per line in id order: row i of the embeddings is word i) and a sentencepiece
-    corpus's <folder>/tokenizer.model, so the folder alone exports, scores and samples. At a resume (`resumed`)
-    another list (same size, other words) stops the run with one line — the checkpoint's rows would train on as
-    other words; a lost file is written again."""
+    """<folder>/vocab.txt (row i of the embeddings is word i) and a sentencepiece corpus's tokenizer.model: the
+    folder alone exports, scores and samples. At a resume (`resumed`) another list (same size, other words) stops
+    the run with one line (the checkpoint's rows would train on as other words); a lost file is written again."""
     path = folder / vocab_lib.FILE
     if resumed and path.exists():
       vocab_lib.check_file(path, self.corpus.vocab.words, self.config.dataset)
@@ -259,9 +261,9 @@ class LMTask:
     return eval_lib.evaluate(self.model, self.eval_window, params, stream, batch_size, bptt,
                              drop_remainder=drop_remainder, dp=self.dp)["ppl"]
 
-  def validate(self, state, epoch):
-    return {"valid_ppl": self.ppl(state["params"], self.corpus.valid, self.config.eval_batch_size, self.config.bptt,
-                                  True)}
+  def validate(self, state, epoch):  # (a members task's: [K])
+    c = self.config
+    return {"valid_ppl": self.ppl(state["params"], self.corpus.valid, c.eval_batch_size, c.bptt, True)}
 
   def train_eval(self, params):
     """The training text read as validation is (`eval_train`; a prefix with `eval_max_tokens`), else None."""
@@ -280,8 +282,7 @@ class LMTask:
     return self.results(self.config, meta, sums, use_best, test, valid, self.train_eval(params))
 
   def results(self, c, meta, sums, use_best, test, valid, train_eval) -> dict:
-    """The LM's results.json keys (`c` its config, `meta` its record, `valid` its perplexity now if it stopped
-    mid-epoch)."""
+    """The LM's results.json keys (`c` its config, `meta` its record, `valid` its perplexity if stopped mid-epoch)."""
     last = meta["history"][-1] if ended(meta) else {
         "train_ppl": eval_lib.perplexity(sums["nll"], int(sums["tokens"])) if sums.get("tokens") else float("nan"),
         "valid_ppl": valid}
@@ -311,14 +312,6 @@ def mc_key(step_key: jax.Array) -> jax.Array:
   return jax.random.fold_in(step_key, 2**31 - 1)
 
 
-def member_state_sharding(dp: parallel.DataParallel) -> dict:
-  """Where a members run's stacked LM state lives: parameters, optimiser state and carry split along the member
-  axis (the carry also along the batch), the step counters replicated (every process reads them)."""
-  rep, split = dp.replicated, dp.member_sharding()
-  return {"params": split, "opt_state": split, "step": rep, "carry": dp.member_sharding(models.CARRY_BATCH_AXIS),
-          members_lib.DIVERGED: rep}
-
-
 def make_member_train_step(group: members_lib.Members, steps_per_epoch: int, step_keys: jax.Array,
                            dp: parallel.DataParallel, counts=None):
   """The members' step, jit-compiled for `dp`'s [members, data] mesh, the state donated: step(state[K, …],
@@ -330,16 +323,15 @@ def make_member_train_step(group: members_lib.Members, steps_per_epoch: int, ste
     return train_step_body(models.build(config), optim.make_optimizer(config, steps_per_epoch),
                               losses.make_lm_cost(config, counts), step_key)
 
-  state_sharding, rows = member_state_sharding(dp), dp.batch_sharding(0)
+  state_sharding, rows = members_run.state_sharding(dp), dp.batch_sharding(0)
   return jax.jit(members_lib.vmap_step(body, group, step_keys), donate_argnums=(0,),
                  in_shardings=(state_sharding, rows, rows), out_shardings=(state_sharding, dp.replicated))
 
 
 class MembersTask(LMTask):
-  """`LMTask` for the K members of `config` (`members.parse`): the state stacked, member k's numbers in the
-  k-th place of each list a method returns."""
+  """`LMTask` for the K members of `config` (`members.parse`): the state stacked, each number a [K] array."""
 
-  def __init__(self, config, corpus):
+  def __init__(self, config, corpus, workdir=None):
     config, corpus = resolve(config, corpus)
     group = members_lib.parse(config)  # each member's config as a run alone resolves it
     self.group = members_lib.Members(tuple(resolve(c, corpus)[0] for c in group.configs), group.varying)
@@ -351,12 +343,15 @@ class MembersTask(LMTask):
     self.init_keys, self.step_keys = [k[0] for k in keys], [k[1] for k in keys]
     self.step_fn = self.train_step = make_member_train_step(self.group, self.steps_per_epoch,
                                                             jnp.stack(self.step_keys), dp, self.counts)
+    self.member_runs = tuple((epath.Path(workdir) / members_run.MEMBERS_DIR / str(k) if workdir else None, c)
+                             for k, c in enumerate(self.group.configs))  # (no workdir: a task `fit` does not run)
 
   def init_state(self):
     """Each member from its own seed, stacked along the member axis and placed by the mesh."""
     states = [jax.device_get(self.initial(c, k)) for c, k in zip(self.group.configs, self.init_keys)]
     state = {**members_lib.stack(states), members_lib.DIVERGED: -np.ones(self.size, np.int32)}
-    return self.start_epoch({key: self.dp.put(v, member_state_sharding(self.dp)[key]) for key, v in state.items()}, 1)
+    sharding = members_run.state_sharding(self.dp)
+    return self.start_epoch({key: self.dp.put(v, sharding[key]) for key, v in state.items()}, 1)
 
   def start_epoch(self, state, epoch):
     carry = self.model.initial_carry(self.config.batch_size)
@@ -368,32 +363,38 @@ class MembersTask(LMTask):
     return eval_lib.evaluate(self.model, self.eval_window, params, stream, batch_size, bptt,
                              drop_remainder=drop_remainder, dp=self.dp, members=self.size)["ppl"]
 
-  def validate(self, state, epoch):
-    return [{"valid_ppl": ppl} for ppl in super().validate(state, epoch)["valid_ppl"]]
+  def write_run_files(self, folder, resumed: bool) -> None:
+    for member_folder, _ in self.member_runs:  # (each member's folder is a run folder; the run's has none)
+      super().write_run_files(member_folder, resumed)
 
-  def final(self, state, best_state, metas, sums):
-    """Each member's results (`LMTask.results`), tested on its final parameters or its best by validation."""
+  def train_metrics(self, sums, step):
+    """Each member's progress numbers, by its own config (`LMTask.train_metrics`), as [K] arrays."""
+    each = [LMTask.train_metrics(self, {key: v[k] for key, v in sums.items()}, step, c)
+            for k, c in enumerate(self.group.configs)]
+    return {key: np.array([e[key] for e in each]) for key in each[0]}
+
+  def final(self, state, best_state, meta, sums):
+    """Each member's results (`LMTask.results`), tested on its final parameters or its best by validation, written
+    in its folder with its checkpoints (`members_run.write_members`) → the members' summary."""
+    metas = [members_run.member_meta(meta, k) for k in range(self.size)]
     use_best = [self.config.test_params == "best" and best_state is not None and m["best_epoch"] is not None
                 for m in metas]
-    params = state["params"]
-    if any(use_best):
-      params = members_lib.select(np.asarray(use_best), best_state["params"], params)
+    params = members_lib.select(np.asarray(use_best), best_state["params"], state["params"]) if any(use_best) else \
+        state["params"]
     tests = eval_lib.test_perplexities(self.config, self.model, self.eval_window, params, self.corpus.test,
                                        [mc_key(k) for k in self.step_keys], self.dp, group=self.group)
     valid = ([None] * self.size if all(ended(m) for m in metas) else  # stopped mid-epoch: validate here
-             [v["valid_ppl"] for v in self.validate(state, None)])
+             list(self.validate(state, None)["valid_ppl"]))
     train_eval = self.train_eval(params) or [None] * self.size
-    return [self.results(c, *args) for c, *args in zip(self.group.configs, metas, sums, use_best, tests, valid,
-                                                       train_eval)]
+    return members_run.write_members(self, state, best_state, metas, [
+        self.results(c, m, m["epoch_sums"], *args) for c, m, *args in zip(self.group.configs, metas, use_best, tests,
+                                                                           valid, train_eval)])
 
 
 def fit(config, corpus, workdir: str | Path) -> dict:
-  """Train `config` on `corpus` (train/valid/test streams), writing everything under `workdir`; every
-  float32 matmul of the run (train steps and evaluation) at `config.matmul_precision`. Returns the results; with
-  `config.members` or `member_values` (`wt_jax.members`), the members' summary (`members_run.members_summary`)."""
+  """Train `config` (one model, or the members of `config.members` / `member_values`: `MembersTask`) on `corpus`
+  (train/valid/test streams) in `workdir`, every float32 matmul at `config.matmul_precision` → its results."""
   with jax.default_matmul_precision(precision.MATMUL_PRECISIONS[config.matmul_precision]):
-    if not (config.members or config.member_values):
-      task = LMTask(config, corpus)
-      return trainer.run(task, task.config, workdir)  # (task.config: with what LMTask derived from the corpus)
-    task = MembersTask(config, corpus)
-    return trainer.run(task, task.config, workdir, members_run.MembersFolder(workdir, task))
+    task = (MembersTask(config, corpus, workdir) if config.members or config.member_values else
+            LMTask(config, corpus))
+    return trainer.run(task, task.config, workdir)  # (task.config: with what LMTask derived from the corpus)

@@ -1,31 +1,31 @@
-"""What a members run keeps per member around the trainer (`wt_jax.members`: K models as one stacked state; the
-task is `lm.MembersTask`, `lm.fit` trains it with this folder).
+"""A members run's folders (`wt_jax.members`: K models as one stacked state; the task is `lm.MembersTask`, whose
+numbers are [K] arrays in the run's own metrics.jsonl, checkpoints and results.json):
 
-    MembersFolder(workdir, task)     `trainer.run`'s folder for the K members: the run's lock, member k's
-                                     `RunFolder` in <workdir>/members/<k>/ (run.json, metrics.jsonl, results.json,
-                                     vocab.txt and, at the end, its checkpoints: `save_member`)
-    <workdir>/summary.json           `members_summary`: each number per member, mean and sd
+    <workdir>/members/<k>/     member k's run folder: run.json and vocab.txt at the run's start
+                               (`trainer._start`: `record_run` of `task.member_runs`, the task's files), then at its
+                               end metrics.jsonl, results.json and checkpoints, as a run of its config alone would
+                               (`write_members`)
+    <workdir>/summary.json     `members_summary`: each number per member, mean and sd
 
-The members' non-finite policy (`MembersFolder.freeze`): a member whose numbers are not finite is frozen at its
-last finite state (`members.guarded` inside the step, `members.mark_diverged` outside) while the others train on;
-the run stops (`NonFiniteLossError`) when none trains. Each member's best state is kept by `members.select`.
+A member whose numbers are not finite is marked diverged by the trainer's policy and left out of the summary; the
+step's guard (`members.guarded`) freezes it at its last finite state when its loss or gradient is not finite.
 """
 from __future__ import annotations
 
+import json
 import logging
 import statistics
 
 import jax
-import jax.numpy as jnp
-import numpy as np
-from etils import epath
+
+import wt_jax.models as models
 
 import wt_jax.files as files
 import wt_jax.parallel as parallel
 import wt_jax.members as members_lib
+from wt_jax.train import metrics as metrics_lib
+from wt_jax.train import run_record
 from wt_jax.train.checkpoint import Checkpoints
-from wt_jax.train.run_folder import Folder, NonFiniteLossError, RunFolder
-from wt_jax.train.run_record import record_run
 
 log = logging.getLogger(__name__)
 
@@ -33,117 +33,46 @@ MEMBERS_DIR = "members"  # <workdir>/members/<k>/: member k's run folder
 SUMMARY_FILE = "summary.json"  # <workdir>/summary.json: the members' numbers, mean and standard deviation
 
 
-class MembersFolder(Folder):
-  """What the trainer keeps of a members run (`trainer.run`'s folder): the run's lock on `path`, and each member's
-  `RunFolder` in <path>/members/<k>/, its numbers the k-th of the lists (see the module docstring)."""
+def state_sharding(dp: parallel.DataParallel) -> dict:
+  """Where a members run's stacked LM state lives: parameters, optimiser state and carry split along the member
+  axis (the carry also along the batch), the step counters replicated (every process reads them)."""
+  rep, split = dp.replicated, dp.member_sharding()
+  return {"params": split, "opt_state": split, "step": rep, "carry": dp.member_sharding(models.CARRY_BATCH_AXIS),
+          members_lib.DIVERGED: rep}
 
-  def __init__(self, path, task):  # (task: `lm.MembersTask`)
-    super().__init__()
-    self.path, self.task = epath.Path(path), task
-    configs = task.group.configs
-    self.each = [RunFolder(self.path / MEMBERS_DIR / str(k), task, c, lambda s, step, c=c: task.train_metrics(
-        s, step, c), lock=False) for k, c in enumerate(configs)]
 
-  def _open(self) -> None:
-    for folder in self.each:
-      self.enter_context(folder)
+def _pick(record: dict, k: int) -> dict:
+  """Member k's part of a record of the run (its [K] lists: the k-th value; the run's own numbers as they are)."""
+  return {key: v[k] if isinstance(v, list) else v for key, v in record.items()}
 
-  def start(self, run_config, run_versions: dict, resumed_from, saved_config) -> None:
-    """The run's run.json and each member's (its own config), written or checked; each member's vocab.txt."""
+
+def member_meta(meta: dict, k: int) -> dict:
+  """Member k's part of the trainer's record of the run (`trainer._meta`): its epochs, sums, best, divergence."""
+  at = lambda v: v[k] if isinstance(v, list) else v
+  return {**meta, "history": [_pick(h, k) for h in meta["history"]], "epoch_sums": _pick(meta["epoch_sums"], k),
+          "best": at(meta["best"]), "best_epoch": at(meta["best_epoch"]), "diverged": at(meta["diverged"])}
+
+
+def write_members(task, state, best_state, metas: list, finals: list) -> dict:
+  """Each member's folder at the run's end (`task.member_runs`, `metas` and `finals` member k's record and
+  results): its metrics.jsonl (its part of the run's), results.json, curves.png (with `plot`) and checkpoints
+  (`save_member`); then the members' summary (`members_summary`)."""
+  workdir = task.member_runs[0][0].parent.parent
+  records, _ = files.read_jsonl(workdir / "metrics.jsonl") if parallel.is_writer() else ([], 0)
+  num_params = sum(x.size for x in jax.tree_util.tree_leaves(state["params"])) // task.size  # (each)
+  per_member = []
+  for k, ((folder, config), meta, final) in enumerate(zip(task.member_runs, metas, finals)):
+    out = {**run_record.results(config, task, meta, num_params), **final,
+           "member": {"index": k, "of": task.size, "run": str(workdir), "diverged": meta["diverged"]}}
     if parallel.is_writer():
-      record_run(self.path, run_config, run_versions, [(f.path, f.config) for f in self.each], resumed_from,
-                 saved_config)
-      for f in self.each:
-        self.task.write_run_files(f.path, resumed=resumed_from is not None)
-
-  def meta(self, totals: list) -> dict:
-    return {"members": [f.meta(t) for f, t in zip(self.each, totals)]}
-
-  def restore(self, meta: dict) -> None:
-    for f, m in zip(self.each, meta["members"]):
-      f.restore(m)
-
-  def forget_best(self) -> None:
-    for f in self.each:
-      f.forget_best()
-
-  def new_epoch(self) -> None:
-    for f in self.each:
-      f.new_epoch()
-
-  def flush(self) -> None:
-    for f in self.each:
-      f.flush()
-
-  def freeze(self, state, k: int, step: int, epoch: int, why: str):
-    """Member k frozen at its last finite state, its divergence recorded (once); NonFiniteLossError when none of
-    the members trains any more."""
-    folder = self.each[k]
-    if folder.diverged is not None:
-      return state
-    folder.diverged = {"step": step, "epoch": epoch, "reason": why}
-    if all(f.diverged is not None for f in self.each):
-      raise NonFiniteLossError(f"All {len(self.each)} members diverged (the last: {why})", why)
-    log.warning("Member %d (seed %s) diverged: %s; frozen at its last finite state, the others train on.",
-                    k, folder.config.seed, why)
-    return members_lib.mark_diverged(state, k, step)
-
-  def progress(self, state, sums, step: int, epoch: int):
-    """(state, each member's epoch sums on the host, each one's progress numbers), the members whose numbers are
-    not finite — or whose step froze them (`members.guarded`) — frozen."""
-    for k, at in enumerate(np.asarray(jax.device_get(state[members_lib.DIVERGED]))):
-      if at >= 0:
-        state = self.freeze(state, k, step, epoch, f"a non-finite training loss or gradient at step {int(at)}")
-    now = jax.device_get(sums) or {}
-    totals, shown = [], []
-    for k, f in enumerate(self.each):
-      mine = {key: np.reshape(v, (len(self.each),))[k] for key, v in now.items()}
-      try:
-        _, t, s = f.progress(state, mine, step, epoch)
-      except NonFiniteLossError as e:
-        state = self.freeze(state, k, step, epoch, e.why)
-        t = f.totals(mine)
-        s = f.train_metrics(t, step)
-      totals.append(t)
-      shown.append(s)
-    return state, totals, shown
-
-  def line(self, shown: list, values: list | None = None) -> str:
-    rows = [{**s, **v} for s, v in zip(shown, values or [{}] * len(shown))]
-    return summary_line(rows, [f.diverged is None for f in self.each], [f.config.name for f in self.each])
-
-  def write_train(self, shown: list, **common) -> None:
-    for f, s in zip(self.each, shown):
-      f.write_train(s, **common)
-
-  def add_epoch(self, state, best_state, head: dict, shown: list, values: list, train_s: float):
-    """Each member's record of the epoch; (state, best state, whether it changed): the members that improved get
-    a copy of their part of `state` (`members.select`)."""
-    improved = []
-    for k, (f, s, v) in enumerate(zip(self.each, shown, values)):
-      try:
-        improved.append(f.add_record(head, s, v, train_s))
-      except NonFiniteLossError as e:
-        state = self.freeze(state, k, head["step"], head["epoch"], e.why)
-        improved.append(f.add_record(head, s, v, train_s, check=False))
-    if not any(improved):
-      return state, best_state, False
-    copy = jax.tree_util.tree_map(jnp.copy, state)
-    return state, copy if best_state is None else members_lib.select(np.asarray(improved), copy, best_state), True
-
-  def finish(self, state, best_state, meta: dict, totals: list, run_info: dict) -> dict:
-    """Each member's results.json and checkpoints (`save_member`), and the members' summary."""
-    metas = [{**meta, **f.meta(t)} for f, t in zip(self.each, totals)]
-    finals = self.task.final(state, best_state, metas, totals)
-    num_params = sum(x.size for x in jax.tree_util.tree_leaves(state["params"])) // len(self.each)  # (each)
-    per_member = []
-    for k, (f, m, final) in enumerate(zip(self.each, metas, finals)):
-      out = {**f.results(meta, final, num_params, **run_info),
-             "member": {"index": k, "of": len(self.each), "run": str(self.path), "diverged": f.diverged}}
-      f.write_results(out)
-      save_member(f.path, k, meta["step"], state, best_state, m, f.config)
-      per_member.append(out)
-    return members_summary(self.path, per_member, self.task.config.name)
+      files.write_whole(folder / "metrics.jsonl", "".join(json.dumps(files.finite(_pick(r, k)), allow_nan=False)
+                                                          + "\n" for r in records))
+      files.write_json(folder / "results.json", out)
+      if config.get("plot", False):
+        metrics_lib.plot_curves(folder / "metrics.jsonl", folder / "curves.png", title=out["config"])
+    save_member(folder, k, meta["step"], state, best_state, meta, config)
+    per_member.append(out)
+  return members_summary(workdir, per_member, task.config.name)
 
 
 def save_member(folder, k: int, step: int, state, best_state, meta: dict, config) -> None:
@@ -156,27 +85,6 @@ def save_member(folder, k: int, step: int, state, best_state, meta: dict, config
   if best_state is not None and meta["best_epoch"] is not None:
     ckpts.save("best", step, strip(best_state), own)
   ckpts.close()
-
-
-def summary_line(shown: list[dict], live: list[bool], names: list[str] | None = None) -> str:
-  """A progress line's metrics: the members' mean and range over those training (`live`). When the members are of
-  different configs (`names[k]`, member k's config name), each config's members are summarised apart
-  ("| vd: train_ppl …  | al: train_ppl …"): a mean over different settings says nothing about either."""
-  K = len(shown)
-  parts = [f"members {K} ({K - sum(live)} diverged)"]
-  groups = {}  # name → its members' indices, in the members' order
-  for k, name in enumerate(names if names and len(set(names)) > 1 else [None] * K):
-    groups.setdefault(name, []).append(k)
-  for name, ks in groups.items():
-    rows = [shown[k] for k in ks if live[k]] or [shown[k] for k in ks]
-    stats = []
-    for key in rows[0]:
-      vals = [s[key] for s in rows if isinstance(s.get(key), float)]
-      if vals:
-        stats.append(f"{key} {statistics.fmean(vals):.4g}" +
-                     (f" [{min(vals):.4g}–{max(vals):.4g}]" if len(vals) > 1 and min(vals) != max(vals) else ""))
-    parts.append(("" if name is None else f"| {name}: ") + "  ".join(stats))
-  return "  ".join(parts)
 
 
 def _stats(per_member: list[dict]) -> tuple[dict, str]:

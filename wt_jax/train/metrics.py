@@ -9,6 +9,7 @@ import logging
 import math
 import os
 import socket
+import statistics
 import time
 
 import jax
@@ -57,8 +58,11 @@ class MetricsWriter:
     else:
       self._lines.append(line)
     kind, step = record.get("kind", "metrics"), int(record.get("step", 0))
-    scalars = {f"{kind}/{key}": value for key, value in record.items() if key not in ("kind", "step")
-               and isinstance(value, (int, float)) and not isinstance(value, bool)}
+    scalars = {}  # (a members run's [K] list: `kind/key/k`, one per member)
+    for key, value in record.items():
+      for k, v in (enumerate(value) if isinstance(value, list) else [(None, value)]):
+        if key not in ("kind", "step") and isinstance(v, (int, float)) and not isinstance(v, bool):
+          scalars[f"{kind}/{key}" + ("" if k is None else f"/{k}")] = v
     self._tensorboard(lambda tb: tb.scalars(scalars, step))
 
   def flush(self) -> None:
@@ -101,17 +105,15 @@ class Events:
     epath.Path(folder).mkdir(parents=True, exist_ok=True)
     name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}"
     self.records = record_writer.RecordWriter(f"{folder.rstrip('/')}/{name}")
-    self._event(file_version="brain.Event:2")
+    self.records.write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
     self.flush()
 
   def scalars(self, values: dict, step: int) -> None:
     for tag, value in values.items():
-      self._event(step=step, summary=summary.scalar(tag, value))
+      self.records.write(event_pb2.Event(wall_time=time.time(), step=step,
+                                         summary=summary.scalar(tag, value)).SerializeToString())
     if time.monotonic() - self._flushed >= self.FLUSH_S:
       self.flush()
-
-  def _event(self, **fields) -> None:
-    self.records.write(event_pb2.Event(wall_time=time.time(), **fields).SerializeToString())
 
   def flush(self) -> None:
     self.records.flush()
@@ -156,12 +158,34 @@ def plot_curves(metrics_path, png_path, title: str = "") -> epath.Path | None:
   return png_path
 
 
+def summary_line(shown: list[dict], live: list[bool], names: list[str] | None = None) -> str:
+  """A members run's progress numbers (`shown[k]`: member k's): their mean and range over the members training
+  (`live`). When the members are of different configs (`names[k]`, member k's config name), each config's members
+  are summarised apart ("| vd: train_ppl …  | al: train_ppl …"): a mean over different settings says nothing about
+  either."""
+  K = len(shown)
+  parts = [f"members {K} ({K - sum(live)} diverged)"]
+  groups = {}  # name → its members' indices, in the members' order
+  for k, name in enumerate(names if names and len(set(names)) > 1 else [None] * K):
+    groups.setdefault(name, []).append(k)
+  for name, ks in groups.items():
+    rows = [shown[k] for k in ks if live[k]] or [shown[k] for k in ks]
+    stats = []
+    for key in rows[0]:
+      vals = [s[key] for s in rows if isinstance(s.get(key), float)]
+      if vals:
+        stats.append(f"{key} {statistics.fmean(vals):.4g}" +
+                     (f" [{min(vals):.4g}–{max(vals):.4g}]" if len(vals) > 1 and min(vals) != max(vals) else ""))
+    parts.append(("" if name is None else f"| {name}: ") + "  ".join(stats))
+  return "  ".join(parts)
+
+
 class Clock:
   """Seconds spent in training steps (`train_s`), counted in stretches that `tick` closes and `restart` opens (so
-  evaluation and checkpoints are left out), and when the next progress line is due."""
+  evaluation and checkpoints are left out), and when the last progress line was shown (`last_line`)."""
 
-  def __init__(self, train_s: float, step: int, line_every_s: float):
-    self.train_s, self.t0, self.step0, self.line_every_s = train_s, time.time(), step, line_every_s
+  def __init__(self, train_s: float, step: int):
+    self.train_s, self.t0, self.step0 = train_s, time.time(), step
     self.last_line = None
 
   def tick(self, step: int) -> float:
@@ -174,10 +198,6 @@ class Clock:
 
   def restart(self, step: int) -> None:
     self.t0, self.step0 = time.time(), step
-
-  def line_due(self) -> bool:
-    """Whether no progress line has been shown yet, or none for `line_every_s` seconds."""
-    return self.last_line is None or time.time() - self.last_line > self.line_every_s
 
 
 class NoWriter:

@@ -129,6 +129,8 @@ def evaluate_nll(eval_fn, params, src, tgt, batch_size: int, dp, buckets=tr.DEFA
 class NMTTask:
   """Translation on {'train'|'valid'|'test': (source sentences, target sentences)} (see the module doc)."""
 
+  member_runs = ()  # one model (`trainer.Task`)
+
   def __init__(self, config, data: dict, workdir: str | Path):
     require_counts(config, ("bpe_vocab_size", "beam_size", "max_len", "batch_size", "num_epochs"))
     nmt.check_tying(config.tying)

@@ -1,6 +1,6 @@
 """A run's record, `<workdir>/run.json`: what ran (config, command, commit, versions, host), written at a first start
 and checked at each resume (`record_run`, `check_resume`: a change of what the run computes is refused, naming the
-keys); `versions` and `host` also go into results.json.
+keys); and the keys every results.json has (`results`: what ran, how long, on what).
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from wt_jax.hparams import config_changes
 log = logging.getLogger(__name__)
 
 RUN_FILE = "run.json"
+UTC = "%Y-%m-%dT%H:%M:%SZ"  # the times a record holds (time.strftime)
 
 # Keys a resumed run may change without saying so: how long it runs and how it reports, not what it computes.
 RESUMABLE_KEYS = frozenset({"num_epochs", "max_steps", "log_every", "checkpoint_every_steps",
@@ -76,11 +77,7 @@ def describe_run(config, run_versions: dict) -> dict:
   return {"what": "a wt_jax run: its config, command, code and machine (written at its first start)",
           "config": config.to_dict(), "command": " ".join(shlex.quote(a) for a in sys.argv),
           "cwd": os.getcwd(), "wt_jax_version": __version__, "versions": run_versions, "host": host(),
-          "device_kind": jax.devices()[0].device_kind, "started_utc": _utc(), "resumes": []}
-
-
-def _utc() -> str:
-  return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+          "device_kind": jax.devices()[0].device_kind, "started_utc": time.strftime(UTC, time.gmtime()), "resumes": []}
 
 
 def _read_record(run_file: epath.Path, saved_config: dict | None, step: int, member: dict | None) -> dict | None:
@@ -101,9 +98,10 @@ def _read_record(run_file: epath.Path, saved_config: dict | None, step: int, mem
                   f"; moved aside to {aside.name}" if aside else "", "member's" if member else "checkpoint's")
   if not saved_config:
     return None
+  now = time.strftime(UTC, time.gmtime())
   record = {"config": saved_config,
             "rebuilt": {"from": "the member's config at this resume" if member else "the checkpoint's config",
-                        "step": step, "damaged": aside.name if aside else None, "utc": _utc()},
+                        "step": step, "damaged": aside.name if aside else None, "utc": now},
             **({"member": member} if member else {}), "resumes": []}
   files.write_json(run_file, record)  # (now: a resume refused below leaves the folder with a record)
   return record
@@ -132,7 +130,7 @@ def check_resume(run_file: epath.Path, config, step: int, saved_config: dict | N
   if changes:
     log.warning("Resuming %s at step %d with config changes: %s", run_file.parent, step,
                     ", ".join(f"{k} {a!r} → {b!r}" for k, (a, b) in changes.items()))
-  record.setdefault("resumes", []).append({"step": step, "utc": _utc(), "changed": changes})
+  record.setdefault("resumes", []).append({"step": step, "utc": time.strftime(UTC, time.gmtime()), "changed": changes})
   files.write_json(run_file, record)
 
 
@@ -147,6 +145,8 @@ def record_run(workdir: epath.Path, config, run_versions: dict, members: list, r
     raise RuntimeError(f"config.deterministic is set but XLA_FLAGS does not hold {parallel.DETERMINISTIC_FLAG}=true; "
                        "set it before the first JAX computation (experiments.start does).")
   member = lambda k: {"index": k, "of": len(members), "run": str(workdir)}  # a member's place in its run
+  for folder, _ in members:
+    folder.mkdir(parents=True, exist_ok=True)
   if resumed_from is None:
     files.write_json(workdir / RUN_FILE, describe_run(config, run_versions))
     for k, (folder, member_config) in enumerate(members):
@@ -155,3 +155,19 @@ def record_run(workdir: epath.Path, config, run_versions: dict, members: list, r
   check_resume(workdir / RUN_FILE, config, resumed_from, saved_config)
   for k, (folder, member_config) in enumerate(members):  # each member's record follows the run's
     check_resume(folder / RUN_FILE, member_config, resumed_from, member_config.to_dict(), member(k))
+
+
+def results(config, task, meta: dict, num_params: int) -> dict:
+  """The keys every results.json has, the task's own follow them: `config` and `task` (steps_per_epoch,
+  selection, num_devices) of the run, `meta` its record (the trainer's: step, pos, train_s, wall_s,
+  resumed_from, versions, history, best_epoch)."""
+  return {
+      "config": config.name, "num_params": num_params, "steps": meta["step"],
+      "steps_per_epoch": task.steps_per_epoch,
+      "epochs": len(meta["history"]) + meta["pos"] / task.steps_per_epoch,  # finished + the fraction begun
+      "history": meta["history"], "best_metric": task.selection[0] if task.selection else None,
+      "best_epoch": meta["best_epoch"], "train_s": meta["train_s"], "wall_s": meta["wall_s"],
+      "resumed_from_step": meta["resumed_from"], "seed": config.seed, "versions": meta["versions"], "host": host(),
+      "devices": [str(d) for d in jax.devices()],
+      "device_kind": jax.devices()[0].device_kind,  # e.g. "NVIDIA H100 80GB HBM3", "TPU v5 lite", "cpu"
+      "num_devices": task.num_devices, "num_processes": jax.process_count()}

@@ -94,6 +94,8 @@ def learning_rate(base: float, progress: float) -> float:
 class SkipGramTask:
   """Skip-gram with negative sampling on tokenised sentences (see the module docstring)."""
 
+  member_runs = ()  # one model (`trainer.Task`)
+
   def __init__(self, config, sentences: Sequence[Sequence[str]]):
     require_counts(config, ("dim", "window", "negatives", "min_count", "batch_size", "num_epochs"))
     self.vocab, self.counts = sg.build_vocab(sentences, config.min_count)

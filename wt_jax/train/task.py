@@ -8,7 +8,8 @@ from etils import epath
 
 
 class Task(Protocol):
-  """What the skeleton knows of a task. `state` is a dict with at least 'params' and 'step'."""
+  """What the skeleton knows of a task. `state` is a dict with at least 'params' and 'step'. A members task's
+  numbers (sums, progress and validation numbers) are [K] arrays, member k's in place k (`lm.MembersTask`)."""
 
   config: Any  # the run's config (what `run` records)
   num_epochs: int
@@ -17,6 +18,7 @@ class Task(Protocol):
   tokens_per_step: int | None  # for the tokens/s of progress lines (None: steps/s only)
   selection: tuple[str, str] | None  # (validation metric, 'min' | 'max') that picks `best`; None: no best
   num_devices: int  # the data-parallel devices the step runs on
+  member_runs: tuple  # a members run's (folder, config) of each member (`members_run`); () for one model
 
   def init_state(self) -> Any: ...
   def start_epoch(self, state: Any, epoch: int) -> Any: ...  # e.g. reset a recurrent carry
