@@ -1,4 +1,5 @@
-"""wt_jax.analysis.embeddings: word-similarity ρ, the Table-4 measure, the subspace distance."""
+"""wt_jax.analysis.embeddings: word-similarity ρ, the Table-4 measure, the subspace distance, CKA, anisotropy and
+the norm–count ρ."""
 import math
 
 import numpy as np
@@ -51,6 +52,27 @@ def test_subspace_distance():
   assert emb.subspace_distance(I[:, :2], I[:, 2:4]) == pytest.approx(1.0)           # orthogonal
   assert emb.subspace_distance(I[:, [0, 1]], I[:, [0, 2]]) == pytest.approx(math.sqrt(0.5))  # one shared axis
   assert emb.subspace_distance(I[:, :2], I[:, :5]) == pytest.approx(0.0, abs=1e-12)   # contained
+
+
+def test_linear_cka_anisotropy_and_norm_count_rho_against_their_definitions():
+  rng = np.random.default_rng(2)
+  A, B = rng.normal(size=(40, 3)), rng.normal(size=(40, 5))
+  Q, _ = np.linalg.qr(rng.normal(size=(5, 5)))
+  wide = np.pad(A, ((0, 0), (0, 2))) @ Q * 7.0  # A rotated into 5 dimensions and scaled: the same representation
+  assert emb.linear_cka(A, wide) == pytest.approx(1.0)
+  Ac, Bc = A - A.mean(0), B - B.mean(0)  # Kornblith et al.'s Eq. 4 through the centred Gram matrices
+  K, L = Ac @ Ac.T, Bc @ Bc.T
+  assert emb.linear_cka(A, B) == pytest.approx(np.sum(K * L) / (np.linalg.norm(K) * np.linalg.norm(L)))
+  with pytest.raises(ValueError, match="same number of rows"):
+    emb.linear_cka(A, B[:-1])
+  cosines = 1 - distance.pdist(B, "cosine")  # every distinct pair once
+  assert emb.anisotropy(B) == pytest.approx(cosines.mean())
+  assert emb.anisotropy(np.tile([[1.0, 2.0]], (4, 1)) * [[1], [2], [3], [4]]) == pytest.approx(1.0)
+  assert emb.anisotropy(np.array([[1.0, 0], [-1.0, 0]])) == pytest.approx(-1.0)
+  counts = np.array([5, 50, 500, 1, 20])
+  E = np.outer(np.log(counts), [0.6, 0.8])  # norms grow with the counts
+  assert emb.norm_count_rho(E, counts) == pytest.approx(1.0)
+  assert emb.norm_count_rho(E[::-1], counts) == pytest.approx(0.0, abs=1e-12)  # ranks 3,1,5,4,2 vs 2,4,5,1,3: Σd² = 20
 
 
 def test_real_wordsim_files(shared_data_root):

@@ -815,8 +815,9 @@ def test_a_damaged_record_is_refused_in_one_line_and_the_committed_page_is_as_it
 
 
 def test_an_import_with_a_damaged_run_copies_nothing(tmp_path):
-  """`records.import_runs` reads every run before it copies any: one damaged run among good ones raises
-  `ReportError` naming it, and the destination is left as it was (a record of the same name not replaced)."""
+  """`records.import_runs` reads every run before it copies any: one damaged run (its results.json, or a study's
+  measures.json beside it) among good ones raises `ReportError` naming it, and the destination is left as it was
+  (a record of the same name not replaced); a good measures.json is copied with the run."""
   _fake_run(tmp_path / "first" / "small_seed0", "small", 0, 118.0)
   dest = tmp_path / "results" / "ptb_table6"
   records.import_runs(tmp_path / "first", dest)
@@ -827,6 +828,15 @@ def test_an_import_with_a_damaged_run_copies_nothing(tmp_path):
   with pytest.raises(records.ReportError, match="small_seed1/results.json is not JSON"):
     records.import_runs(tmp_path / "runs", dest)
   assert _tree(dest) == before
+  shutil.rmtree(tmp_path / "runs" / "small_seed1")  # mended; a study's measures.json, damaged
+  _fake_run(tmp_path / "runs" / "small_seed1", "small", 1, 119.0)
+  (tmp_path / "runs" / "small_seed0" / "measures.json").write_text('{"test": {"nll"')
+  with pytest.raises(records.ReportError, match="small_seed0/measures.json is not JSON"):
+    records.import_runs(tmp_path / "runs", dest)
+  assert _tree(dest) == before
+  (tmp_path / "runs" / "small_seed0" / "measures.json").write_text('{"test": {"nll": 1.5}}')
+  records.import_runs(tmp_path / "runs", dest)
+  assert json.loads((dest / "small_seed0" / "measures.json").read_text()) == {"test": {"nll": 1.5}}
 
 
 def test_sampling_page_sets_each_runs_scores_and_samples_side_by_side(tmp_path):

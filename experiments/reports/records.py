@@ -1,5 +1,5 @@
-"""A study's run records: import finished runs into results/<report>/ (results.json and curve.jsonl, the
-per-epoch records), read them back grouped by config, format a cell of several seeds and read a difference
+"""A study's run records: import finished runs into results/<report>/ (results.json, curve.jsonl, the
+per-epoch records, and a study's measures.json where the run has one), read them back grouped by config, format a cell of several seeds and read a difference
 against their spread."""
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import wt_jax.files as files
 log = logging.getLogger(__name__)
 
 CURVE = "curve.jsonl"  # a run's per-epoch records (the 'epoch' lines of its metrics.jsonl)
+MEASURES = "measures.json"  # a study's measures of a finished run, where it has some (tying_surface_measures)
 
 
 
@@ -77,13 +78,15 @@ def read_results(path: Path, keys: tuple[str, ...] = ("config",)) -> dict:
 
 
 def import_runs(runs_dir: Path, dest: Path) -> list[str]:
-  """Copy the small outputs of every finished run in `runs_dir` (`finished_runs`) into `dest`; returns the
-  run names. Every run is read first, and nothing is copied unless each has a results.json that is a run's
+  """Copy the small outputs of every finished run in `runs_dir` (`finished_runs`) into `dest` (results.json, the
+  curve, measures.json where there is one); returns the run names. Every run is read first, and nothing is copied unless each has a results.json that is a run's
   (`read_results`) and at least one epoch record (in metrics.jsonl, or curve.jsonl for a record collected by
   experiments.gpu.run_queue): a damaged record raises `ReportError` and never replaces one already in `dest`."""
   staged = []
   for name, run in finished_runs(runs_dir):
     read_results(run / "results.json")
+    if (run / MEASURES).is_file():
+      json_record((run / MEASURES).read_text(errors="replace"), run / MEASURES)
     source = run / "metrics.jsonl" if (run / "metrics.jsonl").exists() else run / CURVE
     try:
       records = epoch_records(source)
@@ -98,6 +101,8 @@ def import_runs(runs_dir: Path, dest: Path) -> list[str]:
     target = dest / name
     target.mkdir(parents=True, exist_ok=True)
     shutil.copy2(run / "results.json", target / "results.json")
+    if (run / MEASURES).is_file():
+      shutil.copy2(run / MEASURES, target / MEASURES)
     (target / CURVE).write_text("".join(json.dumps(r) + "\n" for r in records))
   return [name for name, _, _ in staged]
 

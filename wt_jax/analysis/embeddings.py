@@ -4,8 +4,11 @@
     similarity_rho(E, vocab, pairs)                          # Spearman ρ of cosine vs. humans, with coverage
     pairwise_distance_rho(E1, E2)                            # Table 4: ρ between all pairwise cosine distances
     subspace_distance(A, B)                                  # Inan et al.'s distance between column spaces
+    linear_cka(A, B)                                         # linear CKA of two representations of the same rows
+    anisotropy(E)                                            # mean cosine of two distinct rows
+    norm_count_rho(E, counts)                                # Spearman ρ of row norms against word counts
 
-E, E1, E2: [V, D] matrices over one vocabulary (row i = word i). Every function is pure NumPy/SciPy on host
+E, E1, E2, A, B: [V, D] matrices over one vocabulary (A and B may differ in width) (row i = word i). Every function is pure NumPy/SciPy on host
 arrays (pass `np.asarray(params[...])`).
 """
 from __future__ import annotations
@@ -122,3 +125,27 @@ def subspace_distance(A: np.ndarray, B: np.ndarray) -> float:
   qb, _ = np.linalg.qr(B)
   residual = qa - qb @ (qb.T @ qa)
   return float(np.linalg.norm(residual) / math.sqrt(qa.shape[1]))
+
+
+def linear_cka(A: np.ndarray, B: np.ndarray) -> float:
+  """Linear centred kernel alignment of A [V, a] and B [V, b] (Kornblith et al. 2019, Eq. 4 with a linear kernel):
+  ‖BᵀA‖²_F / (‖AᵀA‖_F ‖BᵀB‖_F) after centring each column over the V rows. 1 when B is A rotated and scaled
+  (any widths), about 0 for unrelated matrices; unchanged by an orthogonal map or a scale of either side."""
+  A, B = np.asarray(A, np.float64), np.asarray(B, np.float64)
+  if A.shape[0] != B.shape[0]:
+    raise ValueError(f"A and B must have the same number of rows (words): {A.shape} vs {B.shape}.")
+  A, B = A - A.mean(0), B - B.mean(0)
+  return float(np.linalg.norm(B.T @ A) ** 2 / (np.linalg.norm(A.T @ A) * np.linalg.norm(B.T @ B)))
+
+
+def anisotropy(E: np.ndarray) -> float:
+  """The mean cosine between two distinct rows of E [V, D], over all V(V − 1) ordered pairs, exactly:
+  with unit rows u_i, Σ_{i≠j} u_i·u_j = ‖Σ_i u_i‖² − V. 0 for directions spread evenly, 1 when all rows point one way."""
+  U = _unit_rows(E)
+  V = U.shape[0]
+  return float((np.sum(U.sum(0) ** 2) - V) / (V * (V - 1)))
+
+
+def norm_count_rho(E: np.ndarray, counts: np.ndarray) -> float:
+  """Spearman ρ between the row norms of E [V, D] and counts[V] (a rank correlation: the same against log counts)."""
+  return float(stats.spearmanr(np.linalg.norm(np.asarray(E, np.float64), axis=1), counts).statistic)

@@ -1,0 +1,63 @@
+"""experiments/studies/tying_surface_measures.py: the frequency split by hand, then two trained cells' measures —
+bits per byte recomputed from the per-token scores against the run's own, and the tied/untied pair."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from experiments.studies import tying_surface_measures as measures
+from tests.conftest import REPO
+from tests.test_text_corpus import write_text
+
+
+def test_the_frequency_split_sums_to_the_whole_and_buckets_by_training_count():
+  counts = np.array([0, 5, 150, 20_000, 99, 100])
+  targets = np.array([0, 1, 1, 2, 3, 3, 3, 4, 5])
+  logp = -np.arange(1.0, 10.0)
+  split = measures.frequency_split(logp, targets, counts, test_bytes=12)
+  assert [b["from"] for b in split] == [0, 1, 100, 1000, 10_000]
+  assert [b["targets"] for b in split] == [1, 3, 2, 0, 3]            # count 0 | 5, 5, 99 | 150, 100 | — | 20,000 ×3
+  assert [b["types"] for b in split] == [1, 2, 2, 0, 1]
+  assert [b["nll"] for b in split] == [1.0, 2 + 3 + 8, 4 + 9, 0.0, 5 + 6 + 7]
+  assert sum(b["bits_per_byte"] for b in split) == pytest.approx(45 / math.log(2) / 12, rel=1e-12)
+
+
+@pytest.mark.slow
+def test_two_trained_cells_bits_per_byte_from_their_tokens_and_the_tied_matrix_against_the_untied_pair(tmp_path):
+  """A tied and an untied cell (configs/tying_surface.py, shrunk) trained a few steps on a small text: the
+  measures' bits per byte, Σ −log p of the per-token scores / ln 2 / bytes, equal results.json's (from the
+  perplexity, summed in float32: 1e-5) and the buckets add up to it; the tied run is read against the untied one
+  once that exists, and a second pass writes nothing."""
+  train = "".join(f"the {w} saw {v} on day {i % 9}\n" for i, (w, v) in enumerate(
+      zip(["cat", "dog", "cow", "hen", "fox"] * 40, ["a hen", "the fox", "one cat", "two dogs"] * 50)))
+  text = write_text(tmp_path / "text", train=train, valid=train[:300], test=train[-500:] + "a zebra\n")
+  runs = tmp_path / "runs"
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  for arm in ("tied", "untied"):
+    done = subprocess.run(
+        [sys.executable, "-m", "experiments.ptb", f"--config=configs/tying_surface.py:{arm},64,1000",
+         f"--config.data_dir={text}", "--config.vocab_size=60", "--config.hidden_size=16", "--config.mlp_size=32",
+         "--config.memory=4", "--config.bptt=8", "--config.test_window=8", "--config.batch_size=4",
+         "--config.eval_batch_size=4", "--config.max_steps=4", "--config.plot=false",
+         f"--workdir={runs / f'{arm}_d64_1000_seed0'}"], cwd=REPO, env=env, capture_output=True, text=True,
+        timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = measures.measure_folder(runs, frequent_types=20)
+    assert written == ([f"{arm}_d64_1000_seed0"] if arm == "tied" else ["tied_d64_1000_seed0", "untied_d64_1000_seed0"])
+  tied, untied = (json.loads((runs / f"{arm}_d64_1000_seed0" / "measures.json").read_text())
+                  for arm in ("tied", "untied"))
+  for record in (tied, untied):
+    test = record["test"]
+    assert test["bits_per_byte"] == pytest.approx(test["results_bits_per_byte"], rel=1e-5)
+    assert sum(b["bits_per_byte"] for b in test["by_training_count"]) == pytest.approx(test["bits_per_byte"],
+                                                                                       rel=1e-12)
+    assert sum(b["targets"] for b in test["by_training_count"]) == test["targets"]
+  assert set(tied["matrices"]) == {"tied"} and set(untied["matrices"]) == {"input", "output"}
+  assert set(tied["untied"]) == {"run", "input", "output"} and tied["untied"]["run"] == "untied_d64_1000_seed0"
+  for pair in (tied["untied"]["input"], tied["untied"]["output"], untied["input_vs_output"]):
+    assert 0 <= pair["cka"] <= 1 and 0 <= pair["subspace_distance"] <= 1 and -1 <= pair["table4_rho"] <= 1
+  assert measures.measure_folder(runs, frequent_types=20) == []
