@@ -3,11 +3,12 @@
     python -m experiments.ptb --config=configs/tying_surface.py:tied,128,4000 --config.data_dir=DIR --workdir=...
     bash experiments/studies/tying_surface.sh [RUNS_DIR] CELL ... [-- EXTRA_FLAGS]   # cells one after the other
 
-Argument ARM,D,VOCAB: ARM untied | tied | tied_wide (tied, its width raised until its parameters match the untied
-model's at D: `matched_width`); D the untied and tied models' width (64, 128, 256, 512); VOCAB the number of
-sentencepiece BPE pieces learned on the training text (1000, 4000, 16000) or `words` (whitespace words, every type of
-the training text: WikiText-2's 33,278). The text is a folder of train/valid/test.txt (`--config.data_dir`; the
-driver links WikiText-2's files), so every cell reports bits per byte of the same test text.
+Argument ARM,D,VOCAB[,lr=LR][,dropout=P]: ARM untied | tied | tied_wide (tied, its width raised until its parameters
+match the untied model's at D: `matched_width`); D the untied and tied models' width (64, 128, 256, 512); VOCAB the
+number of sentencepiece BPE pieces learned on the training text (1000, 4000, 16000) or `words` (whitespace words,
+every type of the training text: WikiText-2's 33,278). The text is a folder of train/valid/test.txt
+(`--config.data_dir`; the driver links WikiText-2's files), so every cell reports bits per byte of the same test
+text. `lr=` and `dropout=` set Adam's peak rate and the dropout (the grid on validation); the run's name says them.
 
 Everything else is the Transformer study's (configs/transformer.py, ours): 4 pre-LN blocks, heads of 64 dimensions
 (one head at D = 64), feed-forward 4·D, the input embedding × √D (that study's best scale on PTB), dropout 0.3, Adam
@@ -38,12 +39,17 @@ def matched_width(D: int, V: int, heads: int) -> int:
 
 def get_config(arg: str = "tied,128,4000"):
   parts = arg.split(",")
-  if len(parts) != 3 or parts[0] not in ARMS or not parts[1].isdigit() or not (parts[2] == "words" or parts[2].isdigit()):
-    raise ValueError(f"configs/tying_surface.py:{arg}: expected ARM,D,VOCAB with ARM in {list(ARMS)}, D a width "
-                     "(64, 128, 256, 512) and VOCAB a number of BPE pieces (1000, 4000, 16000) or 'words'.")
+  settings = dict(p.split("=", 1) for p in parts[3:] if "=" in p)
+  cell_ok = len(parts) >= 3 and parts[0] in ARMS and parts[1].isdigit() and (parts[2] == "words" or parts[2].isdigit())
+  settings_ok = (len(settings) == len(parts) - 3 and set(settings) <= {"lr", "dropout"}
+                 and all(map(_number, settings.values())))
+  if not (cell_ok and settings_ok):
+    raise ValueError(f"configs/tying_surface.py:{arg}: expected ARM,D,VOCAB[,lr=LR][,dropout=P] with ARM in "
+                     f"{list(ARMS)}, D a width (64, 128, 256, 512), VOCAB a number of BPE pieces (1000, 4000, "
+                     "16000) or 'words', LR and P numbers.")
   arm, D, vocab = parts[0], int(parts[1]), parts[2]
   c = transformer.get_config("tied,sqrt_d")
-  c.name = f"surface_{arm}_d{D}_{vocab}"
+  c.name = f"surface_{arm}_d{D}_{vocab}" + "".join(f"_{k}{v}" for k, v in settings.items())
   c.dataset = "text"
   c.tokenizer = "word" if vocab == "words" else "sentencepiece"
   c.subword_model = "bpe"
@@ -54,4 +60,13 @@ def get_config(arg: str = "tied,128,4000"):
   c.hidden_size = matched_width(D, V, heads) if arm == "tied_wide" else D
   c.num_heads = heads
   c.mlp_size = 4 * c.hidden_size
+  c.learning_rate = float(settings.get("lr", c.learning_rate))
+  c.dropout = float(settings.get("dropout", c.dropout))
   return c
+
+
+def _number(text: str) -> bool:
+  try:
+    return float(text) >= 0
+  except ValueError:
+    return False

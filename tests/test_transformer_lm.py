@@ -253,8 +253,8 @@ def test_t5_steps_scales_only_the_word_matrices_steps():
 @pytest.mark.parametrize("cell,V", [("untied,64,1000", 1000), ("tied_wide,128,4000", 4000), ("tied_wide,64,words", 33278)])
 def test_a_tying_surface_cell_counts_its_parameters_as_the_model_has_them(cell, V):
   """configs/tying_surface.py: `transformer_params` equals the built model's count (so `matched_width`'s widened
-  tied model is matched to the untied one by the model's own parameters, here within 5%); a malformed cell is
-  refused."""
+  tied model is matched to the untied one by the model's own parameters, here within 5%); a grid point's `lr=` and
+  `dropout=` set those two and name the run; a malformed cell is refused."""
   from configs import tying_surface
   c = tying_surface.get_config(cell)
   c.vocab_size = V
@@ -267,5 +267,9 @@ def test_a_tying_surface_cell_counts_its_parameters_as_the_model_has_them(cell, 
   assert c.hidden_size % c.num_heads == 0 and c.mlp_size == 4 * c.hidden_size
   if arm == "tied_wide":
     assert c.hidden_size > int(width) and abs(built - untied) / untied < 0.05
-  with pytest.raises(ValueError, match="ARM,D,VOCAB"):
-    tying_surface.get_config("tied,128")
+  for bad in ("tied,128", "tied,128,4000,lr=fast", "tied,128,4000,momentum=0.9"):
+    with pytest.raises(ValueError, match="ARM,D,VOCAB"):
+      tying_surface.get_config(bad)
+  grid = tying_surface.get_config(f"{cell},lr=2e-3,dropout=0.1")  # a grid point: the two settings, and its name
+  assert (grid.learning_rate, grid.dropout, grid.hidden_size) == (2e-3, 0.1, c.hidden_size)
+  assert grid.name == f"{c.name}_lr2e-3_dropout0.1" and (c.learning_rate, c.dropout) == (1e-3, 0.3)

@@ -4,10 +4,12 @@
 #
 #   bash experiments/studies/tying_surface.sh [RUNS_DIR] CELL ... [-- EXTRA_FLAGS]   # RUNS_DIR default runs/tying_surface
 #   SEEDS="0 1" bash experiments/studies/tying_surface.sh runs/tying_surface tied,128,4000 untied,128,4000
+#   SEEDS=0 bash experiments/studies/tying_surface.sh runs/tying_surface tied,64,4000,lr=2e-3,dropout=0.1  # a grid point
 #
 # The text folder is RUNS_DIR/wikitext2_text: links named train.txt.gz, valid.txt.gz, test.txt.gz to the WikiText-2
 # files under $WT_JAX_DATA/wikitext2. Each run is `python -m experiments.ptb --config=configs/tying_surface.py:CELL
-# --config.data_dir=RUNS_DIR/wikitext2_text --config.seed=S --workdir=RUNS_DIR/<ARM>_d<D>_<VOCAB>_seed<S>`, logged
+# --config.data_dir=RUNS_DIR/wikitext2_text --config.seed=S --workdir=RUNS_DIR/<ARM>_d<D>_<VOCAB>_seed<S>` (a grid
+# point's settings in the name before the seed: ..._<VOCAB>_lr2e-3_dropout0.1_seed<S>), logged
 # beside its workdir, resumed if unfinished, skipped if finished (a results.json).
 set -u
 RUNS_DIR=${1:-runs/tying_surface}
@@ -22,8 +24,9 @@ source "$(dirname "$0")/wikitext2_text.sh"
 link_wikitext2_text "$RUNS_DIR"
 status=0
 for cell in "${CELLS[@]}"; do
-  IFS=, read -r arm width vocab <<<"$cell"
-  train_seeds "$RUNS_DIR/${arm}_d${width}_$vocab" --config="configs/tying_surface.py:$cell" --config.data_dir="$TEXT" \
-      "${EXTRA[@]}"
+  IFS=, read -r arm width vocab settings <<<"$cell"
+  settings=${settings//=/}
+  train_seeds "$RUNS_DIR/${arm}_d${width}_$vocab${settings:+_${settings//,/_}}" \
+      --config="configs/tying_surface.py:$cell" --config.data_dir="$TEXT" "${EXTRA[@]}"
 done
 exit $status

@@ -8,8 +8,8 @@
     anisotropy(E)                                            # mean cosine of two distinct rows
     norm_count_rho(E, counts)                                # Spearman ρ of row norms against word counts
 
-E, E1, E2, A, B: [V, D] matrices over one vocabulary (A and B may differ in width) (row i = word i). Every function is pure NumPy/SciPy on host
-arrays (pass `np.asarray(params[...])`).
+E, E1, E2, A, B: [V, D] matrices over one vocabulary (row i = word i; A and B may differ in width). Every function is
+pure NumPy/SciPy on host arrays (pass `np.asarray(params[...])`).
 """
 from __future__ import annotations
 
@@ -140,7 +140,8 @@ def linear_cka(A: np.ndarray, B: np.ndarray) -> float:
 
 def anisotropy(E: np.ndarray) -> float:
   """The mean cosine between two distinct rows of E [V, D], over all V(V − 1) ordered pairs, exactly:
-  with unit rows u_i, Σ_{i≠j} u_i·u_j = ‖Σ_i u_i‖² − V. 0 for directions spread evenly, 1 when all rows point one way."""
+  with unit rows u_i, Σ_{i≠j} u_i·u_j = ‖Σ_i u_i‖² − V. 0 for directions spread evenly, 1 when all rows point one
+  way."""
   U = _unit_rows(E)
   V = U.shape[0]
   return float((np.sum(U.sum(0) ** 2) - V) / (V * (V - 1)))
