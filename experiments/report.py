@@ -21,6 +21,7 @@
     python -m experiments.report test_time_wt2 --runs=runs/test_time_wt2_records   # (WikiText-2, by articles)
     python -m experiments.report field                                # published PTB / WikiText-2 rows and ours
     python -m experiments.report subword_tying --runs=runs/subword_tying   # tying with BPE pieces, WikiText-2
+    python -m experiments.report tying_surface --runs=runs/tying_surface   # the tied − untied gap over D, vocabulary
 
 With --runs, each finished run there (a folder with results.json) is imported into results/<report>/<run>/
 (results.json, curve.jsonl); the table, figure and study page are then built from results/<report>/ alone, and
@@ -41,7 +42,7 @@ from absl import app, flags
 
 from experiments import check_folder, run_main
 from experiments.reports import (field, inan, lm_tables, members_speed, nmt, records, samples, softmax_study,
-                                 subword, test_time, tpu_memory)
+                                 subword, surface, test_time, tpu_memory)
 
 _RUNS = flags.DEFINE_string("runs", None, "Directory of run workdirs to import finished runs from.")
 _OUT = flags.DEFINE_string("out", "results", "Root of the committed results; the report goes in OUT/<name>.")
@@ -54,7 +55,7 @@ NMT_REPORTS = nmt.NMT_REPORTS  # (built by nmt.build_nmt)
 OTHER_REPORTS = {"tpu_memory": tpu_memory.build_tpu_memory, "inan_table1_2": inan.build_inan,
                  "members": members_speed.build_members_speed, "sampling": samples.build_sampling,
                  **{name: test_time.build_test_time for name in test_time.PAGES}, "field": field.build_field,
-                 "subword_tying": subword.build_subword_tying,
+                 "subword_tying": subword.build_subword_tying, "tying_surface": surface.build_surface,
                  **{name: softmax_study.build_softmax_study for name in softmax_study.SOFTMAX_STUDIES}}
 
 

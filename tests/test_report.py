@@ -1014,6 +1014,68 @@ def test_the_subword_page_reads_word_runs_in_bits_per_byte_of_the_same_text_and_
     subword.build_subword_tying("subword_tying", out, runs)
 
 
+def _surface_run(folder: Path, config: str, seed: int, bpb: float, valid: float, buckets=None) -> None:
+  """A finished tying-surface run (results.json, curve) and, with `buckets` (bits per byte by training count), its
+  measures.json."""
+  _fake_run(folder, config, seed, 50.0)
+  res = json.loads((folder / "results.json").read_text())
+  corpus = {"tokenizer": {"vocab_size": 4000}, "test": {"words": 1001, "bytes": 5000, "tokens": 1500}}
+  (folder / "results.json").write_text(json.dumps({**res, "dataset": "text", "corpus": corpus, "valid_ppl": valid,
+                                                   "best_valid_ppl": valid, "test_bits_per_byte": bpb}))
+  if buckets is not None:
+    split = [{"from": lo, "targets": n, "types": 1, "nll": 0.0, "bits_per_byte": b}
+             for lo, n, b in zip((0, 1, 100, 1000, 10_000), (0, 100, 400, 500, 500), buckets)]
+    roles = ("input", "output") if "untied" in config else ("tied",)
+    like = {"cka": 0.5, "subspace_distance": 0.4, "table4_rho": 0.3}
+    measures = {"test": {"targets": 1500, "bits_per_byte": sum(buckets), "by_training_count": split},
+                "matrices": {role: {"norm_count_rho": 0.1 * (seed + 1), "anisotropy": 0.02} for role in roles}}
+    measures |= {"input_vs_output": like} if "untied" in config else {"untied": {"input": like, "output": like}}
+    (folder / "measures.json").write_text(json.dumps(measures))
+
+
+def test_the_surface_page_reads_each_gap_against_the_seeds_splits_it_by_frequency_and_marks_the_grid(tmp_path):
+  """tying_surface: a cell's tied − untied gap in bits per byte against twice the larger seed sd, a one-seed side
+  not read; the gap split by training count from measures.json adds up to the whole; the grid's lowest validation
+  point per arm in bold; the figure drawn; a rebuild from the records alone is byte-identical."""
+  from experiments.reports import surface
+  runs, out = tmp_path / "runs", tmp_path / "results"
+  for seed in (0, 1):
+    _surface_run(runs / f"untied_d64_4000_seed{seed}", "surface_untied_d64_4000", seed, 2.0 + seed / 100, 60.0,
+                 [0.0, 0.5, 0.5, 0.5, 0.5 + seed / 100])
+    _surface_run(runs / f"tied_d64_4000_seed{seed}", "surface_tied_d64_4000", seed, 1.9 + seed / 100, 58.0,
+                 [0.0, 0.45, 0.5, 0.5, 0.45 + seed / 100])
+  _surface_run(runs / "untied_d128_4000_seed0", "surface_untied_d128_4000", 0, 1.8, 50.0)
+  _surface_run(runs / "tied_d128_4000_seed0", "surface_tied_d128_4000", 0, 1.85, 51.0)
+  for (lr, dropout), valid in {("1e-3", "0.3"): 60.0, ("2e-3", "0.1"): 57.5}.items():
+    _surface_run(runs / f"tied_d64_4000_lr{lr}_dropout{dropout}_seed0",
+                 f"surface_tied_d64_4000_lr{lr}_dropout{dropout}", 0, 1.9, valid)
+  out.mkdir()
+  (out / "tying_surface").mkdir()
+  (out / "tying_surface" / "cost.jsonl").write_text(json.dumps(
+      {"cell": "tied,64,4000", "steps_per_s": 11.7, "records": 5, "steps_per_epoch": 2442, "epochs": 6,
+       "num_params": 466208, "host": {"cpu": "Test CPU", "cpu_count": 2}}) + "\n")
+
+  tab = surface.build_surface("tying_surface", out, runs)
+
+  row = next(l for l in tab.splitlines() if l.startswith("| 4,000 pieces | 64 | tied |"))
+  assert "| 1.9050 ± 0.0071 (1.9000, 1.9100) | -0.1000 (beyond twice the larger seed sd (0.0141)) |" in row
+  assert "-0.1000 (within" not in tab
+  row = next(l for l in tab.splitlines() if l.startswith("| 4,000 pieces | 128 | tied |"))
+  assert row.endswith("| +0.0500 (one seed on a side: no spread to read it against) |")
+  freq = next(l for l in tab.splitlines() if l.startswith("| 4,000 pieces | 64 | tied | 2 |"))
+  assert freq == ("| 4,000 pieces | 64 | tied | 2 | +0.0000 (0%) | -0.0500 (7%) | +0.0000 (27%) | +0.0000 (33%) | "
+                  "-0.0500 (33%) | -0.1000 |")
+  assert "| 4,000 pieces | 64 | tied | 2 | 0.50 ± 0.00 | 0.50 ± 0.00 | 0.50 ± 0.00 | 0.30 ± 0.00 |" in tab
+  assert "| 4,000 pieces | 64 | tied | 0.002 | 0.1 | 0 | **57.5** |" in tab
+  assert "| 4,000 pieces | 64 | tied | 0.001 | 0.3 | 0 | 60.0 |" in tab
+  assert "| tied,64,4000 | 466,208 | 2,442 | 11.70 | 21 | Test CPU, 2 cores |" in tab
+  page = out / "tying_surface" / "README.md"
+  assert (out / "tying_surface" / "gap.png").is_file() and "![tied − untied against width](gap.png)" in page.read_text()
+  before = page.read_bytes()
+  surface.build_surface("tying_surface", out)
+  assert page.read_bytes() == before
+
+
 def test_the_wikitext2_test_time_page_adds_both_methods_and_the_same_study_scored_by_articles(tmp_path):
   """test_time_wt2: the cache with dynamic evaluation as a column, the article_resets subfolder as a table of its own
   with its tied − untied readings and each config's gain by articles against as one stream, and the cited anchor."""
