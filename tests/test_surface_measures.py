@@ -28,36 +28,37 @@ def test_the_frequency_split_sums_to_the_whole_and_buckets_by_training_count():
 
 @pytest.mark.slow
 def test_two_trained_cells_bits_per_byte_from_their_tokens_and_the_tied_matrix_against_the_untied_pair(tmp_path):
-  """A tied and an untied cell (configs/tying_surface.py, shrunk) trained a few steps on a small text: the
-  measures' bits per byte, Σ −log p of the per-token scores / ln 2 / bytes, equal results.json's (from the
-  perplexity, summed in float32: 1e-5) and the buckets add up to it; the tied run is read against the untied one
-  once that exists, and a second pass writes nothing."""
+  """A tied cell and an untied one of two seeds as members (configs/tying_surface.py, shrunk), trained a few steps
+  on a small text: the measures' bits per byte, Σ −log p of the per-token scores / ln 2 / bytes, equal
+  results.json's (from the perplexity, summed in float32: 1e-5) and the buckets add up to it; the tied run is read
+  against the untied member of its seed once that exists, and a second pass writes nothing."""
   train = "".join(f"the {w} saw {v} on day {i % 9}\n" for i, (w, v) in enumerate(
       zip(["cat", "dog", "cow", "hen", "fox"] * 40, ["a hen", "the fox", "one cat", "two dogs"] * 50)))
   text = write_text(tmp_path / "text", train=train, valid=train[:300], test=train[-500:] + "a zebra\n")
   runs = tmp_path / "runs"
   env = dict(os.environ, JAX_PLATFORMS="cpu")
-  for arm in ("tied", "untied"):
+  tied, untied = runs / "tied_d64_1000_seed0", runs / "untied_d64_1000_seeds0-1"  # (seeds 0 and 1 as members)
+  for arm, workdir, extra in (("tied", tied, []), ("untied", untied, ["--config.members=2"])):
     done = subprocess.run(
         [sys.executable, "-m", "experiments.ptb", f"--config=configs/tying_surface.py:{arm},64,1000",
          f"--config.data_dir={text}", "--config.vocab_size=60", "--config.hidden_size=16", "--config.mlp_size=32",
          "--config.memory=4", "--config.bptt=8", "--config.test_window=8", "--config.batch_size=4",
-         "--config.eval_batch_size=4", "--config.max_steps=4", "--config.plot=false",
-         f"--workdir={runs / f'{arm}_d64_1000_seed0'}"], cwd=REPO, env=env, capture_output=True, text=True,
-        timeout=300)
+         "--config.eval_batch_size=4", "--config.max_steps=4", "--config.plot=false", *extra, f"--workdir={workdir}"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     written = measures.measure_folder(runs, frequent_types=20)
-    assert written == ([f"{arm}_d64_1000_seed0"] if arm == "tied" else ["tied_d64_1000_seed0", "untied_d64_1000_seed0"])
-  tied, untied = (json.loads((runs / f"{arm}_d64_1000_seed0" / "measures.json").read_text())
-                  for arm in ("tied", "untied"))
-  for record in (tied, untied):
+    assert written == ([tied] if arm == "tied" else [tied, untied / "members" / "0", untied / "members" / "1"])
+  records = {name: json.loads((folder / "measures.json").read_text())
+             for name, folder in (("tied", tied), ("untied", untied / "members" / "0"))}
+  for record in records.values():
     test = record["test"]
     assert test["bits_per_byte"] == pytest.approx(test["results_bits_per_byte"], rel=1e-5)
     assert sum(b["bits_per_byte"] for b in test["by_training_count"]) == pytest.approx(test["bits_per_byte"],
                                                                                        rel=1e-12)
     assert sum(b["targets"] for b in test["by_training_count"]) == test["targets"]
-  assert set(tied["matrices"]) == {"tied"} and set(untied["matrices"]) == {"input", "output"}
-  assert set(tied["untied"]) == {"run", "input", "output"} and tied["untied"]["run"] == "untied_d64_1000_seed0"
-  for pair in (tied["untied"]["input"], tied["untied"]["output"], untied["input_vs_output"]):
+  tied_m, untied_m = records["tied"], records["untied"]
+  assert set(tied_m["matrices"]) == {"tied"} and set(untied_m["matrices"]) == {"input", "output"}
+  assert tied_m["untied"]["run"] == "untied_d64_1000_seeds0-1/members/0"  # (the untied run of its seed)
+  for pair in (tied_m["untied"]["input"], tied_m["untied"]["output"], untied_m["input_vs_output"]):
     assert 0 <= pair["cka"] <= 1 and 0 <= pair["subspace_distance"] <= 1 and -1 <= pair["table4_rho"] <= 1
   assert measures.measure_folder(runs, frequent_types=20) == []

@@ -4,7 +4,9 @@
 #
 #   bash experiments/studies/tying_surface.sh [RUNS_DIR] CELL ... [-- EXTRA_FLAGS]   # RUNS_DIR default runs/tying_surface
 #   SEEDS="0 1" bash experiments/studies/tying_surface.sh runs/tying_surface tied,128,4000 untied,128,4000
-#   SEEDS=0 bash experiments/studies/tying_surface.sh runs/tying_surface tied,64,4000,lr=2e-3,dropout=0.1  # a grid point
+#   SEEDS=0 bash experiments/studies/tying_surface.sh runs/tying_surface tied,64,4000,lr=2e-3,dropout=0.1  # grid point
+#   SEEDS=0 MEMBERS=2 bash experiments/studies/tying_surface.sh runs/tying_surface tied,64,4000
+#       (seeds 0 and 1 in one program, wt_jax.members: RUNS_DIR/tied_d64_4000_seeds0-1)
 #
 # The text folder is RUNS_DIR/wikitext2_text: links named train.txt.gz, valid.txt.gz, test.txt.gz to the WikiText-2
 # files under $WT_JAX_DATA/wikitext2. Each run is `python -m experiments.ptb --config=configs/tying_surface.py:CELL

@@ -2,8 +2,9 @@
 
     python -m experiments.studies.tying_surface_measures runs/tying_surface [--frequent=2000]
 
-Writes measures.json into every finished cell run `<ARM>_d<D>_<VOCAB>_seed<S>` of the folder
-(`experiments/studies/tying_surface.sh`) that has none; the report imports it beside results.json.
+Writes measures.json into every finished cell run of the folder that has none (`experiments/studies/tying_surface.sh`:
+`<ARM>_d<D>_<VOCAB>_seed<S>`, or each member folder `members/<k>/` of a members run `<ARM>_d<D>_<VOCAB>_seeds<S>-<T>`
+that did not diverge); the report imports it beside results.json. A grid point's run (`…_lr…`) is not measured.
 
   test      the test targets' log-probabilities (`trained_lm.score_split`, the run's own test protocol) summed:
             Σ NLL in nats and bits per byte, Σ NLL / ln 2 / bytes of the test text, beside results.json's (from the
@@ -13,8 +14,9 @@ Writes measures.json into every finished cell run `<ARM>_d<D>_<VOCAB>_seed<S>` o
   matrices  each word matrix ('input' and 'output' untied, 'tied' tied) over the types seen in training:
             Spearman ρ of the row norms against the training counts, and the anisotropy (the mean cosine of two
             distinct rows); untied, the input against the output matrix (`likeness`).
-  untied    a tied or tied_wide run with a finished untied run of the same D, vocabulary and seed: its matrix
-            against that run's input and output matrices (`likeness`). Added when that run finishes later.
+  untied    a tied or tied_wide run with a finished untied run of the same D, vocabulary and seed (its results.json's
+            seed): its matrix against that run's input and output matrices (`likeness`); added when that run
+            finishes later.
 
 `likeness` of two [V, ·] matrices: linear CKA and the subspace distance over the types seen in training, Press &
 Wolf's Table-4 ρ over the `--frequent` most frequent (all V² pairs would be 5·10⁸ at WikiText-2's words).
@@ -42,7 +44,7 @@ log = logging.getLogger(__name__)
 _FREQUENT = flags.DEFINE_integer("frequent", 2000, "Table-4 ρ over this many of the most frequent training types.")
 
 RECORD = "measures.json"
-RUN = re.compile(r"(?P<arm>untied|tied|tied_wide)_d(?P<width>\d+)_(?P<vocab>\d+|words)_seed(?P<seed>\d+)")
+RUN = re.compile(r"(?P<arm>untied|tied|tied_wide)_d(?P<width>\d+)_(?P<vocab>\d+|words)_seeds?\d+(-\d+)?")
 BUCKETS = (0, 1, 100, 1000, 10_000)  # lower edges of a target's training count: unseen, 1–99, ..., ≥ 10,000
 
 
@@ -101,19 +103,28 @@ def run_measures(lm, counts: np.ndarray, seen: np.ndarray, frequent: np.ndarray)
 def against_untied(lm, untied: Path, seen: np.ndarray, frequent: np.ndarray) -> dict:
   """A tied run's matrix against the untied run's input and output matrices (`likeness` each)."""
   tied, pair = _matrices(lm)["tied"], _matrices(_load(untied))
-  return {"run": untied.name, **{role: likeness(pair[role], tied, seen, frequent) for role in ("input", "output")}}
+  return {role: likeness(pair[role], tied, seen, frequent) for role in ("input", "output")}
 
 
-def measure_folder(runs_dir: Path, frequent_types: int) -> list[str]:
-  """Write (or complete with its `untied` part) the measures.json of every finished cell run in `runs_dir`;
-  returns the runs written."""
-  written = []
+def cell_runs(runs_dir: Path) -> dict[tuple, Path]:
+  """(arm, D, vocabulary, seed) → the folder of each finished cell run in `runs_dir` (module docstring)."""
+  out = {}
   for folder in sorted(p for p in runs_dir.iterdir() if p.is_dir() and RUN.fullmatch(p.name)):
-    if not (folder / "results.json").is_file():
-      continue
     cell = RUN.fullmatch(folder.name)
-    untied = runs_dir / f"untied_d{cell['width']}_{cell['vocab']}_seed{cell['seed']}"
-    pair_due = cell["arm"] != "untied" and (untied / "results.json").is_file()
+    for run in sorted(folder.glob("members/*/"), key=lambda p: p.name) or [folder]:
+      results = json.loads((run / "results.json").read_text()) if (run / "results.json").is_file() else None
+      if results and not (results.get("member") or {}).get("diverged"):
+        out[cell["arm"], cell["width"], cell["vocab"], results["seed"]] = run
+  return out
+
+
+def measure_folder(runs_dir: Path, frequent_types: int) -> list[Path]:
+  """Write (or complete with its `untied` part) the measures.json of every finished cell run in `runs_dir`; returns
+  the run folders written."""
+  runs, written = cell_runs(runs_dir), []
+  for (arm, width, vocab, seed), folder in runs.items():
+    untied = runs.get(("untied", width, vocab, seed))
+    pair_due = arm != "untied" and untied is not None
     record = json.loads((folder / RECORD).read_text()) if (folder / RECORD).is_file() else None
     if record is not None and (not pair_due or "untied" in record):
       continue
@@ -123,9 +134,9 @@ def measure_folder(runs_dir: Path, frequent_types: int) -> list[str]:
     seen, frequent = np.flatnonzero(counts), np.argsort(-counts, kind="stable")[:frequent_types]
     record = record or run_measures(lm, counts, seen, frequent)
     if pair_due:
-      record["untied"] = against_untied(lm, untied, seen, frequent)
+      record["untied"] = {"run": untied.relative_to(runs_dir).as_posix(), **against_untied(lm, untied, seen, frequent)}
     files.write_json(folder / RECORD, record)
-    written.append(folder.name)
+    written.append(folder)
   return written
 
 
@@ -136,8 +147,8 @@ def main(argv):
   runs_dir = Path(argv[1])
   if not runs_dir.is_dir():
     raise InputError(f"{runs_dir} is not a folder of tying-surface runs (experiments/studies/tying_surface.sh).")
-  for name in measure_folder(runs_dir, _FREQUENT.value):
-    print(f"{runs_dir / name / RECORD}")
+  for folder in measure_folder(runs_dir, _FREQUENT.value):
+    print(folder / RECORD)
 
 
 if __name__ == "__main__":

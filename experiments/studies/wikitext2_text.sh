@@ -6,7 +6,8 @@
 #   train_seeds PREFIX ARGS...        for each seed S of $SEEDS: `python -m experiments.ptb ARGS --config.seed=S
 #                                     --workdir=PREFIX_seedS`, logged to PREFIX_seedS.log, resumed if unfinished,
 #                                     skipped if finished (a results.json); a failure sets `status` and the next
-#                                     run goes on
+#                                     run goes on. With MEMBERS=K (K > 1), each S starts one members run of seeds
+#                                     S … S+K−1 (`--config.members=K`, wt_jax.members) in PREFIX_seedsS-(S+K−1)
 link_wikitext2_text() {
   local data=${WT_JAX_DATA:?set WT_JAX_DATA to the folder holding wikitext2/} split
   TEXT="$1/wikitext2_text"
@@ -17,13 +18,18 @@ link_wikitext2_text() {
 }
 
 train_seeds() {
-  local prefix=$1 seed wd
+  local prefix=$1 seed wd members=()
   shift
   for seed in $SEEDS; do
     wd="${prefix}_seed$seed"
+    if [[ ${MEMBERS:-0} -gt 1 ]]; then
+      wd="${prefix}_seeds$seed-$((seed + MEMBERS - 1))"
+      members=(--config.members="$MEMBERS")
+    fi
     if [[ -f "$wd/results.json" ]]; then echo "skip $wd (finished)"; continue; fi
     echo "$(date -u +%FT%TZ) start $wd"
-    python -m experiments.ptb "$@" --config.seed="$seed" --workdir="$wd" --alsologtostderr >>"$wd.log" 2>&1 || status=$?
+    python -m experiments.ptb "$@" "${members[@]}" --config.seed="$seed" --workdir="$wd" --alsologtostderr \
+        >>"$wd.log" 2>&1 || status=$?
     echo "$(date -u +%FT%TZ) exit ${status:-0} $wd"
   done
 }
