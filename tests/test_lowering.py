@@ -61,13 +61,18 @@ def test_lm_train_and_eval_steps_lower_for_tpu_and_gpu(module, extra):
   _export(window, state["params"], state["carry"], x, x)
 
 
-def test_skipgram_step_lowers_for_tpu_and_gpu():
+@pytest.mark.parametrize("batching", ["pairs", "windows", "windows_shared"])
+def test_skipgram_step_lowers_for_tpu_and_gpu(batching):
   config = w2v_tied.get_config()
   V, K, N = 50, 4, 16
   model = SkipGram(vocab_size=V, dim=8, tying=config.tying)
   tx = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1)
   noise = jnp.full((V,), 1.0 / V)
-  step = skipgram.make_step(model, tx, noise, config.negatives, DP, jax.random.key(0), sparse=True)
+  if batching == "pairs":
+    step = skipgram.make_step(model, tx, noise, config.negatives, DP, jax.random.key(0), sparse=True)
+  else:  # (one device: the text and its windows whole)
+    step = skipgram.make_window_step(model, noise, config.negatives, config.window, batching == "windows_shared",
+                                     jax.random.key(0))
 
   def init(key):
     one = jnp.zeros((1,), jnp.int32)
@@ -75,8 +80,13 @@ def test_skipgram_step_lowers_for_tpu_and_gpu():
     return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)}
 
   state = jax.eval_shape(init, jax.random.key(1))
-  ids = jax.ShapeDtypeStruct((K, N), jnp.int32)
-  _export(step, state, ids, ids, jax.ShapeDtypeStruct((K,), jnp.float32), jax.ShapeDtypeStruct((), jnp.int32))
+  lrs, first = jax.ShapeDtypeStruct((K,), jnp.float32), jax.ShapeDtypeStruct((), jnp.int32)
+  if batching == "pairs":
+    ids = jax.ShapeDtypeStruct((K, N), jnp.int32)
+    _export(step, state, ids, ids, lrs, first)
+  else:
+    text = jax.ShapeDtypeStruct((K * N + 2 * config.window,), jnp.int32)
+    _export(step, state, text, text, jax.ShapeDtypeStruct((K, N), jnp.int32), lrs, first)
 
 
 def test_nmt_train_step_and_beam_search_lower_for_tpu_and_gpu():

@@ -56,3 +56,19 @@ def test_subsampling_drops_frequent_words():
   c, x = sg.skipgram_pairs(ids, np.zeros(len(ids), np.int32), 2, rng, keep=keep)
   share_0 = np.mean(c == 0)
   assert share_0 == pytest.approx(900 / 1900, abs=0.05)  # about 900 zeros and all 1000 ones survive
+
+
+def test_subsampling_keeps_what_word2vec_c_keeps_for_the_same_uniforms():
+  """word2vec.c drops an occurrence of word w when ran = (√(f/sample) + 1)·sample/f < a uniform draw (f = count /
+  total); `subsample` keeps, from the same uniforms in text order, exactly the others, sentence ids with them."""
+  counts = np.array([5000, 800, 120, 30, 4])
+  rng = np.random.default_rng(2)
+  ids = rng.choice(len(counts), size=3000, p=counts / counts.sum()).astype(np.int32)
+  sent = np.sort(rng.integers(0, 200, size=3000)).astype(np.int32)
+  sample, total = 1e-2, counts.sum()
+  uniforms = np.random.default_rng(9).random(len(ids))
+  loop = [(w, s) for w, s, x in zip(ids, sent, uniforms)
+          if not (np.sqrt(counts[w] / (sample * total)) + 1) * (sample * total) / counts[w] < x]
+  got_ids, got_sent = sg.subsample(ids, sent, sg.keep_probability(counts, sample), np.random.default_rng(9))
+  assert list(zip(got_ids.tolist(), got_sent.tolist())) == [(int(w), int(s)) for w, s in loop]
+  assert 0.1 < len(loop) / len(ids) < 0.9  # (some dropped, some kept: the comparison has something to compare)

@@ -118,6 +118,78 @@ def test_sparse_updates_equal_optax_dense_sgd(tmp_path, tying):
   jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), ps, pd)
 
 
+def _word2vec_c_pairs(sentences, b_prime, window):
+  """word2vec.c's skip-gram loop over kept sentences: for the word at `pos` with its random b′ ∈ {0..W−1}, the
+  context at pos − W + a for a from b′ to 2W − b′ (a ≠ W) inside the sentence → (context, centre) pairs."""
+  pairs, t = [], 0
+  for sen in sentences:
+    for pos, word in enumerate(sen):
+      for a in range(b_prime[t], 2 * window + 1 - b_prime[t]):
+        c = pos - window + a
+        if a != window and 0 <= c < len(sen):
+          pairs.append((sen[c], word))
+      t += 1
+  return sorted(pairs)
+
+
+def test_window_slots_form_word2vec_c_pairs_from_the_kept_text():
+  """`window_slots` on the kept text (padded with −1), given word2vec.c's random b′ as b = W − b′, gives exactly the
+  pairs of word2vec.c's loop: each context within b of its centre, never across a sentence's end."""
+  import jax.numpy as jnp
+  rng, W = np.random.default_rng(4), 3
+  sentences = [rng.integers(0, 50, size=n).tolist() for n in (1, 7, 2, 12, 5, 3)]
+  b_prime = rng.integers(0, W, size=sum(map(len, sentences)))
+  ids = np.concatenate([np.full(W, -1), *sentences, np.full(W, -1)]).astype(np.int32)
+  sent = np.concatenate([np.full(W, -1), *[[k] * len(s) for k, s in enumerate(sentences)], np.full(W, -1)])
+  centres, contexts, inside = skipgram.window_slots(jnp.asarray(ids), jnp.asarray(sent, jnp.int32),
+                                                    jnp.asarray(W - b_prime, jnp.int32), W)
+  got = sorted((int(x), int(c)) for c, row, keep in zip(np.asarray(centres), np.asarray(contexts), np.asarray(inside))
+               for x, k in zip(row, keep) if k)
+  assert got == _word2vec_c_pairs(sentences, b_prime, W) and len(got) > 40
+
+
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("tying", ["untied", "tied"])
+def test_a_windows_step_is_sgd_on_the_window_loss_and_the_run_learns(tmp_path, tying, shared):
+  """batching='windows': one step's sparse update is −lr·∇ of `window_loss` over its windows with respect to the
+  whole matrices (optax's dense SGD of the same loss; tied, both roles' rows in the one leaf); a run learns, and one
+  more epoch resumes it."""
+  import jax
+  import jax.numpy as jnp
+  import optax
+  from wt_jax.train import trainer
+  B, config = 16, _config(tying=tying, batching="windows", shared_negatives=shared, batch_size=16)
+  W, K = config.window, config.negatives
+  task = skipgram.SkipGramTask(config, _sentences())
+  state = task.init_state()
+  (ids, sent, b, lrs, first), _ = next(task.batches(1, 0))
+  ids, sent, b, lr = ids[:B + 2 * W], sent[:B + 2 * W], b[:1], lrs[:1]  # the first step alone
+  new, _ = task.train_step(jax.tree_util.tree_map(jnp.copy, state), ids, sent, b, lr, first)
+  centres, contexts, inside = skipgram.window_slots(ids, sent, b[0], W)  # its windows and noise words, by hand
+  noise = jnp.asarray(skipgram.sg.noise_distribution(task.counts, config.noise_power), jnp.float32)
+  key = jax.random.fold_in(trainer.run_keys(config.seed)[1], first)
+  neg = jax.random.choice(key, noise.shape[0], (B, K) if shared else (B, 2 * W, K), p=noise)
+  outs = (jnp.concatenate([centres[:, None], neg], -1) if shared else
+          jnp.concatenate([jnp.broadcast_to(centres[:, None, None], (B, 2 * W, 1)), neg], -1))
+  counted = (outs != (centres[:, None] if shared else centres[:, None, None])).at[..., 0].set(True)
+  mask = inside[:, :, None] & (counted[:, None] if shared else counted)
+
+  def loss(params):
+    words = params["words"]
+    out = words["embedding"] if tying == "tied" else words["out_embedding"]
+    return skipgram.window_loss(words["embedding"][contexts], out[outs], mask)
+
+  grads = jax.grad(loss)(state["params"])
+  want = optax.apply_updates(state["params"], jax.tree_util.tree_map(lambda g: -lr[0] * g, grads))
+  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), new["params"], want)
+  r = skipgram.fit_skipgram(config, _sentences(), tmp_path)
+  losses = [h["loss_per_pair"] for h in r["history"]]
+  assert losses[0] > losses[1] > losses[2], losses
+  r4 = skipgram.fit_skipgram(_config(tying=tying, batching="windows", shared_negatives=shared, batch_size=16,
+                                     num_epochs=4), _sentences(), tmp_path)
+  assert r4["history"][:3] == r["history"] and len(r4["history"]) == 4
+
+
 @pytest.mark.parametrize("key", ["dim", "window", "negatives", "min_count", "batch_size", "num_epochs"])
 def test_a_count_of_zero_is_refused_before_anything_is_built(tmp_path, key):
   """A 0 window draws from an empty range, a 0 dimension divides by zero, 0 negatives trains with no noise

@@ -4,6 +4,7 @@
     keep = keep_probability(counts, sample=1e-3)           # frequent-word subsampling
     noise = noise_distribution(counts, power=0.75)          # negatives ~ unigram^0.75
     centers, contexts = skipgram_pairs(ids, sentence_ids, window=5, rng=rng)
+    kept_ids, kept_sentences = subsample(ids, sentence_ids, keep, rng)   # the text a windows step reads
 
 Sentences: a list of token lists (a PTB line, or text8 cut into 1,000-word pieces, as word2vec.c does).
 Words under `min_count` are dropped from the text before anything else (word2vec.c, gensim). Each epoch
@@ -56,6 +57,14 @@ def noise_distribution(counts: np.ndarray, power: float = 0.75) -> np.ndarray:
   return p / p.sum()
 
 
+def subsample(ids: np.ndarray, sentence_ids: np.ndarray, keep: np.ndarray, rng: np.random.Generator
+              ) -> tuple[np.ndarray, np.ndarray]:
+  """The tokens an epoch keeps: each occurrence of word w with probability keep[w], by one uniform draw a token in
+  text order (word2vec.c drops a word when its `ran` < a uniform); ids and sentence ids of the kept, in order."""
+  kept = rng.random(len(ids)) < keep[ids]
+  return ids[kept], sentence_ids[kept]
+
+
 def skipgram_pairs(ids: np.ndarray, sentence_ids: np.ndarray, window: int, rng: np.random.Generator,
                    keep: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
   """One epoch of (centre, context) pairs, int32[P] each.
@@ -65,8 +74,7 @@ def skipgram_pairs(ids: np.ndarray, sentence_ids: np.ndarray, window: int, rng: 
   """
   ids, sentence_ids = np.asarray(ids), np.asarray(sentence_ids)
   if keep is not None:
-    kept = rng.random(len(ids)) < keep[ids]
-    ids, sentence_ids = ids[kept], sentence_ids[kept]
+    ids, sentence_ids = subsample(ids, sentence_ids, keep, rng)
   b = rng.integers(1, window + 1, size=len(ids))
   centers, contexts = [], []
   for d in range(1, window + 1):

@@ -3,12 +3,17 @@ optax SGD, the data-parallel helper, checkpoints with resume, the non-finite pol
 
     fit_skipgram(config, sentences, workdir) → results (also <workdir>/results.json; vocab in vocab.txt)
 
-Each epoch draws its (centre, context) pairs (`wt_jax.data.skipgram`: subsampling, dynamic window) from a
-generator seeded by (seed, epoch), shuffles them, and feeds batches of `batch_size` pairs (the last partial
-batch is dropped); the step draws `negatives` noise words per pair from unigram^0.75 on the device. The
-learning rate falls linearly with the fraction of training done, to lr·1e-4 at the end (word2vec.c's rule,
-by pairs instead of words). Speed without changing the arithmetic: `steps_per_call` SGD steps run in one
-compiled call (a scan), and `sparse_updates` applies SGD to the touched rows only (see `make_step`).
+Two ways to feed the step (`config.batching`):
+- 'pairs': each epoch draws its (centre, context) pairs on the host (`wt_jax.data.skipgram`: subsampling, dynamic
+  window) from a generator seeded by (seed, epoch), shuffles them and feeds batches of `batch_size` pairs (the last
+  partial batch is dropped); the step draws `negatives` noise words per pair from unigram^0.75 on the device.
+- 'windows': each epoch subsamples the text on the host (the same generator) and draws each kept token's window;
+  the device reads the kept text in order, `batch_size` centres a step, and forms each centre's 2·window context
+  slots itself (`window_slots`), scoring in word2vec.c's orientation (`models.skipgram.window_loss`): noise words
+  per (slot) pair as word2vec.c, or with `shared_negatives` one set a window (BlazingText). One device.
+The learning rate falls linearly with the fraction of training done, to lr·1e-4 at the end (word2vec.c's rule, by
+steps instead of words). Speed without changing the arithmetic: `steps_per_call` SGD steps run in one compiled
+call (a scan), and `sparse_updates` applies SGD to the touched rows only (see `make_step`).
 """
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ import wt_jax.parallel as parallel
 from wt_jax.data import skipgram as sg
 from wt_jax.data import vocab as vocab_lib
 from wt_jax.errors import InputError, require_counts
-from wt_jax.models.skipgram import SkipGram, negative_sampling_loss
+from wt_jax.models.skipgram import SkipGram, negative_sampling_loss, window_loss
 from wt_jax.train import trainer
 
 log = logging.getLogger(__name__)
@@ -86,9 +91,67 @@ def make_step(model: SkipGram, tx, noise: jax.Array, negatives: int, dp: paralle
                  out_shardings=(rep, rep))
 
 
+def window_slots(ids: jax.Array, sentences: jax.Array, b: jax.Array, window: int):
+  """The text around B consecutive centres, ids[B + 2W] and their sentence ids (−1 past the text's ends), each
+  centre's half-window b[B] ∈ {1..W} → (centres[B], contexts[B, 2W], inside[B, 2W]): slot j of centre i is the
+  token at offset (−W … −1, 1 … W)[j], inside when within b[i] of the centre and in its sentence (word2vec.c's
+  dynamic window: `a` from its random b′ = W − b to 2W − b′)."""
+  W = window
+  offsets = jnp.concatenate([jnp.arange(-W, 0), jnp.arange(1, W + 1)])
+  at = W + jnp.arange(b.shape[0])
+  slots = at[:, None] + offsets[None, :]
+  inside = (sentences[slots] == sentences[at][:, None]) & (jnp.abs(offsets)[None, :] <= b[:, None])
+  return ids[at], jnp.maximum(ids[slots], 0), inside
+
+
+def make_window_step(model: SkipGram, noise: jax.Array, negatives: int, window: int, shared: bool,
+                     noise_key: jax.Array):
+  """steps(state, ids[K·B + 2W], sentences[K·B + 2W], b[K, B], lrs[K], first) → (state, (losses[K], pairs[K])): K
+  SGD steps over K·B consecutive centres of the kept text (the slice around them, −1 past its ends), step j on
+  centres j·B … j·B + B − 1 with noise key fold_in(noise_key, first + j). Each step gathers the rows it scores,
+  differentiates `window_loss` with respect to them and scatter-adds −lr·gradient (the output role's rows first,
+  then the input role's: one leaf when tied), as `make_step`'s sparse step does for pairs."""
+  out_name = "embedding" if model.tying == "tied" else "out_embedding"
+
+  def step(state, ids, sentences, b, lr, key):
+    centres, contexts, inside = window_slots(ids, sentences, b, window)
+    B, J = contexts.shape
+    neg = jax.random.choice(key, noise.shape[0], (B, negatives) if shared else (B, J, negatives), p=noise)
+    outs = jnp.concatenate([jnp.broadcast_to(centres.reshape(B, *[1] * (neg.ndim - 1)), (*neg.shape[:-1], 1)), neg],
+                           axis=-1)  # [B, 1+K] or [B, J, 1+K]: the centre, then the noise words
+    counted = (outs != centres.reshape(B, *[1] * (outs.ndim - 1))).at[..., 0].set(True)
+    mask = inside[:, :, None] & (counted[:, None, :] if shared else counted)
+    words = state["params"]["words"]
+    U, V = words["embedding"], words[out_name]
+    loss, (g_u, g_v) = jax.value_and_grad(window_loss, argnums=(0, 1))(U[contexts], V[outs], mask)
+    D = U.shape[-1]
+    V = V.at[outs.reshape(-1)].add(-lr * g_v.reshape(-1, D))
+    new = ({"embedding": V.at[contexts.reshape(-1)].add(-lr * g_u.reshape(-1, D))} if model.tying == "tied" else
+           {"embedding": U.at[contexts.reshape(-1)].add(-lr * g_u.reshape(-1, D)), "out_embedding": V})
+    opt_state = state["opt_state"]
+    opt_state.hyperparams["learning_rate"] = lr
+    return ({"params": {**state["params"], "words": new}, "opt_state": opt_state, "step": state["step"] + 1},
+            (loss, jnp.sum(inside, dtype=jnp.int32)))
+
+  def steps(state, ids, sentences, b_KxB, lrs_K, first):
+    B, span = b_KxB.shape[1], b_KxB.shape[1] + 2 * window
+
+    def body(state, xs):
+      b, lr, j = xs
+      cut = lambda x: jax.lax.dynamic_slice(x, (j * B,), (span,))
+      return step(state, cut(ids), cut(sentences), b, lr, jax.random.fold_in(noise_key, first + j))
+
+    return jax.lax.scan(body, state, (b_KxB, lrs_K, jnp.arange(lrs_K.shape[0], dtype=jnp.int32)))
+
+  return jax.jit(steps, donate_argnums=(0,))
+
+
 def learning_rate(base: float, progress: float) -> float:
   """word2vec.c: α = α₀·(1 − progress), never below α₀·1e-4."""
   return base * max(1.0 - progress, 1e-4)
+
+
+BATCHINGS = ("pairs", "windows")
 
 
 class SkipGramTask:
@@ -98,35 +161,49 @@ class SkipGramTask:
 
   def __init__(self, config, sentences: Sequence[Sequence[str]]):
     require_counts(config, ("dim", "window", "negatives", "min_count", "batch_size", "num_epochs"))
+    batching = config.get("batching", "pairs")
+    if batching not in BATCHINGS:
+      raise InputError(f"Unknown batching {batching!r}; expected one of {', '.join(BATCHINGS)}.")
+    self.windows = batching == "windows"
+    if self.windows and config.num_devices > 1:
+      raise InputError("batching='windows' runs on one device; set num_devices to 0 or 1 (or batching='pairs').")
     self.vocab, self.counts = sg.build_vocab(sentences, config.min_count)
     self.ids, self.sent = sg.encode(sentences, self.vocab)
     self.keep = sg.keep_probability(self.counts, config.sample)
     noise = jnp.asarray(sg.noise_distribution(self.counts, config.noise_power), jnp.float32)
     V, B = len(self.vocab), config.batch_size
-    self.dp = parallel.DataParallel.create(num_devices=config.num_devices)
+    self.dp = parallel.DataParallel.create(num_devices=1 if self.windows else config.num_devices)
     self.dp.check_batch(B)
     self.num_devices = self.dp.num_devices
     self.model = SkipGram(vocab_size=V, dim=config.dim, tying=config.tying)
     self.tx = optax.inject_hyperparams(optax.sgd)(learning_rate=config.learning_rate)
     self.init_key, noise_key = trainer.run_keys(config.seed)
-    self.step_fn = make_step(self.model, self.tx, noise, config.negatives, self.dp, noise_key,
-                             config.sparse_updates)
+    self.step_fn = (make_window_step(self.model, noise, config.negatives, config.window, config.shared_negatives,
+                                     noise_key) if self.windows else
+                    make_step(self.model, self.tx, noise, config.negatives, self.dp, noise_key, config.sparse_updates))
     self.K = max(int(config.steps_per_call), 1)
     self.config = config
-    # The number of pairs varies a little between epochs; the schedule uses epoch 1's count for all.
-    pairs_per_epoch = len(self._pairs(1)[0])
-    self.steps_per_epoch = pairs_per_epoch // B
+    # The number of pairs (kept tokens) varies a little between epochs; the schedule uses epoch 1's for all.
+    per_epoch = len(self._kept(1)[0]) if self.windows else len(self._pairs(1)[0])
+    self.steps_per_epoch = per_epoch // B
     if self.steps_per_epoch == 0:
-      raise InputError(f"One epoch has {pairs_per_epoch} pairs, fewer than batch_size={B}.")
-    self.num_epochs, self.max_steps, self.tokens_per_step = config.num_epochs, 0, B  # (pairs per step)
+      raise InputError(f"One epoch has {per_epoch} {'kept tokens' if self.windows else 'pairs'}, fewer than "
+                       f"batch_size={B}.")
+    self.num_epochs, self.max_steps, self.tokens_per_step = config.num_epochs, 0, B  # (pairs or centres per step)
     self.total = self.steps_per_epoch * config.num_epochs
     self.selection = None  # no validation set: the analyses read the final embeddings
-    log.info("%s: vocabulary %d, %d tokens, ~%d pairs per epoch, %d steps per epoch.", config.name, V,
-                 len(self.ids), pairs_per_epoch, self.steps_per_epoch)
+    log.info("%s: vocabulary %d, %d tokens, ~%d %s per epoch, %d steps per epoch.", config.name, V, len(self.ids),
+             per_epoch, "kept tokens" if self.windows else "pairs", self.steps_per_epoch)
 
   def _pairs(self, epoch):
     rng = np.random.default_rng([self.config.seed, epoch])
     return (*sg.skipgram_pairs(self.ids, self.sent, self.config.window, rng, self.keep), rng)
+
+  def _kept(self, epoch):
+    """The epoch's kept text (ids, sentence ids) and each kept token's half-window b ∈ {1..window}."""
+    rng = np.random.default_rng([self.config.seed, epoch])
+    ids, sent = sg.subsample(self.ids, self.sent, self.keep, rng)
+    return ids, sent, rng.integers(1, self.config.window + 1, size=len(ids)).astype(np.int32)
 
   def init_state(self):
     model, tx = self.model, self.tx
@@ -146,8 +223,15 @@ class SkipGramTask:
     vocab_lib.write_file(folder / vocab_lib.FILE, self.vocab.words, self.counts)
 
   def batches(self, epoch, start):
-    """K steps (batches i0 .. i0+k−1 of the epoch's shuffled pairs) per item; at most steps_per_epoch."""
-    B, c = self.config.batch_size, self.config
+    """K steps (batches i0 .. i0+k−1 of the epoch) per item; at most steps_per_epoch."""
+    yield from (self._window_batches if self.windows else self._pair_batches)(epoch, start)
+
+  def _lrs(self, first: int, k: int):
+    return jnp.asarray([learning_rate(self.config.learning_rate, (first + j) / self.total) for j in range(k)],
+                       jnp.float32)
+
+  def _pair_batches(self, epoch, start):
+    B = self.config.batch_size
     centers, contexts, rng = self._pairs(epoch)
     order = rng.permutation(len(centers))
     n = min(len(centers) // B, self.steps_per_epoch)
@@ -155,12 +239,27 @@ class SkipGramTask:
       k = min(self.K, n - i0)
       idx = order[i0 * B:(i0 + k) * B]
       first = (epoch - 1) * self.steps_per_epoch + i0
-      lrs = [learning_rate(c.learning_rate, (first + j) / self.total) for j in range(k)]
       batch = (*self.dp.shard_batch((centers[idx].reshape(k, B), contexts[idx].reshape(k, B)), 1),
-               jnp.asarray(lrs, jnp.float32), jnp.int32(first))
+               self._lrs(first, k), jnp.int32(first))
       yield batch, k
 
+  def _window_batches(self, epoch, start):
+    """The kept text of K·B centres with `window` tokens either side (−1 past the text's ends), in text order."""
+    B, W = self.config.batch_size, self.config.window
+    ids, sent, b = self._kept(epoch)
+    pad = np.full(W, -1, np.int32)
+    ids, sent = np.concatenate([pad, ids, pad]), np.concatenate([pad, sent, pad])
+    n = min(len(b) // B, self.steps_per_epoch)
+    for i0 in range(start, n, self.K):
+      k = min(self.K, n - i0)
+      first = (epoch - 1) * self.steps_per_epoch + i0
+      text = slice(i0 * B, (i0 + k) * B + 2 * W)
+      yield (ids[text], sent[text], b[i0 * B:(i0 + k) * B].reshape(k, B), self._lrs(first, k), jnp.int32(first)), k
+
   def train_step(self, state, *batch):
+    if self.windows:
+      state, (losses_K, pairs_K) = self.step_fn(state, *batch)
+      return state, {"loss": jnp.sum(losses_K), "pairs": jnp.sum(pairs_K)}
     state, losses_K = self.step_fn(state, *batch)
     return state, {"loss": jnp.sum(losses_K), "pairs": jnp.asarray(losses_K.shape[0] * self.config.batch_size,
                                                                    jnp.int32)}
