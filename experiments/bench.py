@@ -417,7 +417,10 @@ def bench_skipgram(config, sentences, epochs: int) -> dict:
           "words_per_epoch": r["tokens"], "batch": config.batch_size, "epochs": epochs,
           "words_per_s_by_epoch": [round(w, 1) for w in per_epoch],
           "words_per_s": round(per_epoch[-1], 1),
-          "pairs_per_s": round(r["steps_per_epoch"] * config.batch_size / epoch_s[-1], 1),
+          # (a step's batch: pairs, or with batching=windows centres, each with its window's pairs)
+          f"{'centres' if config.batching == 'windows' else 'pairs'}_per_s":
+              round(r["steps_per_epoch"] * config.batch_size / epoch_s[-1], 1),
+          "batching": config.batching, "shared_negatives": config.shared_negatives,
           "jax": jax.__version__, "devices": [str(d) for d in jax.devices()]}
 
 

@@ -71,7 +71,8 @@ def test_skipgram_step_lowers_for_tpu_and_gpu(batching):
   if batching == "pairs":
     step = skipgram.make_step(model, tx, noise, config.negatives, DP, jax.random.key(0), sparse=True)
   else:  # (one device: the text and its windows whole)
-    step = skipgram.make_window_step(model, noise, config.negatives, config.window, batching == "windows_shared",
+    alias = (jnp.ones((V,)), jnp.arange(V, dtype=jnp.int32))
+    step = skipgram.make_window_step(model, alias, config.negatives, config.window, batching == "windows_shared",
                                      jax.random.key(0))
 
   def init(key):

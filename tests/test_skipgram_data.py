@@ -72,3 +72,16 @@ def test_subsampling_keeps_what_word2vec_c_keeps_for_the_same_uniforms():
   got_ids, got_sent = sg.subsample(ids, sent, sg.keep_probability(counts, sample), np.random.default_rng(9))
   assert list(zip(got_ids.tolist(), got_sent.tolist())) == [(int(w), int(s)) for w, s in loop]
   assert 0.1 < len(loop) / len(ids) < 0.9  # (some dropped, some kept: the comparison has something to compare)
+
+
+def test_the_alias_table_gives_the_noise_distribution_exactly():
+  """Walker's alias table: each word's probability, accept[i] plus the rejected mass of the words aliased to it, over
+  V, is p[i]."""
+  counts = np.array([1000, 400, 400, 37, 9, 1, 1, 250])
+  p = sg.noise_distribution(counts)
+  accept, alias = sg.alias_table(p)
+  V = len(p)
+  got = accept.astype(np.float64).copy()
+  np.add.at(got, alias, 1.0 - accept)
+  np.testing.assert_allclose(got / V, p, rtol=1e-6)
+  assert accept.min() > 0 and accept.max() <= 1.0

@@ -3,6 +3,7 @@
     vocab, counts = build_vocab(sentences, min_count=5)
     keep = keep_probability(counts, sample=1e-3)           # frequent-word subsampling
     noise = noise_distribution(counts, power=0.75)          # negatives ~ unigram^0.75
+    accept, alias = alias_table(noise)                      # the same distribution in O(1) a draw (Walker)
     centers, contexts = skipgram_pairs(ids, sentence_ids, window=5, rng=rng)
     kept_ids, kept_sentences = subsample(ids, sentence_ids, keep, rng)   # the text a windows step reads
 
@@ -63,6 +64,23 @@ def subsample(ids: np.ndarray, sentence_ids: np.ndarray, keep: np.ndarray, rng: 
   text order (word2vec.c drops a word when its `ran` < a uniform); ids and sentence ids of the kept, in order."""
   kept = rng.random(len(ids)) < keep[ids]
   return ids[kept], sentence_ids[kept]
+
+
+def alias_table(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """Walker's alias method (Vose's construction) for a distribution p[V]: accept float32[V], alias int32[V] such that
+  drawing i uniformly from V, then keeping i with probability accept[i], else taking alias[i], gives i with
+  probability exactly p[i] (up to float rounding): p[i] = (accept[i] + Σ_{j: alias[j]=i} (1 − accept[j])) / V."""
+  p = np.asarray(p, np.float64)
+  V = len(p)
+  scaled = p * V / p.sum()
+  accept, alias = np.ones(V), np.arange(V)
+  small, large = [i for i in range(V) if scaled[i] < 1.0], [i for i in range(V) if scaled[i] >= 1.0]
+  while small and large:
+    s, l = small.pop(), large.pop()
+    accept[s], alias[s] = scaled[s], l
+    scaled[l] -= 1.0 - scaled[s]
+    (small if scaled[l] < 1.0 else large).append(l)
+  return accept.astype(np.float32), alias.astype(np.int32)
 
 
 def skipgram_pairs(ids: np.ndarray, sentence_ids: np.ndarray, window: int, rng: np.random.Generator,

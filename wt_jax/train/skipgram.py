@@ -104,11 +104,21 @@ def window_slots(ids: jax.Array, sentences: jax.Array, b: jax.Array, window: int
   return ids[at], jnp.maximum(ids[slots], 0), inside
 
 
-def make_window_step(model: SkipGram, noise: jax.Array, negatives: int, window: int, shared: bool,
+def noise_draw(key: jax.Array, accept: jax.Array, alias: jax.Array, shape: tuple) -> jax.Array:
+  """Noise words of `shape` from the alias table (accept[V], alias[V]) of `sg.alias_table`: a uniform word i, kept
+  with probability accept[i], else alias[i] — two draws and two gathers a word, where `jax.random.choice` with
+  probabilities sums the V of them and searches the sum at every call."""
+  pick, keep = jax.random.split(key)
+  i = jax.random.randint(pick, shape, 0, accept.shape[0])
+  return jnp.where(jax.random.uniform(keep, shape) < accept[i], i, alias[i])
+
+
+def make_window_step(model: SkipGram, noise: tuple[jax.Array, jax.Array], negatives: int, window: int, shared: bool,
                      noise_key: jax.Array):
   """steps(state, ids[K·B + 2W], sentences[K·B + 2W], b[K, B], lrs[K], first) → (state, (losses[K], pairs[K])): K
   SGD steps over K·B consecutive centres of the kept text (the slice around them, −1 past its ends), step j on
-  centres j·B … j·B + B − 1 with noise key fold_in(noise_key, first + j). Each step gathers the rows it scores,
+  centres j·B … j·B + B − 1 with noise key fold_in(noise_key, first + j) (`noise`: the alias table, `noise_draw`).
+  Each step gathers the rows it scores,
   differentiates `window_loss` with respect to them and scatter-adds −lr·gradient (the output role's rows first,
   then the input role's: one leaf when tied), as `make_step`'s sparse step does for pairs."""
   out_name = "embedding" if model.tying == "tied" else "out_embedding"
@@ -116,7 +126,7 @@ def make_window_step(model: SkipGram, noise: jax.Array, negatives: int, window: 
   def step(state, ids, sentences, b, lr, key):
     centres, contexts, inside = window_slots(ids, sentences, b, window)
     B, J = contexts.shape
-    neg = jax.random.choice(key, noise.shape[0], (B, negatives) if shared else (B, J, negatives), p=noise)
+    neg = noise_draw(key, *noise, (B, negatives) if shared else (B, J, negatives))
     outs = jnp.concatenate([jnp.broadcast_to(centres.reshape(B, *[1] * (neg.ndim - 1)), (*neg.shape[:-1], 1)), neg],
                            axis=-1)  # [B, 1+K] or [B, J, 1+K]: the centre, then the noise words
     counted = (outs != centres.reshape(B, *[1] * (outs.ndim - 1))).at[..., 0].set(True)
@@ -178,7 +188,8 @@ class SkipGramTask:
     self.model = SkipGram(vocab_size=V, dim=config.dim, tying=config.tying)
     self.tx = optax.inject_hyperparams(optax.sgd)(learning_rate=config.learning_rate)
     self.init_key, noise_key = trainer.run_keys(config.seed)
-    self.step_fn = (make_window_step(self.model, noise, config.negatives, config.window, config.shared_negatives,
+    alias = tuple(map(jnp.asarray, sg.alias_table(sg.noise_distribution(self.counts, config.noise_power))))
+    self.step_fn = (make_window_step(self.model, alias, config.negatives, config.window, config.shared_negatives,
                                      noise_key) if self.windows else
                     make_step(self.model, self.tx, noise, config.negatives, self.dp, noise_key, config.sparse_updates))
     self.K = max(int(config.steps_per_call), 1)
