@@ -94,18 +94,23 @@ def test_member_k_trains_what_a_run_of_its_config_trains_alone(corpus, family):
 @pytest.mark.slow
 @pytest.mark.parametrize("arm", ["untied", "tied"])
 def test_a_tying_surface_cells_members_train_what_its_seeds_train_alone(corpus, arm):
-  """configs/tying_surface.py as it is (Adam with warm-up, the input × √D, dropout), shrunk: two seeds as members
-  train what each seed trains alone, so the surface's cells may run their seeds as one members program."""
+  """configs/tying_surface.py as it is (Adam with warm-up, the input × √D, dropout), shrunk: two members train what
+  each trains alone — two seeds, and two grid points (learning rate and dropout as member values, one seed) — so
+  the surface's cells may run their seeds, and its grid its points, as one members program."""
   from configs import tying_surface
   config = tying_surface.get_config(f"{arm},64,1000")
   config.update_from_flattened_dict(dict(
       dataset="ptb", vocab_size=corpus.vocab_size, hidden_size=16, mlp_size=32, memory=4, bptt=5, batch_size=4,
       eval_batch_size=4, test_window=5, num_epochs=1, warmup_steps=2, log_every=1000, plot=False, seed=3, members=2))
-  task = lm.MembersTask(config, corpus)
-  state, _ = _train(task)
-  for k in range(2):
-    alone, _ = _train(lm.LMTask(task.group.configs[k], corpus))
-    _assert_same_training(members.member(state["params"], k), alone["params"])
+  grid = config.copy_and_resolve_references()
+  grid.member_values = "learning_rate=1e-3,4e-3;dropout=0.1,0.3;seed=3,3"
+  for config in (config, grid):
+    task = lm.MembersTask(config, corpus)
+    state, _ = _train(task)
+    for k in range(2):
+      alone, _ = _train(lm.LMTask(task.group.configs[k], corpus))
+      _assert_same_training(members.member(state["params"], k), alone["params"])
+    assert not np.allclose(_flat(members.member(state["params"], 0)), _flat(members.member(state["params"], 1)))
 
 
 @pytest.mark.slow  # (a members run; members.parse's tests read the values)
