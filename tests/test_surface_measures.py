@@ -31,7 +31,8 @@ def test_two_trained_cells_bits_per_byte_from_their_tokens_and_the_tied_matrix_a
   """A tied cell and an untied one of two seeds as members (configs/tying_surface.py, shrunk), trained a few steps
   on a small text: the measures' bits per byte, Σ −log p of the per-token scores / ln 2 / bytes, equal
   results.json's (from the perplexity, summed in float32: 1e-5) and the buckets add up to it; the tied run is read
-  against the untied member of its seed once that exists, and a second pass writes nothing."""
+  against the untied member of its seed once that exists, a second pass writes nothing, and a damaged record is set
+  aside and measured again (to the same numbers)."""
   train = "".join(f"the {w} saw {v} on day {i % 9}\n" for i, (w, v) in enumerate(
       zip(["cat", "dog", "cow", "hen", "fox"] * 40, ["a hen", "the fox", "one cat", "two dogs"] * 50)))
   text = write_text(tmp_path / "text", train=train, valid=train[:300], test=train[-500:] + "a zebra\n")
@@ -62,3 +63,7 @@ def test_two_trained_cells_bits_per_byte_from_their_tokens_and_the_tied_matrix_a
   for pair in (tied_m["untied"]["input"], tied_m["untied"]["output"], untied_m["input_vs_output"]):
     assert 0 <= pair["cka"] <= 1 and 0 <= pair["subspace_distance"] <= 1 and -1 <= pair["table4_rho"] <= 1
   assert measures.measure_folder(runs, frequent_types=20) == []
+  (tied / "measures.json").write_text('{"test": ')  # a damaged record: set aside and measured again
+  assert measures.measure_folder(runs, frequent_types=20) == [tied]
+  assert json.loads((tied / "measures.json").read_text()) == tied_m
+  assert (tied / "measures.json.damaged").read_text() == '{"test": '

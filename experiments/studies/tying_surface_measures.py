@@ -106,6 +106,19 @@ def against_untied(lm, untied: Path, seen: np.ndarray, frequent: np.ndarray) -> 
   return {role: likeness(pair[role], tied, seen, frequent) for role in ("input", "output")}
 
 
+def _record(path: Path) -> dict | None:
+  """A run's measures.json, or None where there is none, or where it is damaged (set aside as
+  measures.json.damaged, to be measured again: it holds nothing that cannot be)."""
+  if not path.is_file():
+    return None
+  try:
+    return json.loads(path.read_text())
+  except (UnicodeDecodeError, json.JSONDecodeError):
+    log.warning("%s is damaged; set aside, measuring again", path)
+    files.set_aside(path)
+    return None
+
+
 def cell_runs(runs_dir: Path) -> dict[tuple, Path]:
   """(arm, D, vocabulary, seed) → the folder of each finished cell run in `runs_dir` (module docstring)."""
   out = {}
@@ -125,7 +138,7 @@ def measure_folder(runs_dir: Path, frequent_types: int) -> list[Path]:
   for (arm, width, vocab, seed), folder in runs.items():
     untied = runs.get(("untied", width, vocab, seed))
     pair_due = arm != "untied" and untied is not None
-    record = json.loads((folder / RECORD).read_text()) if (folder / RECORD).is_file() else None
+    record = _record(folder / RECORD)
     if record is not None and (not pair_due or "untied" in record):
       continue
     log.info("measuring %s", folder)
