@@ -3,7 +3,8 @@ know, for words/s (run with a Python that has gensim; gensim is not a dependency
 
     /path/to/gensim/python experiments/bench_helpers/gensim_reference.py --config=configs/w2v_untied.py [--epochs=1]
 
-That Python needs gensim, numpy and ml_collections (`python -m venv G && G/bin/pip install gensim ml_collections`).
+That Python needs gensim, numpy, ml_collections and etils (`python -m venv G && G/bin/pip install gensim
+ml_collections etils`: wt_jax.data reads paths with etils).
 
 Prints one JSON line: training seconds (vocabulary building excluded) and words/s counted three ways:
 in-vocabulary words (what `experiments.word2vec` reports as words_per_s), raw words, and gensim's
