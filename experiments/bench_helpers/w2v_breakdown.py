@@ -1,4 +1,4 @@
-"""Where a word2vec step's time goes (issue 127): each part of the pairs step and of the windows step, alone, on
+"""Where a word2vec step's time goes: each part of the pairs step and of the windows step, alone, on
 PTB's vocabulary and the w2v_untied settings, as one JSON line a part.
 
     WT_JAX_DATA=... python experiments/bench_helpers/w2v_breakdown.py [--rounds=5] [--steps=64]
@@ -113,6 +113,14 @@ def main():
     s = timed(scan(part, args.steps), (U0, V0, jax.random.key(0)), args.rounds)
     print(json.dumps({**out, "part": name, "us_a_step": round(1e6 * s / args.steps, 2)}), flush=True)
 
+  ctx = dict(V=V, D=D, K=K, W=W, B=B, Bw=Bw, lr=lr, noise=noise, alias=alias, ids=ids, sent=sent, keep=keep, rng=rng,
+             steps=args.steps, rounds=args.rounds, out=out, U0=U0, V0=V0)
+  whole_steps(**ctx)
+  host_work(**ctx)
+
+
+def whole_steps(V, D, K, W, B, Bw, lr, noise, alias, ids, sent, keep, rng, steps, rounds, out, U0, V0):
+  """The trainer's pairs step and windows steps (per-pair and shared noise), µs a step with a state copy a call."""
   state = {"params": {"words": {"embedding": U0, "out_embedding": V0}}, "step": jnp.zeros((), jnp.int32),
            "opt_state": None}
   import optax
@@ -123,11 +131,10 @@ def main():
   state["opt_state"] = tx.init(state["params"])
   dp = parallel.DataParallel.create(num_devices=1)
   pair_step = skipgram.make_step(model, tx, noise, K, dp, jax.random.key(1), sparse=True)
-  steps = args.steps
   c_KxN = jnp.asarray(rng.integers(0, V, (steps, B)), jnp.int32)
   lrs = jnp.full((steps,), lr, jnp.float32)
   s = timed(lambda: pair_step(jax.tree_util.tree_map(jnp.copy, state), c_KxN, c_KxN, lrs, jnp.int32(0)), (),
-            args.rounds)
+            rounds)
   print(json.dumps({**out, "part": "pairs/whole step (with a state copy)", "us_a_step": round(1e6 * s / steps, 2)}))
   for shared in (False, True):
     win_step = skipgram.make_window_step(model, alias, K, W, shared, jax.random.key(1))
@@ -136,13 +143,17 @@ def main():
     text_sent = jnp.asarray(kept_sent[:steps * Bw + 2 * W])
     b = jnp.asarray(rng.integers(1, W + 1, (steps, Bw)), jnp.int32)
     s = timed(lambda: win_step(jax.tree_util.tree_map(jnp.copy, state), text, text_sent, b, lrs, jnp.int32(0)), (),
-              args.rounds)
+              rounds)
     print(json.dumps({**out, "part": f"windows/whole step, {'shared' if shared else 'per-pair'} noise (with a "
                       "state copy)", "us_a_step": round(1e6 * s / steps, 2)}))
   copy = jax.jit(lambda st: jax.tree_util.tree_map(jnp.copy, st))
-  s = timed(lambda: copy(state), (), args.rounds)
+  s = timed(lambda: copy(state), (), rounds)
   print(json.dumps({**out, "part": "state copy (a call, not a step)", "us_a_step": round(1e6 * s, 2)}))
 
+
+
+def host_work(V, D, K, W, B, Bw, lr, noise, alias, ids, sent, keep, rng, steps, rounds, out, U0, V0):
+  """The host's work an epoch, a step's share: pairs drawn and shuffled; the text subsampled and windows drawn."""
   t = time.perf_counter()
   pc, _ = sg.skipgram_pairs(ids, sent, W, np.random.default_rng(1), keep)
   np.random.default_rng(2).permutation(len(pc))

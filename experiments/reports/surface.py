@@ -1,4 +1,4 @@
-"""The tying surface (issue 129; not a paper table): the tied − untied gap of the Transformer LM over its width D
+"""The tying surface (not a paper table): the tied − untied gap of the Transformer LM over its width D
 and the vocabulary (BPE pieces or WikiText-2's words), in bits per byte of the same test text, read against the
 seeds. From results/tying_surface/: the cell runs (configs/tying_surface.py, `experiments/studies/tying_surface.sh`)
 with their measures.json (`experiments/studies/tying_surface_measures.py`), the learning-rate and dropout grid's

@@ -16,13 +16,9 @@
 set -u
 RUNS_DIR=${1:-runs/tying_surface}
 shift || true
-CELLS=()
-while [[ $# -gt 0 && "$1" != "--" ]]; do CELLS+=("$1"); shift; done
-[[ "${1:-}" == "--" ]] && shift
-EXTRA=("$@")
-[[ ${#CELLS[@]} -gt 0 ]] || { echo "give at least one cell ARM,D,VOCAB (configs/tying_surface.py)" >&2; exit 2; }
-SEEDS=${SEEDS:-0 1}
 source "$(dirname "$0")/wikitext2_text.sh"
+split_cells "$@" || exit 2
+SEEDS=${SEEDS:-0 1}
 link_wikitext2_text "$RUNS_DIR"
 status=0
 for cell in "${CELLS[@]}"; do

@@ -1,4 +1,4 @@
-"""The tying surface's measures of its trained cells (issue 129), read from each run folder's tested checkpoint.
+"""The tying surface's measures of its trained cells, read from each run folder's tested checkpoint.
 
     python -m experiments.studies.tying_surface_measures runs/tying_surface [--frequent=2000]
 

@@ -3,11 +3,20 @@
 #   link_wikitext2_text RUNS_DIR      sets TEXT=RUNS_DIR/wikitext2_text: links named train.txt.gz, valid.txt.gz,
 #                                     test.txt.gz to the WikiText-2 files under $WT_JAX_DATA/wikitext2 (the tokenised
 #                                     release: its words, `<unk>` included, are the text)
+#   split_cells ARGS...               CELLS=(ARGS before "--"), EXTRA=(ARGS after it) (tying_surface*.sh)
 #   train_seeds PREFIX ARGS...        for each seed S of $SEEDS: `python -m experiments.ptb ARGS --config.seed=S
 #                                     --workdir=PREFIX_seedS`, logged to PREFIX_seedS.log, resumed if unfinished,
 #                                     skipped if finished (a results.json); a failure sets `status` and the next
 #                                     run goes on. With MEMBERS=K (K > 1), each S starts one members run of seeds
 #                                     S … S+K−1 (`--config.members=K`, wt_jax.members) in PREFIX_seedsS-(S+K−1)
+split_cells() {  # split_cells ARGS...: CELLS=(the arguments before "--"), EXTRA=(those after it); no cell: 1
+  CELLS=() EXTRA=()
+  while [[ $# -gt 0 && "$1" != "--" ]]; do CELLS+=("$1"); shift; done
+  [[ "${1:-}" == "--" ]] && shift
+  EXTRA=("$@")
+  [[ ${#CELLS[@]} -gt 0 ]] || { echo "give at least one cell ARM,D,VOCAB (configs/tying_surface.py)" >&2; return 1; }
+}
+
 link_wikitext2_text() {
   local data=${WT_JAX_DATA:?set WT_JAX_DATA to the folder holding wikitext2/} split
   TEXT="$1/wikitext2_text"
