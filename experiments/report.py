@@ -22,6 +22,7 @@
     python -m experiments.report field                                # published PTB / WikiText-2 rows and ours
     python -m experiments.report subword_tying --runs=runs/subword_tying   # tying with BPE pieces, WikiText-2
     python -m experiments.report tying_surface --runs=runs/tying_surface   # the tied − untied gap over D, vocabulary
+    python -m experiments.report word2vec_speed --runs=runs/w2v_quality    # word2vec against gensim: speed, quality
 
 With --runs, each finished run there (a folder with results.json) is imported into results/<report>/<run>/
 (results.json, curve.jsonl); the table, figure and study page are then built from results/<report>/ alone, and
@@ -42,7 +43,7 @@ from absl import app, flags
 
 from experiments import check_folder, run_main
 from experiments.reports import (field, inan, lm_tables, members_speed, nmt, records, samples, softmax_study,
-                                 subword, surface, test_time, tpu_memory)
+                                 subword, surface, test_time, tpu_memory, word2vec)
 
 _RUNS = flags.DEFINE_string("runs", None, "Directory of run workdirs to import finished runs from.")
 _OUT = flags.DEFINE_string("out", "results", "Root of the committed results; the report goes in OUT/<name>.")
@@ -56,6 +57,7 @@ OTHER_REPORTS = {"tpu_memory": tpu_memory.build_tpu_memory, "inan_table1_2": ina
                  "members": members_speed.build_members_speed, "sampling": samples.build_sampling,
                  **{name: test_time.build_test_time for name in test_time.PAGES}, "field": field.build_field,
                  "subword_tying": subword.build_subword_tying, "tying_surface": surface.build_surface,
+                 "word2vec_speed": word2vec.build_word2vec,
                  **{name: softmax_study.build_softmax_study for name in softmax_study.SOFTMAX_STUDIES}}
 
 

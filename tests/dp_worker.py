@@ -86,9 +86,11 @@ def main():
                                  workdir)
       step = results["history"][-1]["step"]
       curve, valid, test, processes = "train_ppl", results["valid_ppl"], results["test_ppl"], jax.process_count()
-    elif name == "w2v":  # the skip-gram trainer: loss per pair at every step, no perplexities
+    elif name in ("w2v", "w2vw"):  # the skip-gram trainer: loss per pair at every step, no perplexities
       config = w2v_config()
       config.num_devices = int(n)
+      if name == "w2vw":  # the text in order, noise shared by a window; a step a call, so a call's end syncs
+        config.batching, config.shared_negatives, config.batch_size, config.steps_per_call = "windows", True, 32, 1
       results = skipgram.fit_skipgram(config, ptb.sentences("train", args.data, download=False), workdir)
       step = results["steps"]
       curve, valid, test, processes = "loss_per_pair", None, None, jax.process_count()

@@ -171,3 +171,31 @@ def test_table4_over_a_word_sample_is_the_all_pairs_measure_on_those_rows():
   assert row["out_tied"] != pytest.approx(tables_lib.correlation_row(mats, words=25, seed=8)["out_tied"])
   full = tables_lib.correlation_row(mats)
   assert tables_lib.correlation_row(mats, words=60) == full and "sampled_words" not in full
+
+
+def test_the_quality_record_of_a_wt_jax_run_and_of_a_gensim_one(runs, tmp_path):
+  """experiments.studies.w2v_quality: a wt_jax run's record names its step and holds the five ρ of its checkpoint's
+  matrices; a gensim folder's (vectors.npz, vocab.txt in gensim's row order) the ρ of its rows by its own vocabulary."""
+  import json
+  from experiments.studies import w2v_quality
+  record = w2v_quality.measure(runs / "w2v_untied", str(runs))
+  mats, _ = tables_lib.run_embeddings(runs / "w2v_untied")
+  want = tables_lib.similarity_table({"input": mats["embedding"], "output": mats["out_embedding"]},
+                                     tables_lib.run_vocab(runs / "w2v_untied"), str(runs))
+  assert record["similarity"] == want and (record["scheme"], record["tying"], record["seed"]) == ("pairs", "untied", 0)
+  assert set(w2v_quality.measure(runs / "w2v_tied", str(runs))["similarity"]) == {"tied"}
+  g = tmp_path / "ptb_gensim_untied_seed1"
+  g.mkdir()
+  words = [f"w{i}" for i in range(40)][::-1]  # (another row order than the wt_jax run's)
+  rng = np.random.default_rng(1)
+  U, V = rng.normal(size=(40, 8)), rng.normal(size=(40, 8))
+  np.savez(g / "vectors.npz", embedding=U, out_embedding=V)
+  (g / "vocab.txt").write_text("".join(w + "\n" for w in words))
+  (g / "gensim.json").write_text(json.dumps({"gensim": "4.4.0", "dataset": "ptb", "seed": 1, "workers": 2, "epochs": 5,
+                                             "train_s": 1.0, "in_vocab_words_per_s": 1e5, "dim": 8, "window": 5,
+                                             "negative": 5, "sample": 1e-3}))
+  record = w2v_quality.measure(g, str(runs))
+  vocab = {w: i for i, w in enumerate(words)}
+  assert record["similarity"] == tables_lib.similarity_table({"input": U, "output": V}, vocab, str(runs))
+  assert (record["scheme"], record["seed"], record["devices"]) == ("gensim", 1, 2)
+  assert w2v_quality.measure(tmp_path, str(runs)) is None  # (no run in it)

@@ -1096,3 +1096,52 @@ def test_the_wikitext2_test_time_page_adds_both_methods_and_the_same_study_score
   assert "- small, + dynamic eval, SGD: gain -10.0% by articles against -20.0% as one stream (1 and 1 seeds)." in page
   assert "Papers with Code; the paper's table not read): 99.3 → 68.9 (-30.6%)." in page
   assert (tmp_path / "results" / "test_time_wt2" / "article_resets" / "small_seed0.json").exists()
+
+
+def _w2v_quality(folder: Path, scheme: str, tying: str, seed: int, rho: dict[str, float]) -> None:
+  """A run folder of experiments/studies/w2v_quality.sh with its quality.json: `rho` a set's ρ for every matrix."""
+  folder.mkdir(parents=True)
+  roles = ("input", "output") if tying == "untied" else ("tied",)
+  sim = {role: {s: {"rho": r, "covered": 10, "pairs": 12} for s, r in rho.items()} for role in roles}
+  (folder / "quality.json").write_text(json.dumps(
+      {"run": folder.name, "scheme": scheme, "tying": tying, "dataset": "ptb", "seed": seed, "devices": 2,
+       "words_per_s": 5e5, "similarity": sim, "host": {"cpu": "Test CPU"}}))
+
+
+def test_the_word2vec_page_reads_the_new_step_against_pairs_where_pairs_and_gensim_agree(tmp_path):
+  """word2vec_speed: the interleaved bench lines as a speed table (medians and ranges, peak memory, machine); the
+  similarity ρ a cell of seeds; windows − pairs read against the seeds on every set, and counted over the sets where
+  pairs − gensim is within the spread (a set where they disagree is left out of the count); byte-identical rebuild."""
+  from experiments.reports import word2vec
+  runs, out = tmp_path / "runs", tmp_path / "results"
+  base = {"simlex999": 0.10, "verb143": 0.10, "men": 0.20, "rw": 0.30, "mturk771": 0.10}
+  shifts = {"gensim": {}, "pairs": {"rw": -0.2}, "windows_shared": {"rw": -0.2, "men": 0.1}}
+  for scheme, shift in shifts.items():
+    for tying in ("untied",) if scheme == "gensim" else ("untied", "tied"):
+      for seed in (0, 1):
+        rho = {s: r + shift.get(s, 0.0) + seed / 100 for s, r in base.items()}
+        _w2v_quality(runs / f"ptb_{scheme}_{tying}_seed{seed}", scheme, tying, seed, rho)
+  ours = [{"words_per_s": w, "batching": "windows", "shared_negatives": True, "batch": 64, "steps_per_call": 512,
+           "devices": ["cpu:0", "cpu:1"], "jax": "0.10.2", "host": {"cpu": "Test CPU"}, "peak_rss_mib": rss}
+          for w, rss in ((7.5e5, 800.0), (7.4e5, 900.0), (7.6e5, 850.0))]
+  gensim = [{"in_vocab_words_per_s": w, "peak_rss_mib": 200.0} for w in (6e5, 5.9e5, 6.1e5)]
+  (out / "word2vec_speed").mkdir(parents=True)
+  (out / "word2vec_speed" / "bench_interleaved.jsonl").write_text(json.dumps(
+      {"bench": "interleaved_skipgram", "config": "w2v_untied", "rounds": 3, "wt_jax_over_gensim": 1.25,
+       "runs": {"gensim": gensim, "wt_jax": ours}}) + "\n")
+
+  tab = word2vec.build_word2vec("word2vec_speed", out, runs)
+
+  assert ("| w2v_untied | windows, noise a window, batch 64, 512 steps a call, 2 devices | 750k (740k–760k) | "
+          "600k (590k–610k) | 1.250 | 900 / 200 | 0.10.2 | Test CPU |") in tab
+  assert "| wt_jax, pairs (the default step) | input | 0, 1 | 0.105 ± 0.007 (0.100, 0.110) |" in tab
+  line = next(l for l in tab.splitlines() if l.startswith("- ptb, input:"))
+  assert "men +0.100 (beyond)" in line and "simlex999 +0.000 (within)" in line and "rw -0.200 (beyond)" in line
+  assert line.endswith("Where pairs and gensim agree (simlex999, verb143, men, mturk771), windows is within pairs' "
+                       "spread on 3 of 4, not on men.")
+  tied = next(l for l in tab.splitlines() if l.startswith("- ptb, tied:"))
+  assert "gensim" not in tied and "men +0.100 (beyond)" in tied
+  page = out / "word2vec_speed" / "README.md"
+  before = page.read_bytes()
+  word2vec.build_word2vec("word2vec_speed", out)
+  assert page.read_bytes() == before

@@ -145,19 +145,20 @@ def test_noise_draws_from_the_alias_table_follow_the_noise_distribution():
   assert np.all(np.abs(freq - p) < 5 * np.sqrt(p * (1 - p) / n)), (freq, p)
 
 
-def test_window_slots_form_word2vec_c_pairs_from_the_kept_text():
-  """`window_slots` on the kept text (padded with −1), given word2vec.c's random b′ as b = W − b′, gives exactly the
-  pairs of word2vec.c's loop: each context within b of its centre, never across a sentence's end."""
+@pytest.mark.parametrize("block", [1, 8])
+def test_window_blocks_form_word2vec_c_pairs_from_the_kept_text(block):
+  """`window_blocks` on the kept text (padded with −1), given word2vec.c's random b′ as b = W − b′, gives exactly the
+  pairs of word2vec.c's loop: each context within b of its centre, never across a sentence's end — a centre alone
+  (block 1) or blocks of 8 centres sharing their text rows."""
   import jax.numpy as jnp
   rng, W = np.random.default_rng(4), 3
-  sentences = [rng.integers(0, 50, size=n).tolist() for n in (1, 7, 2, 12, 5, 3)]
+  sentences = [rng.integers(0, 50, size=n).tolist() for n in (1, 7, 2, 12, 5, 5)]
   b_prime = rng.integers(0, W, size=sum(map(len, sentences)))
   ids = np.concatenate([np.full(W, -1), *sentences, np.full(W, -1)]).astype(np.int32)
   sent = np.concatenate([np.full(W, -1), *[[k] * len(s) for k, s in enumerate(sentences)], np.full(W, -1)])
-  centres, contexts, inside = skipgram.window_slots(jnp.asarray(ids), jnp.asarray(sent, jnp.int32),
-                                                    jnp.asarray(W - b_prime, jnp.int32), W)
-  got = sorted((int(x), int(c)) for c, row, keep in zip(np.asarray(centres), np.asarray(contexts), np.asarray(inside))
-               for x, k in zip(row, keep) if k)
+  centres, rows, inside = map(np.asarray, skipgram.window_blocks(jnp.asarray(ids), jnp.asarray(sent, jnp.int32),
+                                                                  jnp.asarray(W - b_prime, jnp.int32), W, block))
+  got = sorted((int(rows[n, t]), int(centres[n, g])) for n, t, g in zip(*np.nonzero(inside)))
   assert got == _word2vec_c_pairs(sentences, b_prime, W) and len(got) > 40
 
 
@@ -178,19 +179,20 @@ def test_a_windows_step_is_sgd_on_the_window_loss_and_the_run_learns(tmp_path, t
   (ids, sent, b, lrs, first), _ = next(task.batches(1, 0))
   ids, sent, b, lr = ids[:B + 2 * W], sent[:B + 2 * W], b[:1], lrs[:1]  # the first step alone
   new, _ = task.train_step(jax.tree_util.tree_map(jnp.copy, state), ids, sent, b, lr, first)
-  centres, contexts, inside = skipgram.window_slots(ids, sent, b[0], W)  # its windows and noise words, by hand
+  G = skipgram.BLOCK if shared else 1  # its windows and noise words, by hand
+  centres, rows, inside = skipgram.window_blocks(ids, sent, b[0], W, G)
   alias = tuple(map(jnp.asarray, skipgram.sg.alias_table(skipgram.sg.noise_distribution(task.counts, 0.75))))
   key = jax.random.fold_in(trainer.run_keys(config.seed)[1], first)
-  neg = skipgram.noise_draw(key, *alias, (B, K) if shared else (B, 2 * W, K))
-  outs = (jnp.concatenate([centres[:, None], neg], -1) if shared else
-          jnp.concatenate([jnp.broadcast_to(centres[:, None, None], (B, 2 * W, 1)), neg], -1))
-  counted = (outs != (centres[:, None] if shared else centres[:, None, None])).at[..., 0].set(True)
-  mask = inside[:, :, None] & (counted[:, None] if shared else counted)
+  neg = skipgram.noise_draw(key, *alias, (B, K) if shared else (B, 2 * W + 1, K)).reshape(B // G, -1, K)
+  centre = jnp.broadcast_to(centres[..., None], (*neg.shape[:-1], 1))
+  outs = jnp.concatenate([centre, neg], -1)
+  counted = (outs != centre).at[..., 0].set(True)
+  mask = inside[..., None] & counted[:, None] if shared else inside & counted
 
   def loss(params):
     words = params["words"]
     out = words["embedding"] if tying == "tied" else words["out_embedding"]
-    return skipgram.window_loss(words["embedding"][contexts], out[outs], mask)
+    return skipgram.window_loss(words["embedding"][rows], out[outs], mask)
 
   grads = jax.grad(loss)(state["params"])
   want = optax.apply_updates(state["params"], jax.tree_util.tree_map(lambda g: -lr[0] * g, grads))

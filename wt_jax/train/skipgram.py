@@ -8,9 +8,10 @@ Two ways to feed the step (`config.batching`):
   window) from a generator seeded by (seed, epoch), shuffles them and feeds batches of `batch_size` pairs (the last
   partial batch is dropped); the step draws `negatives` noise words per pair from unigram^0.75 on the device.
 - 'windows': each epoch subsamples the text on the host (the same generator) and draws each kept token's window;
-  the device reads the kept text in order, `batch_size` centres a step, and forms each centre's 2·window context
-  slots itself (`window_slots`), scoring in word2vec.c's orientation (`models.skipgram.window_loss`): noise words
-  per (slot) pair as word2vec.c, or with `shared_negatives` one set a window (BlazingText). One device.
+  the device reads the kept text in order, `batch_size` centres a step, and forms each centre's window itself
+  (`window_blocks`), scoring in word2vec.c's orientation (`models.skipgram.window_loss`): noise words per (slot)
+  pair as word2vec.c, or with `shared_negatives` one set a window (BlazingText). On several devices each takes its
+  share of a call's text and the changes are summed at the call's end (`make_window_step`).
 The learning rate falls linearly with the fraction of training done, to lr·1e-4 at the end (word2vec.c's rule, by
 steps instead of words). Speed without changing the arithmetic: `steps_per_call` SGD steps run in one compiled
 call (a scan), and `sparse_updates` applies SGD to the touched rows only (see `make_step`).
@@ -26,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import PartitionSpec as P
 
 import wt_jax.parallel as parallel
 from wt_jax.data import skipgram as sg
@@ -91,17 +93,22 @@ def make_step(model: SkipGram, tx, noise: jax.Array, negatives: int, dp: paralle
                  out_shardings=(rep, rep))
 
 
-def window_slots(ids: jax.Array, sentences: jax.Array, b: jax.Array, window: int):
+BLOCK = 8  # centres whose windows one product scores together when they share noise (`window_blocks`, BUILD_NOTES §83)
+
+
+def window_blocks(ids: jax.Array, sentences: jax.Array, b: jax.Array, window: int, block: int):
   """The text around B consecutive centres, ids[B + 2W] and their sentence ids (−1 past the text's ends), each
-  centre's half-window b[B] ∈ {1..W} → (centres[B], contexts[B, 2W], inside[B, 2W]): slot j of centre i is the
-  token at offset (−W … −1, 1 … W)[j], inside when within b[i] of the centre and in its sentence (word2vec.c's
-  dynamic window: `a` from its random b′ = W − b to 2W − b′)."""
-  W = window
-  offsets = jnp.concatenate([jnp.arange(-W, 0), jnp.arange(1, W + 1)])
-  at = W + jnp.arange(b.shape[0])
-  slots = at[:, None] + offsets[None, :]
-  inside = (sentences[slots] == sentences[at][:, None]) & (jnp.abs(offsets)[None, :] <= b[:, None])
-  return ids[at], jnp.maximum(ids[slots], 0), inside
+  centre's half-window b[B] ∈ {1..W}, cut into N = B/G blocks of G = `block` centres → (centres[N, G], rows[N, T],
+  inside[N, T, G]), T = G + 2W: each block's text rows (ids, −1 read as 0) and whether row t lies in centre g's
+  window — 1 ≤ |t − g − W| ≤ b and in its sentence (word2vec.c's dynamic window: `a` from its random b′ = W − b to
+  2W − b′). G = 1 gives each centre its own 2W + 1 rows (the centre's own masked)."""
+  W, G = window, block
+  at = G * jnp.arange(b.shape[0] // G)[:, None]
+  rows, mid = at + jnp.arange(G + 2 * W)[None, :], at + W + jnp.arange(G)[None, :]
+  offset = jnp.arange(G + 2 * W)[:, None] - jnp.arange(G)[None, :] - W  # [T, G]
+  near = (offset != 0)[None] & (jnp.abs(offset)[None] <= b.reshape(-1, 1, G))
+  inside = near & (sentences[rows][:, :, None] == sentences[mid][:, None, :])
+  return ids[mid], jnp.maximum(ids[rows], 0), inside
 
 
 def noise_draw(key: jax.Array, accept: jax.Array, alias: jax.Array, shape: tuple) -> jax.Array:
@@ -114,45 +121,61 @@ def noise_draw(key: jax.Array, accept: jax.Array, alias: jax.Array, shape: tuple
 
 
 def make_window_step(model: SkipGram, noise: tuple[jax.Array, jax.Array], negatives: int, window: int, shared: bool,
-                     noise_key: jax.Array):
-  """steps(state, ids[K·B + 2W], sentences[K·B + 2W], b[K, B], lrs[K], first) → (state, (losses[K], pairs[K])): K
-  SGD steps over K·B consecutive centres of the kept text (the slice around them, −1 past its ends), step j on
-  centres j·B … j·B + B − 1 with noise key fold_in(noise_key, first + j) (`noise`: the alias table, `noise_draw`).
-  Each step gathers the rows it scores,
-  differentiates `window_loss` with respect to them and scatter-adds −lr·gradient (the output role's rows first,
-  then the input role's: one leaf when tied), as `make_step`'s sparse step does for pairs."""
-  out_name = "embedding" if model.tying == "tied" else "out_embedding"
+                     noise_key: jax.Array, dp: parallel.DataParallel | None = None):
+  """steps(state, ids[C·B + 2W], sentences[C·B + 2W], b[C, B], lrs[C], first) → (state, (losses[C], pairs[C])): C
+  SGD steps over C·B consecutive centres of the kept text (the slice around them, −1 past its ends). Each step
+  gathers the rows it scores, differentiates `window_loss` with respect to them and scatter-adds −lr·gradient (the
+  output role's rows first, then the input role's: one leaf when tied), as `make_step`'s sparse step does for pairs.
+  Noise (`noise_draw` from the alias table `noise`): centre i of step first + j draws from key fold_in(noise_key,
+  first + j), one set a window (`shared`, scored a block of BLOCK centres at a time) or one a slot (word2vec.c).
 
-  def step(state, ids, sentences, b, lr, key):
-    centres, contexts, inside = window_slots(ids, sentences, b, window)
-    B, J = contexts.shape
-    neg = noise_draw(key, *noise, (B, negatives) if shared else (B, J, negatives))
-    outs = jnp.concatenate([jnp.broadcast_to(centres.reshape(B, *[1] * (neg.ndim - 1)), (*neg.shape[:-1], 1)), neg],
-                           axis=-1)  # [B, 1+K] or [B, J, 1+K]: the centre, then the noise words
-    counted = (outs != centres.reshape(B, *[1] * (outs.ndim - 1))).at[..., 0].set(True)
-    mask = inside[:, :, None] & (counted[:, None, :] if shared else counted)
-    words = state["params"]["words"]
+  On n > 1 devices of `dp` (XLA:CPU runs host devices on their own cores), device d takes the d-th n-th of the
+  call's centres and runs C steps of B/n of them on its own copy of the matrices; the copies' changes are summed
+  at the call's end. One step a call is then exactly the one-device step; longer calls let a device's updates
+  reach the other's rows only at call ends, as gensim's worker threads share rows without waiting."""
+  out_name = "embedding" if model.tying == "tied" else "out_embedding"
+  G, K, W = (BLOCK if shared else 1), negatives, window
+  n = dp.data_devices if dp else 1
+
+  def step(words, ids, sentences, b, neg, lr):
+    centres, rows, inside = window_blocks(ids, sentences, b, W, G)
+    neg = neg.reshape(*centres.shape, K) if shared else neg  # [N, G, K] or [B, 2W + 1, K]
+    centre = jnp.broadcast_to(centres[..., None], (*neg.shape[:-1], 1))
+    outs = jnp.concatenate([centre, neg], axis=-1)  # the centre, then the noise words
+    counted = (outs != centre).at[..., 0].set(True)  # (word2vec.c skips a noise word equal to the centre)
+    mask = inside[..., None] & counted[:, None] if shared else inside & counted
     U, V = words["embedding"], words[out_name]
-    loss, (g_u, g_v) = jax.value_and_grad(window_loss, argnums=(0, 1))(U[contexts], V[outs], mask)
+    loss, (g_u, g_v) = jax.value_and_grad(window_loss, argnums=(0, 1))(U[rows], V[outs], mask)
     D = U.shape[-1]
     V = V.at[outs.reshape(-1)].add(-lr * g_v.reshape(-1, D))
-    new = ({"embedding": V.at[contexts.reshape(-1)].add(-lr * g_u.reshape(-1, D))} if model.tying == "tied" else
-           {"embedding": U.at[contexts.reshape(-1)].add(-lr * g_u.reshape(-1, D)), "out_embedding": V})
-    opt_state = state["opt_state"]
-    opt_state.hyperparams["learning_rate"] = lr
-    return ({"params": {**state["params"], "words": new}, "opt_state": opt_state, "step": state["step"] + 1},
+    U = (V if model.tying == "tied" else U).at[rows.reshape(-1)].add(-lr * g_u.reshape(-1, D))
+    return ({"embedding": U} if model.tying == "tied" else {"embedding": U, "out_embedding": V},
             (loss, jnp.sum(inside, dtype=jnp.int32)))
 
-  def steps(state, ids, sentences, b_KxB, lrs_K, first):
-    B, span = b_KxB.shape[1], b_KxB.shape[1] + 2 * window
+  def steps(state, ids, sentences, b_CxB, lrs_C, first):
+    C, B = b_CxB.shape
+    Bd, d = B // n, (jax.lax.axis_index(parallel.DATA_AXIS) if n > 1 else 0)
+    shape = (B, K) if shared else (B, 2 * W + 1, K)
+    neg = jax.vmap(lambda j: noise_draw(jax.random.fold_in(noise_key, first + j), *noise, shape))(jnp.arange(C))
+    neg, b = neg.reshape(C * B, *shape[1:]), b_CxB.reshape(-1)
 
-    def body(state, xs):
-      b, lr, j = xs
-      cut = lambda x: jax.lax.dynamic_slice(x, (j * B,), (span,))
-      return step(state, cut(ids), cut(sentences), b, lr, jax.random.fold_in(noise_key, first + j))
+    def body(words, xs):
+      lr, j = xs
+      cut = lambda x, size: jax.lax.dynamic_slice_in_dim(x, (d * C + j) * Bd, size)
+      return step(words, cut(ids, Bd + 2 * W), cut(sentences, Bd + 2 * W), cut(b, Bd), cut(neg, Bd), lr)
 
-    return jax.lax.scan(body, state, (b_KxB, lrs_K, jnp.arange(lrs_K.shape[0], dtype=jnp.int32)))
+    words = state["params"]["words"]
+    new, (losses, pairs) = jax.lax.scan(body, words, (lrs_C, jnp.arange(C, dtype=jnp.int32)))
+    if n > 1:  # every device started from the same matrices: add up their changes
+      new = jax.tree_util.tree_map(lambda w, x: w + jax.lax.psum(x - w, parallel.DATA_AXIS), words, new)
+      losses, pairs = jax.lax.psum((losses, pairs), parallel.DATA_AXIS)
+    opt_state = state["opt_state"]
+    opt_state.hyperparams["learning_rate"] = lrs_C[-1]  # (kept in step with the pairs path's state)
+    return ({"params": {**state["params"], "words": new}, "opt_state": opt_state, "step": state["step"] + C},
+            (losses, pairs))
 
+  if n > 1:
+    steps = jax.shard_map(steps, mesh=dp.mesh, in_specs=P(), out_specs=P(), check_vma=False)  # (equal after psum)
   return jax.jit(steps, donate_argnums=(0,))
 
 
@@ -175,22 +198,23 @@ class SkipGramTask:
     if batching not in BATCHINGS:
       raise InputError(f"Unknown batching {batching!r}; expected one of {', '.join(BATCHINGS)}.")
     self.windows = batching == "windows"
-    if self.windows and config.num_devices > 1:
-      raise InputError("batching='windows' runs on one device; set num_devices to 0 or 1 (or batching='pairs').")
     self.vocab, self.counts = sg.build_vocab(sentences, config.min_count)
     self.ids, self.sent = sg.encode(sentences, self.vocab)
     self.keep = sg.keep_probability(self.counts, config.sample)
     noise = jnp.asarray(sg.noise_distribution(self.counts, config.noise_power), jnp.float32)
     V, B = len(self.vocab), config.batch_size
-    self.dp = parallel.DataParallel.create(num_devices=1 if self.windows else config.num_devices)
+    self.dp = parallel.DataParallel.create(num_devices=config.num_devices)
     self.dp.check_batch(B)
+    if self.windows and config.shared_negatives and B % (self.dp.num_devices * BLOCK):
+      raise InputError(f"batch_size={B}: shared noise scores blocks of {BLOCK} centres on each of "
+                       f"{self.dp.num_devices} device(s), so it must be a multiple of {self.dp.num_devices * BLOCK}.")
     self.num_devices = self.dp.num_devices
     self.model = SkipGram(vocab_size=V, dim=config.dim, tying=config.tying)
     self.tx = optax.inject_hyperparams(optax.sgd)(learning_rate=config.learning_rate)
     self.init_key, noise_key = trainer.run_keys(config.seed)
     alias = tuple(map(jnp.asarray, sg.alias_table(sg.noise_distribution(self.counts, config.noise_power))))
     self.step_fn = (make_window_step(self.model, alias, config.negatives, config.window, config.shared_negatives,
-                                     noise_key) if self.windows else
+                                     noise_key, self.dp) if self.windows else
                     make_step(self.model, self.tx, noise, config.negatives, self.dp, noise_key, config.sparse_updates))
     self.K = max(int(config.steps_per_call), 1)
     self.config = config
