@@ -8,7 +8,8 @@ match the untied model's at D: `matched_width`); D the untied and tied models' w
 number of sentencepiece BPE pieces learned on the training text (1000, 4000, 16000) or `words` (whitespace words,
 every type of the training text: WikiText-2's 33,278). The text is a folder of train/valid/test.txt
 (`--config.data_dir`; the driver links WikiText-2's files), so every cell reports bits per byte of the same test
-text. `lr=` and `dropout=` set Adam's peak rate and the dropout (the grid on validation); the run's name says them.
+text. `lr=` and `dropout=` set Adam's peak rate and the dropout (the grid on validation; the run's name says them);
+without them a cell takes its arm's values chosen on that grid (`CHOSEN`).
 
 Everything else is the Transformer study's (configs/transformer.py, ours): 4 pre-LN blocks, heads of 64 dimensions
 (one head at D = 64), feed-forward 4·D, the input embedding × √D (that study's best scale on PTB), dropout 0.3, Adam
@@ -17,6 +18,11 @@ at 1e-3 after 500 warm-up steps, ×0.5 per epoch after the third, 6 epochs of 64
 from configs import transformer
 
 ARMS = ("untied", "tied", "tied_wide")
+# Each arm's Adam peak rate and dropout, chosen on validation by the grid (experiments/studies/tying_surface_grid.sh:
+# {1e-3, 2e-3} × {0.1, 0.3} at D = 64, 4,000 pieces, seed 0; the lowest best validation perplexity, a tie to the lower
+# rate), its table on results/tying_surface/README.md; tied_wide takes tied's. Absent: not chosen yet (the
+# Transformer study's 1e-3 and 0.3).
+CHOSEN = {}
 HEAD_DIM = 64  # ours: head width (the study's D = 256 has 4 heads of 64)
 WORDS_CAP = 1_000_000  # `vocab_size` is a cap for a text corpus's words: above any training text's types here
 
@@ -60,8 +66,9 @@ def get_config(arg: str = "tied,128,4000"):
   c.hidden_size = matched_width(D, V, heads) if arm == "tied_wide" else D
   c.num_heads = heads
   c.mlp_size = 4 * c.hidden_size
-  c.learning_rate = float(settings.get("lr", c.learning_rate))
-  c.dropout = float(settings.get("dropout", c.dropout))
+  lr, dropout = CHOSEN.get("tied" if arm == "tied_wide" else arm, (c.learning_rate, c.dropout))
+  c.learning_rate = float(settings.get("lr", lr))
+  c.dropout = float(settings.get("dropout", dropout))
   return c
 
 

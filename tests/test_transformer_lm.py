@@ -272,4 +272,17 @@ def test_a_tying_surface_cell_counts_its_parameters_as_the_model_has_them(cell, 
       tying_surface.get_config(bad)
   grid = tying_surface.get_config(f"{cell},lr=2e-3,dropout=0.1")  # a grid point: the two settings, and its name
   assert (grid.learning_rate, grid.dropout, grid.hidden_size) == (2e-3, 0.1, c.hidden_size)
-  assert grid.name == f"{c.name}_lr2e-3_dropout0.1" and (c.learning_rate, c.dropout) == (1e-3, 0.3)
+  assert grid.name == f"{c.name}_lr2e-3_dropout0.1"
+
+
+def test_a_tying_surface_cell_takes_its_arms_chosen_values_and_tied_wide_takes_tieds(monkeypatch):
+  """configs/tying_surface.py: a cell without `lr=`/`dropout=` takes its arm's `CHOSEN` values (tied_wide: tied's),
+  the Transformer study's where its arm has none; a grid point's own settings win."""
+  from configs import tying_surface
+  monkeypatch.setattr(tying_surface, "CHOSEN", {"untied": (2e-3, 0.1), "tied": (1e-3, 0.1)})
+  got = lambda cell: (lambda c: (c.learning_rate, c.dropout, c.name))(tying_surface.get_config(cell))
+  assert got("untied,64,4000") == (2e-3, 0.1, "surface_untied_d64_4000")
+  assert got("tied_wide,128,1000")[:2] == got("tied,64,16000")[:2] == (1e-3, 0.1)
+  assert got("untied,64,4000,lr=1e-3")[:2] == (1e-3, 0.1)
+  monkeypatch.setattr(tying_surface, "CHOSEN", {})
+  assert got("tied,64,4000")[:2] == (1e-3, 0.3)
