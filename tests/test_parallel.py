@@ -191,3 +191,15 @@ def test_batch_not_divisible_by_devices_is_a_clear_error():
   assert r.returncode != 0
   assert "batch_size=20 cannot be split over 3 devices" in r.stderr, r.stderr[-2000:]
   assert "--config.batch_size=18" in r.stderr
+
+
+def test_a_run_saved_from_two_devices_reads_in_a_one_device_process(single_process):
+  """`Checkpoints.restore_saved` (the analyses' reader: experiments.embeddings, the word2vec quality records) reads
+  a checkpoint that two devices saved, in this one-device process, as the parameters the run ended with."""
+  import jax
+  from wt_jax.train.checkpoint import Checkpoints
+  got = single_process["w2vw:2"]
+  assert jax.device_count() == 1
+  state, _ = Checkpoints(single_process._folder / "w2vw_2" / "checkpoints", read_only=True).restore_saved("last")
+  flat = np.concatenate([np.ravel(np.asarray(p)) for p in jax.tree_util.tree_leaves(state["params"])])
+  np.testing.assert_array_equal(flat, np.asarray(got["params"], dtype=flat.dtype))

@@ -229,10 +229,12 @@ class Checkpoints:
 
   def restore_saved(self, kind: str = "last", step: int | None = None) -> tuple[Any, dict]:
     """(state, meta) exactly as saved, as host arrays, without a target tree: for analyses that only read
-    the parameters of a finished run (`experiments.embeddings`)."""
+    the parameters of a finished run (`experiments.embeddings`). Every array is read whole onto one device, so a
+    run saved from several devices reads in a process with another number of them."""
     mngr, step, saved = self._saved_metadata(kind, step)
-    state, meta = self._read(mngr, kind, step,
-                             jax.tree_util.tree_map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype), saved))
+    one = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    state, meta = self._read(mngr, kind, step, jax.tree_util.tree_map(
+        lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype, sharding=one), saved))
     return jax.device_get(state), meta
 
   def close(self) -> None:
