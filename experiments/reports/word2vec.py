@@ -150,10 +150,12 @@ def build_word2vec(name: str, out_root: Path, runs_dir: Path | None = None, read
          "\n\nRead against the seeds (twice the larger sample sd; one seed: no verdict):\n\n" +
          ("\n".join(readings) or "- nothing to compare yet."))
   prov = "\n".join(f"- `{r['run']}`: {SCHEMES[r['scheme']]}, {r['tying']}, seed {r['seed']}, {r['devices']} "
-                   f"device(s)/worker(s), {r['words_per_s'] / 1e3:,.0f}k words/s over the run (not interleaved), "
+                   f"device(s)/worker(s), {r['words_per_s'] / 1e3:,.0f}k words/s over the whole run (compilation "
+                   "included, the machine shared with other runs: not a speed reading), "
                    f"{(r.get('host') or {}).get('cpu', 'gensim')}" for r in records)
   _write(name, report_dir, readme, "word2vec against gensim: speed and quality", lead, tab, None, "",
          f"Quality runs: `{COMMAND}` (each run's command in the script), then `python -m experiments.report {name} "
          f"--runs=runs/w2v_quality`.\n\n{prov}\n\nAlso here: breakdown.jsonl (`python "
-         "experiments/bench_helpers/w2v_breakdown.py --rounds=5`: µs a step for each part of the steps).", "")
+         "experiments/bench_helpers/w2v_breakdown.py --rounds=5`: µs a step for each part of the steps).",
+         "Records, runs and machines")
   return tab
