@@ -1,5 +1,5 @@
-"""Exploratory check for BUILD_NOTES §83 (issue 127): the pairs step with each epoch's pairs in text order instead of
-shuffled, PTB, untied — does the order alone cost the output matrix what the windows step loses?
+"""The pairs step with each epoch's pairs in text order instead of shuffled (PTB, untied): what the order alone does
+to the trained matrices' quality, next to the windows step, which reads the text in order.
 
     WT_JAX_DATA=... python experiments/bench_helpers/w2v_pairs_in_order.py SEED WORKDIR
     python -m experiments.studies.w2v_quality DIR        # then its quality.json (DIR holding WORKDIR)

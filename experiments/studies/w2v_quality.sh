@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# word2vec's quality beside its speed (BUILD_NOTES §83): for each corpus (CORPORA, default "ptb wikitext2") and seed
+# word2vec's quality beside its speed: for each corpus (CORPORA, default "ptb wikitext2") and seed
 # (SEEDS, default "0 1"), wt_jax's skip-gram, untied and tied, with today's default step (pairs, one device) and with
 # the windows step, noise shared by a window, on two host devices (512 steps a call); gensim's untied model; then the
 # five similarity ρ of every run (`python -m experiments.studies.w2v_quality RUNS_DIR`).
