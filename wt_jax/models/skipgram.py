@@ -3,8 +3,8 @@
     model = SkipGram(vocab_size=V, dim=D, tying="tied")
     loss = model.apply(variables, centers[N], contexts[N], negatives[N, K], method=model.negative_sampling)
     loss = model.apply(variables, centers[N], contexts[N], method=model.full_softmax)
-    loss = window_loss(u[N, T, D], v[N, G, 1+K, D], mask[N, T, G, 1+K])   # over windows, shared noise
-    loss = window_loss(u[B, J, D], v[B, J, 1+K, D], mask[B, J, 1+K])      # over windows, noise a pair
+    loss = window_loss(u[B, J, D], v[B, 1+K, D], mask[B, J, 1+K])      # over windows, shared noise
+    loss = window_loss(u[B, J, D], v[B, J, 1+K, D], mask[B, J, 1+K])   # over windows, noise a pair
 
 The embeddings live in `tying.WordEmbeddings` (no output bias), so a tied model holds one `embedding` leaf
 used both for the centre word (input role) and for the scored words (output role).
@@ -41,15 +41,14 @@ def negative_sampling_loss(u: jax.Array, v_pos: jax.Array, v_neg: jax.Array) -> 
 
 def window_loss(u: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
   """Negative sampling over windows, in word2vec.c's orientation (a context word's input vector predicts its
-  centre). Output slot 0 is the centre (the positive), slots 1..K noise words; two forms:
-  - one noise set a window (BlazingText's shared negatives, Gupta & Khare 2017), N blocks of G centres: u[N, T, D]
-    the input vectors of each block's T text rows, v[N, G, 1+K, D] its centres' output sets, mask[N, T, G, 1+K] —
-    the scores are one [T, D]×[D, G(1+K)] product a block;
-  - one set a slot (word2vec.c): u[B, J, D], v[B, J, 1+K, D], mask[B, J, 1+K].
+  centre). B windows of J slots, u[B, J, D] the slots' input vectors; output slot 0 is the centre (the positive),
+  slots 1..K noise words, in two forms:
+  - one noise set a window (BlazingText's shared negatives, Gupta & Khare 2017): v[B, 1+K, D];
+  - one set a slot (word2vec.c): v[B, J, 1+K, D].
   The mask keeps the (row, output) pairs that count (a context inside its centre's window and sentence; a noise
   word other than the centre, which word2vec.c skips) → Σ mask·[−log σ(u·v₀) − Σ_k log σ(−u·v_k)] (scalar):
   `negative_sampling_loss` of the kept pairs."""
-  scores = jnp.einsum("ntd,ngod->ntgo", u, v) if mask.ndim == 4 else jnp.einsum("bjd,bjod->bjo", u, v)
+  scores = jnp.einsum("bjd,bod->bjo", u, v) if v.ndim == 3 else jnp.einsum("bjd,bjod->bjo", u, v)
   sign = jnp.where(jnp.arange(scores.shape[-1]) == 0, 1.0, -1.0)
   return -jnp.sum(jnp.where(mask, jax.nn.log_sigmoid(sign * scores), 0.0))
 
