@@ -73,32 +73,24 @@ def test_full_softmax_gradient_is_p_minus_onehot_times_u():
   np.testing.assert_allclose(grads["words"]["embedding"], g_u, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("shared", [True, False])
-def test_the_window_loss_and_its_gradient_by_hand(shared):
-  """`window_loss`: Σ over the kept (row, output) pairs of −log σ(u·v₀) (the centre, slot 0) and −log σ(−u·v_k)
-  (noise), its gradient σ(u·v) − label times the other side — N windows of T slots, each window's one output set
-  (shared) or each slot's own. Shared, it is the per-slot form with the window's set repeated over its slots; every
-  pair kept, it is `negative_sampling_loss` of the same pairs."""
+def test_the_window_loss_and_its_gradient_by_hand():
+  """`window_loss`: Σ weight·[−log σ(u·v)] over the first `positives` outputs (label 1) and −log σ(−u·v) over the
+  rest (label 0), its gradient weight·(σ(±u·v) − label) times the other side; with unit weights and each slot's
+  own noise words after the slots, it is `negative_sampling_loss` of the (centre, slot) pairs."""
   rng = np.random.default_rng(5)
-  N, T, O = 3, 4, 3
-  u = rng.normal(size=(N, T, D))
-  v = rng.normal(size=(N, O, D)) if shared else rng.normal(size=(N, T, O, D))
-  mask = rng.random((N, T, O)) < 0.7
-  loss, (g_u, g_v) = jax.value_and_grad(window_loss, argnums=(0, 1))(jnp.asarray(u), jnp.asarray(v), mask)
+  B, J, K = 3, 4, 2
+  u, v = rng.normal(size=(B, D)), rng.normal(size=(B, J + J * K, D))
+  weight = rng.integers(0, 3, size=(B, J + J * K)).astype(np.float32)
+  loss, (g_u, g_v) = jax.value_and_grad(window_loss, argnums=(0, 1))(jnp.asarray(u), jnp.asarray(v), weight, J)
   want, want_u, want_v = 0.0, np.zeros_like(u), np.zeros_like(v)
-  for n, t, o in zip(*np.nonzero(mask)):
-    at = (n, o) if shared else (n, t, o)
-    label, s = float(o == 0), u[n, t] @ v[at]
-    want -= np.log(_sig(s)) if o == 0 else np.log(_sig(-s))
-    want_u[n, t] += (_sig(s) - label) * v[at]
-    want_v[at] += (_sig(s) - label) * u[n, t]
+  for b in range(B):
+    for x in range(J + J * K):
+      label, s = float(x < J), u[b] @ v[b, x]
+      want -= weight[b, x] * (np.log(_sig(s)) if x < J else np.log(_sig(-s)))
+      want_u[b] += weight[b, x] * (_sig(s) - label) * v[b, x]
+      want_v[b, x] += weight[b, x] * (_sig(s) - label) * u[b]
   assert float(loss) == pytest.approx(want, rel=1e-5)
   np.testing.assert_allclose(g_u, want_u, rtol=1e-4, atol=1e-6)
   np.testing.assert_allclose(g_v, want_v, rtol=1e-4, atol=1e-6)
-  if shared:  # the window's set repeated over its slots: the per-slot form
-    per_slot = (u, np.broadcast_to(v[:, None], (N, T, O, D)), mask)
-    assert float(window_loss(*per_slot)) == pytest.approx(float(loss), rel=1e-6)
-  else:  # all pairs kept: the pairs' negative-sampling loss (context as input, centre as positive)
-    every = np.ones((N, T, O), bool)
-    pairs = negative_sampling_loss(u.reshape(-1, D), v[:, :, 0].reshape(-1, D), v[:, :, 1:].reshape(-1, O - 1, D))
-    assert float(window_loss(u, v, every)) == pytest.approx(float(pairs), rel=1e-6)
+  pairs = negative_sampling_loss(np.repeat(u, J, axis=0), v[:, :J].reshape(-1, D), v[:, J:].reshape(B * J, K, D))
+  assert float(window_loss(u, v, np.ones_like(weight), J)) == pytest.approx(float(pairs), rel=1e-6)

@@ -165,10 +165,10 @@ def test_window_rows_form_word2vec_c_pairs_from_the_kept_text():
 @pytest.mark.parametrize("shared", [False, True])
 @pytest.mark.parametrize("tying", ["untied", "tied"])
 def test_a_windows_call_is_sgd_on_the_window_loss_stream_by_stream_and_the_run_learns(tmp_path, tying, shared):
-  """batching='windows': a call of C steps over C·B centres is C sparse updates, step j one of −lr·∇ of
-  `window_loss` over the windows of centres j, C + j, 2C + j, … (B streams) with respect to the whole matrices
-  (optax's dense SGD of the same loss; tied, both roles' rows in the one leaf); a run learns, and one more epoch
-  resumes it."""
+  """batching='windows': a call of C steps over C·B centres is C sparse updates, step j one of −lr·∇, with respect to
+  the whole matrices, of the negative-sampling loss of the pairs of centres j, C + j, 2C + j, … (B streams), each
+  pair with its window's noise words (shared) or its own (optax's dense SGD of that loss, the pairs listed one by
+  one; tied, both roles' rows in the one leaf); a run learns, and one more epoch resumes it."""
   import jax
   import jax.numpy as jnp
   import optax
@@ -182,20 +182,21 @@ def test_a_windows_call_is_sgd_on_the_window_loss_stream_by_stream_and_the_run_l
   new, _ = task.train_step(jax.tree_util.tree_map(jnp.copy, state), ids, sent, b, lrs, first)
   alias = tuple(map(jnp.asarray, skipgram.sg.alias_table(skipgram.sg.noise_distribution(task.counts, 0.75))))
   want = state["params"]
-  for j in range(C):  # by hand: step j's windows, noise words and update
+  for j in range(C):  # by hand: step j's pairs (centre, context, its K noise words), listed one by one
     at = jnp.arange(B) * C + j
-    centres, rows, inside = skipgram.window_rows(ids, sent, at, b.reshape(-1)[at], W)
+    centres, rows, inside = map(np.asarray, skipgram.window_rows(ids, sent, at, b.reshape(-1)[at], W))
     key = jax.random.fold_in(trainer.run_keys(config.seed)[1], first + j)
-    neg = skipgram.noise_draw(key, *alias, (B, K) if shared else (B, 2 * W + 1, K))
-    centre = centres.reshape(B, *(1,) * (neg.ndim - 1))
-    outs = jnp.concatenate([jnp.broadcast_to(centre, (*neg.shape[:-1], 1)), neg], -1)
-    counted = (outs != centre).at[..., 0].set(True)
-    mask = inside[..., None] & (counted[:, None] if shared else counted)
+    neg = np.asarray(skipgram.noise_draw(key, *alias, (B, K) if shared else (B, 2 * W + 1, K)))
+    pairs = [(centres[i], rows[i, j_], neg[i] if shared else neg[i, j_]) for i, j_ in zip(*np.nonzero(inside))]
+    c, o, n = (jnp.asarray(np.array(x)) for x in zip(*pairs))
 
-    def loss(params):
+    def loss(params):  # Σ over the pairs of −log σ(u_c·v_o) − Σ_k log σ(−u_c·v_k), noise equal to o skipped
       words = params["words"]
       out = words["embedding"] if tying == "tied" else words["out_embedding"]
-      return skipgram.window_loss(words["embedding"][rows], out[outs], mask)
+      u = words["embedding"][c]
+      pos = jnp.sum(u * out[o], -1)
+      noise = jnp.einsum("pd,pkd->pk", u, out[n])
+      return -(jnp.sum(jax.nn.log_sigmoid(pos)) + jnp.sum(jnp.where(n != o[:, None], jax.nn.log_sigmoid(-noise), 0)))
 
     grads = jax.grad(loss)(want)
     want = optax.apply_updates(want, jax.tree_util.tree_map(lambda g: -lrs[j] * g, grads))

@@ -3,8 +3,7 @@
     model = SkipGram(vocab_size=V, dim=D, tying="tied")
     loss = model.apply(variables, centers[N], contexts[N], negatives[N, K], method=model.negative_sampling)
     loss = model.apply(variables, centers[N], contexts[N], method=model.full_softmax)
-    loss = window_loss(u[B, J, D], v[B, 1+K, D], mask[B, J, 1+K])      # over windows, shared noise
-    loss = window_loss(u[B, J, D], v[B, J, 1+K, D], mask[B, J, 1+K])   # over windows, noise a pair
+    loss = window_loss(u[B, D], v[B, X, D], weight[B, X], positives=J)   # over windows of J slots
 
 The embeddings live in `tying.WordEmbeddings` (no output bias), so a tied model holds one `embedding` leaf
 used both for the centre word (input role) and for the scored words (output role).
@@ -39,18 +38,14 @@ def negative_sampling_loss(u: jax.Array, v_pos: jax.Array, v_neg: jax.Array) -> 
   return -(jnp.sum(jax.nn.log_sigmoid(pos)) + jnp.sum(jax.nn.log_sigmoid(-neg)))
 
 
-def window_loss(u: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
-  """Negative sampling over windows, in word2vec.c's orientation (a context word's input vector predicts its
-  centre). B windows of J slots, u[B, J, D] the slots' input vectors; output slot 0 is the centre (the positive),
-  slots 1..K noise words, in two forms:
-  - one noise set a window (BlazingText's shared negatives, Gupta & Khare 2017): v[B, 1+K, D];
-  - one set a slot (word2vec.c): v[B, J, 1+K, D].
-  The mask keeps the (row, output) pairs that count (a context inside its centre's window and sentence; a noise
-  word other than the centre, which word2vec.c skips) → Σ mask·[−log σ(u·v₀) − Σ_k log σ(−u·v_k)] (scalar):
-  `negative_sampling_loss` of the kept pairs."""
-  scores = jnp.einsum("bjd,bod->bjo", u, v) if v.ndim == 3 else jnp.einsum("bjd,bjod->bjo", u, v)
-  sign = jnp.where(jnp.arange(scores.shape[-1]) == 0, 1.0, -1.0)
-  return -jnp.sum(jnp.where(mask, jax.nn.log_sigmoid(sign * scores), 0.0))
+def window_loss(u: jax.Array, v: jax.Array, weight: jax.Array, positives: int) -> jax.Array:
+  """Negative sampling over windows, each centre's input vector u[B, D] scored against X output vectors v[B, X, D]
+  (the pairs step's orientation: the centre predicts its context): the first `positives` are its window's slots
+  (label 1), the rest noise words (label 0); weight[B, X] counts each score's pairs (0 for a slot outside the window
+  or sentence; a noise word's count of the window's pairs it serves) → Σ weight·[−log σ(±u·v)] (scalar):
+  `negative_sampling_loss` of the window's pairs."""
+  sign = jnp.where(jnp.arange(v.shape[1]) < positives, 1.0, -1.0)
+  return -jnp.sum(weight * jax.nn.log_sigmoid(sign * jnp.einsum("bd,bxd->bx", u, v)))
 
 
 class SkipGram(nn.Module):

@@ -135,16 +135,17 @@ def make_window_step(model: SkipGram, noise: tuple[jax.Array, jax.Array], negati
   n = dp.data_devices if dp else 1
 
   def step(words, ids, sentences, at, b, neg, lr):
-    centres, rows, inside = window_rows(ids, sentences, at, b, W)
-    centre = centres.reshape(-1, *(1,) * (neg.ndim - 1))  # [B, 1] or [B, 1, 1]
-    outs = jnp.concatenate([jnp.broadcast_to(centre, (*neg.shape[:-1], 1)), neg], axis=-1)  # centre, then noise
-    counted = (outs != centre).at[..., 0].set(True)  # (word2vec.c skips a noise word equal to the centre)
-    mask = inside[..., None] & (counted[:, None] if shared else counted)  # [B, 2W + 1, 1 + K]
+    centres, rows, inside = window_rows(ids, sentences, at, b, W)  # [B], [B, J], [B, J]
+    # (slot j, noise k) pairs that count: j in the window, k not its word (word2vec.c skips noise equal to the target)
+    counted = ((neg[:, None] if shared else neg) != rows[..., None]) & inside[..., None]  # [B, J, K]
+    noise = jnp.sum(counted, axis=1) if shared else counted.reshape(len(centres), -1)  # pairs a noise word serves
+    outs = jnp.concatenate([rows, neg.reshape(len(centres), -1)], axis=-1)  # [B, J + K] or [B, J + J·K]
+    weight = jnp.concatenate([inside, noise], axis=-1).astype(jnp.float32)
     U, V = words["embedding"], words[out_name]
-    loss, (g_u, g_v) = jax.value_and_grad(window_loss, argnums=(0, 1))(U[rows], V[outs], mask)
+    loss, (g_u, g_v) = jax.value_and_grad(window_loss, argnums=(0, 1))(U[centres], V[outs], weight, 2 * W + 1)
     D = U.shape[-1]
     V = V.at[outs.reshape(-1)].add(-lr * g_v.reshape(-1, D))
-    U = (V if model.tying == "tied" else U).at[rows.reshape(-1)].add(-lr * g_u.reshape(-1, D))
+    U = (V if model.tying == "tied" else U).at[centres].add(-lr * g_u)
     return ({"embedding": U} if model.tying == "tied" else {"embedding": U, "out_embedding": V},
             (loss, jnp.sum(inside, dtype=jnp.int32)))
 
