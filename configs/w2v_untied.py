@@ -20,14 +20,13 @@ def get_config():
   c.noise_power = 0.75        # word2vec.c: unigram^0.75 noise
   c.learning_rate = 0.025     # word2vec.c skip-gram -alpha 0.025, decaying linearly to 1e-4 of it
   c.num_epochs = 5            # word2vec.c -iter 5
-  c.batching = "pairs"        # ours: pairs (shuffled host pairs) | windows (a call's text as batch_size streams,
-  #                             windows formed on the device: wt_jax.train.skipgram)
+  c.batching = "pairs"        # ours: pairs (shuffled host pairs) | windows (the text in order, windows formed on the
+  #                             device: wt_jax.train.skipgram)
   c.shared_negatives = False  # windows: one noise set a window (BlazingText, Gupta & Khare 2017) instead of a set a
   #                             pair (word2vec.c)
   c.batch_size = 256          # ours: pairs (batching=pairs) or centres (windows) per SGD step (word2vec.c updates
   #                             after every pair)
-  c.steps_per_call = 64       # ours: SGD steps per compiled call (a scan; pairs: the same updates as one per call;
-  #                             windows: a stream's length, > 2·window keeps a step's windows apart)
+  c.steps_per_call = 64       # ours: SGD steps per compiled call (a scan; the same updates as one per call)
   c.sparse_updates = True     # SGD on the touched rows only, as word2vec.c (False: optax's dense update)
   c.seed = 0
   c.num_devices = 0           # data parallelism over the first N devices; 0: all

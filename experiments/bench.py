@@ -421,7 +421,6 @@ def bench_skipgram(config, sentences, epochs: int) -> dict:
           f"{'centres' if config.batching == 'windows' else 'pairs'}_per_s":
               round(r["steps_per_epoch"] * config.batch_size / epoch_s[-1], 1),
           "batching": config.batching, "shared_negatives": config.shared_negatives,
-          **({"window_layout": "streams"} if config.batching == "windows" else {}),
           "steps_per_call": config.steps_per_call, "jax": jax.__version__, "devices": [str(d) for d in jax.devices()],
           "host": run_record.host(), "commit": run_record.code_revision(),
           "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}

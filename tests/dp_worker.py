@@ -89,7 +89,7 @@ def main():
     elif name in ("w2v", "w2vw"):  # the skip-gram trainer: loss per pair at every step, no perplexities
       config = w2v_config()
       config.num_devices = int(n)
-      if name == "w2vw":  # windows, noise shared by a window; a step a call, so every step ends in a sync
+      if name == "w2vw":  # the text in order, noise shared by a window; a step a call, so a call's end syncs
         config.batching, config.shared_negatives, config.batch_size, config.steps_per_call = "windows", True, 32, 1
       results = skipgram.fit_skipgram(config, ptb.sentences("train", args.data, download=False), workdir)
       step = results["steps"]

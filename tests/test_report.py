@@ -1110,8 +1110,7 @@ def _w2v_quality(folder: Path, scheme: str, tying: str, seed: int, rho: dict[str
 
 
 def test_the_word2vec_page_reads_the_new_step_against_pairs_where_pairs_and_gensim_agree(tmp_path):
-  """word2vec_speed: the interleaved bench lines as a speed table (medians and ranges, peak memory, machine; a
-  windows line's layout, blocks where its record names none, as the records before the streams); the
+  """word2vec_speed: the interleaved bench lines as a speed table (medians and ranges, peak memory, machine); the
   similarity ρ a cell of seeds; windows − pairs read against the seeds on every set, and counted over the sets where
   pairs − gensim is within the spread (a set where they disagree is left out of the count); byte-identical rebuild."""
   from experiments.reports import word2vec
@@ -1124,20 +1123,18 @@ def test_the_word2vec_page_reads_the_new_step_against_pairs_where_pairs_and_gens
         rho = {s: r + shift.get(s, 0.0) + seed / 100 for s, r in base.items()}
         _w2v_quality(runs / f"ptb_{scheme}_{tying}_seed{seed}", scheme, tying, seed, rho)
   ours = [{"words_per_s": w, "batching": "windows", "shared_negatives": True, "batch": 64, "steps_per_call": 512,
-           "devices": ["cpu:0", "cpu:1"], "jax": "0.10.2", "host": {"cpu": "Test CPU"}, "peak_rss_mib": rss,
-           "window_layout": "streams"} for w, rss in ((7.5e5, 800.0), (7.4e5, 900.0), (7.6e5, 850.0))]
+           "devices": ["cpu:0", "cpu:1"], "jax": "0.10.2", "host": {"cpu": "Test CPU"}, "peak_rss_mib": rss}
+          for w, rss in ((7.5e5, 800.0), (7.4e5, 900.0), (7.6e5, 850.0))]
   gensim = [{"in_vocab_words_per_s": w, "peak_rss_mib": 200.0} for w in (6e5, 5.9e5, 6.1e5)]
-  before_streams = [{k: v for k, v in r.items() if k != "window_layout"} for r in ours]
   (out / "word2vec_speed").mkdir(parents=True)
-  (out / "word2vec_speed" / "bench_interleaved.jsonl").write_text("".join(json.dumps(
+  (out / "word2vec_speed" / "bench_interleaved.jsonl").write_text(json.dumps(
       {"bench": "interleaved_skipgram", "config": "w2v_untied", "rounds": 3, "wt_jax_over_gensim": 1.25,
-       "runs": {"gensim": gensim, "wt_jax": w}}) + "\n" for w in (before_streams, ours)))
+       "runs": {"gensim": gensim, "wt_jax": ours}}) + "\n")
 
   tab = word2vec.build_word2vec("word2vec_speed", out, runs)
 
-  assert ("| w2v_untied | windows (streams), noise a window, batch 64, 512 steps a call, 2 devices | "
-          "750k (740k–760k) | 600k (590k–610k) | 1.250 | 900 / 200 | 0.10.2 | Test CPU |") in tab
-  assert "| w2v_untied | windows (blocks of consecutive centres), noise a window, batch 64, 512 steps" in tab
+  assert ("| w2v_untied | windows, noise a window, batch 64, 512 steps a call, 2 devices | 750k (740k–760k) | "
+          "600k (590k–610k) | 1.250 | 900 / 200 | 0.10.2 | Test CPU |") in tab
   assert "| wt_jax, pairs (the default step), 1 device | input | 0, 1 | 0.105 ± 0.007 (0.100, 0.110) |" in tab
   line = next(l for l in tab.splitlines() if l.startswith("- ptb, input:"))
   assert line.startswith("- ptb, input: wt_jax, windows, noise a window, 2 devices − pairs: simlex999 +0.000 (within)")

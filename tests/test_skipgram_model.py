@@ -73,24 +73,33 @@ def test_full_softmax_gradient_is_p_minus_onehot_times_u():
   np.testing.assert_allclose(grads["words"]["embedding"], g_u, rtol=1e-4, atol=1e-6)
 
 
-def test_the_window_loss_and_its_gradient_by_hand():
-  """`window_loss`: Σ weight·[−log σ(u·v)] over the first `positives` outputs (label 1) and −log σ(−u·v) over the
-  rest (label 0), its gradient weight·(σ(±u·v) − label) times the other side; with unit weights and each slot's
-  own noise words after the slots, it is `negative_sampling_loss` of the (centre, slot) pairs."""
+@pytest.mark.parametrize("shared", [True, False])
+def test_the_window_loss_and_its_gradient_by_hand(shared):
+  """`window_loss`: Σ over the kept (row, output) pairs of −log σ(u·v₀) (the centre, slot 0) and −log σ(−u·v_k)
+  (noise), its gradient σ(u·v) − label times the other side — shared, N blocks of T text rows scored against each
+  of G centres' output sets; a noise set a slot, B windows of J slots. Shared, it is the per-slot form with each
+  centre's set repeated over the rows; every pair kept, it is `negative_sampling_loss` of the same pairs."""
   rng = np.random.default_rng(5)
-  B, J, K = 3, 4, 2
-  u, v = rng.normal(size=(B, D)), rng.normal(size=(B, J + J * K, D))
-  weight = rng.integers(0, 3, size=(B, J + J * K)).astype(np.float32)
-  loss, (g_u, g_v) = jax.value_and_grad(window_loss, argnums=(0, 1))(jnp.asarray(u), jnp.asarray(v), weight, J)
+  N, T, G, O = 3, 4, 2, 3  # (per slot: B = N windows of J = T slots)
+  u = rng.normal(size=(N, T, D))
+  v = rng.normal(size=(N, G, O, D)) if shared else rng.normal(size=(N, T, O, D))
+  mask = rng.random((N, T, G, O) if shared else (N, T, O)) < 0.7
+  loss, (g_u, g_v) = jax.value_and_grad(window_loss, argnums=(0, 1))(jnp.asarray(u), jnp.asarray(v), mask)
   want, want_u, want_v = 0.0, np.zeros_like(u), np.zeros_like(v)
-  for b in range(B):
-    for x in range(J + J * K):
-      label, s = float(x < J), u[b] @ v[b, x]
-      want -= weight[b, x] * (np.log(_sig(s)) if x < J else np.log(_sig(-s)))
-      want_u[b] += weight[b, x] * (_sig(s) - label) * v[b, x]
-      want_v[b, x] += weight[b, x] * (_sig(s) - label) * u[b]
+  for n, t, *g, o in zip(*np.nonzero(mask)):
+    vo = v[n, g[0], o] if shared else v[n, t, o]
+    label, s = float(o == 0), u[n, t] @ vo
+    want -= np.log(_sig(s)) if o == 0 else np.log(_sig(-s))
+    want_u[n, t] += (_sig(s) - label) * vo
+    want_v[(n, g[0], o) if shared else (n, t, o)] += (_sig(s) - label) * u[n, t]
   assert float(loss) == pytest.approx(want, rel=1e-5)
   np.testing.assert_allclose(g_u, want_u, rtol=1e-4, atol=1e-6)
   np.testing.assert_allclose(g_v, want_v, rtol=1e-4, atol=1e-6)
-  pairs = negative_sampling_loss(np.repeat(u, J, axis=0), v[:, :J].reshape(-1, D), v[:, J:].reshape(B * J, K, D))
-  assert float(window_loss(u, v, np.ones_like(weight), J)) == pytest.approx(float(pairs), rel=1e-6)
+  if shared:  # each centre's set repeated over the rows: the per-slot form, a window per (block, centre)
+    per_slot = (np.repeat(u, G, axis=0), np.broadcast_to(v[:, :, None], (N, G, T, O, D)).reshape(N * G, T, O, D),
+                mask.transpose(0, 2, 1, 3).reshape(N * G, T, O))
+    assert float(window_loss(*per_slot)) == pytest.approx(float(loss), rel=1e-6)
+  else:  # all pairs kept: the pairs' negative-sampling loss (context as input, centre as positive)
+    every = np.ones((N, T, O), bool)
+    pairs = negative_sampling_loss(u.reshape(-1, D), v[:, :, 0].reshape(-1, D), v[:, :, 1:].reshape(-1, O - 1, D))
+    assert float(window_loss(u, v, every)) == pytest.approx(float(pairs), rel=1e-6)

@@ -145,61 +145,57 @@ def test_noise_draws_from_the_alias_table_follow_the_noise_distribution():
   assert np.all(np.abs(freq - p) < 5 * np.sqrt(p * (1 - p) / n)), (freq, p)
 
 
-def test_window_rows_form_word2vec_c_pairs_from_the_kept_text():
-  """`window_rows` on the kept text (padded with −1), given word2vec.c's random b′ as b = W − b′, gives exactly the
-  pairs of word2vec.c's loop: each context within b of its centre, never across a sentence's end — for centres
-  taken in any order (here as streams: every fourth place, then the next)."""
+@pytest.mark.parametrize("block", [1, 8])
+def test_window_blocks_form_word2vec_c_pairs_from_the_kept_text(block):
+  """`window_blocks` on the kept text (padded with −1), given word2vec.c's random b′ as b = W − b′, gives exactly the
+  pairs of word2vec.c's loop: each context within b of its centre, never across a sentence's end — a centre alone
+  (block 1) or blocks of 8 centres sharing their text rows."""
   import jax.numpy as jnp
   rng, W = np.random.default_rng(4), 3
   sentences = [rng.integers(0, 50, size=n).tolist() for n in (1, 7, 2, 12, 5, 5)]
   b_prime = rng.integers(0, W, size=sum(map(len, sentences)))
   ids = np.concatenate([np.full(W, -1), *sentences, np.full(W, -1)]).astype(np.int32)
   sent = np.concatenate([np.full(W, -1), *[[k] * len(s) for k, s in enumerate(sentences)], np.full(W, -1)])
-  at = np.arange(len(b_prime)).reshape(-1, 4).T.reshape(-1)  # (32 places: 0, 4, 8, …, 1, 5, …)
-  centres, rows, inside = map(np.asarray, skipgram.window_rows(
-      jnp.asarray(ids), jnp.asarray(sent, jnp.int32), jnp.asarray(at), jnp.asarray(W - b_prime[at], jnp.int32), W))
-  got = sorted((int(rows[n, j]), int(centres[n])) for n, j in zip(*np.nonzero(inside)))
+  centres, rows, inside = map(np.asarray, skipgram.window_blocks(jnp.asarray(ids), jnp.asarray(sent, jnp.int32),
+                                                                  jnp.asarray(W - b_prime, jnp.int32), W, block))
+  got = sorted((int(rows[n, t]), int(centres[n, g])) for n, t, g in zip(*np.nonzero(inside)))
   assert got == _word2vec_c_pairs(sentences, b_prime, W) and len(got) > 40
 
 
 @pytest.mark.parametrize("shared", [False, True])
 @pytest.mark.parametrize("tying", ["untied", "tied"])
-def test_a_windows_call_is_sgd_on_the_window_loss_stream_by_stream_and_the_run_learns(tmp_path, tying, shared):
-  """batching='windows': a call of C steps over C·B centres is C sparse updates, step j one of −lr·∇, with respect to
-  the whole matrices, of the negative-sampling loss of the pairs of centres j, C + j, 2C + j, … (B streams), each
-  pair with its window's noise words (shared) or its own (optax's dense SGD of that loss, the pairs listed one by
-  one; tied, both roles' rows in the one leaf); a run learns, and one more epoch resumes it."""
+def test_a_windows_step_is_sgd_on_the_window_loss_and_the_run_learns(tmp_path, tying, shared):
+  """batching='windows': one step's sparse update is −lr·∇ of `window_loss` over its windows with respect to the
+  whole matrices (optax's dense SGD of the same loss; tied, both roles' rows in the one leaf); a run learns, and one
+  more epoch resumes it."""
   import jax
   import jax.numpy as jnp
   import optax
   from wt_jax.train import trainer
-  B, C, config = 16, 3, _config(tying=tying, batching="windows", shared_negatives=shared, batch_size=16)
+  B, config = 16, _config(tying=tying, batching="windows", shared_negatives=shared, batch_size=16)
   W, K = config.window, config.negatives
   task = skipgram.SkipGramTask(config, _sentences())
   state = task.init_state()
   (ids, sent, b, lrs, first), _ = next(task.batches(1, 0))
-  ids, sent, b, lrs = ids[:C * B + 2 * W], sent[:C * B + 2 * W], b[:C], lrs[:C]  # the first three steps alone
-  new, _ = task.train_step(jax.tree_util.tree_map(jnp.copy, state), ids, sent, b, lrs, first)
+  ids, sent, b, lr = ids[:B + 2 * W], sent[:B + 2 * W], b[:1], lrs[:1]  # the first step alone
+  new, _ = task.train_step(jax.tree_util.tree_map(jnp.copy, state), ids, sent, b, lr, first)
+  G = skipgram.BLOCK if shared else 1  # its windows and noise words, by hand
+  centres, rows, inside = skipgram.window_blocks(ids, sent, b[0], W, G)
   alias = tuple(map(jnp.asarray, skipgram.sg.alias_table(skipgram.sg.noise_distribution(task.counts, 0.75))))
-  want = state["params"]
-  for j in range(C):  # by hand: step j's pairs (centre, context, its K noise words), listed one by one
-    at = jnp.arange(B) * C + j
-    centres, rows, inside = map(np.asarray, skipgram.window_rows(ids, sent, at, b.reshape(-1)[at], W))
-    key = jax.random.fold_in(trainer.run_keys(config.seed)[1], first + j)
-    neg = np.asarray(skipgram.noise_draw(key, *alias, (B, K) if shared else (B, 2 * W + 1, K)))
-    pairs = [(centres[i], rows[i, j_], neg[i] if shared else neg[i, j_]) for i, j_ in zip(*np.nonzero(inside))]
-    c, o, n = (jnp.asarray(np.array(x)) for x in zip(*pairs))
+  key = jax.random.fold_in(trainer.run_keys(config.seed)[1], first)
+  neg = skipgram.noise_draw(key, *alias, (B, K) if shared else (B, 2 * W + 1, K)).reshape(B // G, -1, K)
+  centre = jnp.broadcast_to(centres[..., None], (*neg.shape[:-1], 1))
+  outs = jnp.concatenate([centre, neg], -1)
+  counted = (outs != centre).at[..., 0].set(True)
+  mask = inside[..., None] & counted[:, None] if shared else inside & counted
 
-    def loss(params):  # Σ over the pairs of −log σ(u_c·v_o) − Σ_k log σ(−u_c·v_k), noise equal to o skipped
-      words = params["words"]
-      out = words["embedding"] if tying == "tied" else words["out_embedding"]
-      u = words["embedding"][c]
-      pos = jnp.sum(u * out[o], -1)
-      noise = jnp.einsum("pd,pkd->pk", u, out[n])
-      return -(jnp.sum(jax.nn.log_sigmoid(pos)) + jnp.sum(jnp.where(n != o[:, None], jax.nn.log_sigmoid(-noise), 0)))
+  def loss(params):
+    words = params["words"]
+    out = words["embedding"] if tying == "tied" else words["out_embedding"]
+    return skipgram.window_loss(words["embedding"][rows], out[outs], mask)
 
-    grads = jax.grad(loss)(want)
-    want = optax.apply_updates(want, jax.tree_util.tree_map(lambda g: -lrs[j] * g, grads))
+  grads = jax.grad(loss)(state["params"])
+  want = optax.apply_updates(state["params"], jax.tree_util.tree_map(lambda g: -lr[0] * g, grads))
   jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), new["params"], want)
   r = skipgram.fit_skipgram(config, _sentences(), tmp_path)
   losses = [h["loss_per_pair"] for h in r["history"]]

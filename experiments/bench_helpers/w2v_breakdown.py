@@ -73,9 +73,10 @@ def main():
   centres = jnp.asarray(rng.integers(0, V, B), jnp.int32)
   contexts = jnp.asarray(rng.integers(0, V, B), jnp.int32)
   negs = jnp.asarray(rng.integers(0, V, (B, K)), jnp.int32)
-  ctx_w = jnp.asarray(rng.integers(0, V, (Bw, 2 * W + 1)), jnp.int32)  # (the shared-noise step: a window each)
-  outs_w = jnp.asarray(rng.integers(0, V, (Bw, 1 + K)), jnp.int32)
-  mask_w = jnp.asarray(rng.random((Bw, 2 * W + 1, 1 + K)) < 0.6 * 2 * W / (2 * W + 1))
+  G = skipgram.BLOCK  # (the shared-noise step's blocks: G centres, G + 2W text rows each)
+  ctx_w = jnp.asarray(rng.integers(0, V, (Bw // G, G + 2 * W)), jnp.int32)
+  outs_w = jnp.asarray(rng.integers(0, V, (Bw // G, G, 1 + K)), jnp.int32)
+  mask_w = jnp.asarray(rng.random((Bw // G, G + 2 * W, G, 1 + K)) < 0.6 * 2 * W / (G + 2 * W))
   lr = 0.01
   out = {"machine": os.uname().machine, "cpu_count": os.cpu_count(), "jax": jax.__version__, "V": V, "D": D,
          "pairs_batch": B, "window_centres": Bw, "steps_a_call": args.steps}

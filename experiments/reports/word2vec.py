@@ -35,11 +35,9 @@ def import_quality(runs_dir: Path, report_dir: Path) -> None:
 
 
 def _step(run: dict) -> str:
-  """The wt_jax side of a bench run in words: its step (the windows step's layout: records before the streams
-  carry none), batch, steps a call and devices."""
+  """The wt_jax side of a bench run in words: its step, batch, steps a call and devices."""
   noise = ", noise a window" if run.get("shared_negatives") else ""
-  layout = (f" ({run.get('window_layout', 'blocks of consecutive centres')})" if run["batching"] == "windows" else "")
-  return (f"{run['batching']}{layout}{noise}, batch {run['batch']}, {run.get('steps_per_call', 64)} steps a call, "
+  return (f"{run['batching']}{noise}, batch {run['batch']}, {run.get('steps_per_call', 64)} steps a call, "
           f"{len(run['devices'])} device{'s' if len(run['devices']) > 1 else ''}")
 
 

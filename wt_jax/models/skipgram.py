@@ -3,7 +3,8 @@
     model = SkipGram(vocab_size=V, dim=D, tying="tied")
     loss = model.apply(variables, centers[N], contexts[N], negatives[N, K], method=model.negative_sampling)
     loss = model.apply(variables, centers[N], contexts[N], method=model.full_softmax)
-    loss = window_loss(u[B, D], v[B, X, D], weight[B, X], positives=J)   # over windows of J slots
+    loss = window_loss(u[N, T, D], v[N, G, 1+K, D], mask[N, T, G, 1+K])   # over windows, shared noise
+    loss = window_loss(u[B, J, D], v[B, J, 1+K, D], mask[B, J, 1+K])      # over windows, noise a pair
 
 The embeddings live in `tying.WordEmbeddings` (no output bias), so a tied model holds one `embedding` leaf
 used both for the centre word (input role) and for the scored words (output role).
@@ -38,14 +39,19 @@ def negative_sampling_loss(u: jax.Array, v_pos: jax.Array, v_neg: jax.Array) -> 
   return -(jnp.sum(jax.nn.log_sigmoid(pos)) + jnp.sum(jax.nn.log_sigmoid(-neg)))
 
 
-def window_loss(u: jax.Array, v: jax.Array, weight: jax.Array, positives: int) -> jax.Array:
-  """Negative sampling over windows, each centre's input vector u[B, D] scored against X output vectors v[B, X, D]
-  (the pairs step's orientation: the centre predicts its context): the first `positives` are its window's slots
-  (label 1), the rest noise words (label 0); weight[B, X] counts each score's pairs (0 for a slot outside the window
-  or sentence; a noise word's count of the window's pairs it serves) → Σ weight·[−log σ(±u·v)] (scalar):
-  `negative_sampling_loss` of the window's pairs."""
-  sign = jnp.where(jnp.arange(v.shape[1]) < positives, 1.0, -1.0)
-  return -jnp.sum(weight * jax.nn.log_sigmoid(sign * jnp.einsum("bd,bxd->bx", u, v)))
+def window_loss(u: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+  """Negative sampling over windows, in word2vec.c's orientation (a context word's input vector predicts its
+  centre). Output slot 0 is the centre (the positive), slots 1..K noise words; two forms:
+  - one noise set a window (BlazingText's shared negatives, Gupta & Khare 2017), N blocks of G centres: u[N, T, D]
+    the input vectors of each block's T text rows, v[N, G, 1+K, D] its centres' output sets, mask[N, T, G, 1+K] —
+    the scores are one [T, D]×[D, G(1+K)] product a block;
+  - one set a slot (word2vec.c): u[B, J, D], v[B, J, 1+K, D], mask[B, J, 1+K].
+  The mask keeps the (row, output) pairs that count (a context inside its centre's window and sentence; a noise
+  word other than the centre, which word2vec.c skips) → Σ mask·[−log σ(u·v₀) − Σ_k log σ(−u·v_k)] (scalar):
+  `negative_sampling_loss` of the kept pairs."""
+  scores = jnp.einsum("ntd,ngod->ntgo", u, v) if mask.ndim == 4 else jnp.einsum("bjd,bjod->bjo", u, v)
+  sign = jnp.where(jnp.arange(scores.shape[-1]) == 0, 1.0, -1.0)
+  return -jnp.sum(jnp.where(mask, jax.nn.log_sigmoid(sign * scores), 0.0))
 
 
 class SkipGram(nn.Module):

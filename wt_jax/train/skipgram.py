@@ -8,10 +8,10 @@ Two ways to feed the step (`config.batching`):
   window) from a generator seeded by (seed, epoch), shuffles them and feeds batches of `batch_size` pairs (the last
   partial batch is dropped); the step draws `negatives` noise words per pair from unigram^0.75 on the device.
 - 'windows': each epoch subsamples the text on the host (the same generator) and draws each kept token's window;
-  the device reads a call's kept text as `batch_size` streams, one centre of each a step, and forms each centre's
-  window itself (`window_rows`), scoring in word2vec.c's orientation (`models.skipgram.window_loss`): noise words
-  per (slot) pair as word2vec.c, or with `shared_negatives` one set a window (BlazingText). On several devices each
-  takes its share of the streams and the changes are summed at the call's end (`make_window_step`).
+  the device reads the kept text in order, `batch_size` centres a step, and forms each centre's window itself
+  (`window_blocks`), scoring in word2vec.c's orientation (`models.skipgram.window_loss`): noise words per (slot)
+  pair as word2vec.c, or with `shared_negatives` one set a window (BlazingText). On several devices each takes its
+  share of a call's text and the changes are summed at the call's end (`make_window_step`).
 The learning rate falls linearly with the fraction of training done, to lr·1e-4 at the end (word2vec.c's rule, by
 steps instead of words). Speed without changing the arithmetic: `steps_per_call` SGD steps run in one compiled
 call (a scan), and `sparse_updates` applies SGD to the touched rows only (see `make_step`).
@@ -93,15 +93,22 @@ def make_step(model: SkipGram, tx, noise: jax.Array, negatives: int, dp: paralle
                  out_shardings=(rep, rep))
 
 
-def window_rows(ids: jax.Array, sentences: jax.Array, at: jax.Array, b: jax.Array, window: int):
-  """The text ids[L] and its sentence ids (W entries of −1 before and after it), centres at places at[B] of the text
-  (row at + W of the arrays) and their half-windows b[B] ∈ {1..W} → (centres[B], rows[B, 2W + 1], inside[B, 2W + 1]):
-  each centre's text rows (ids, −1 read as 0) and whether row j lies in its window — 1 ≤ |j − W| ≤ b and in its
-  sentence (word2vec.c's dynamic window: `a` from its random b′ = W − b to 2W − b′; the centre's own row masked)."""
-  offset = jnp.arange(2 * window + 1) - window
-  mid = at + window
-  rows = mid[:, None] + offset[None, :]
-  inside = (offset != 0) & (jnp.abs(offset) <= b[:, None]) & (sentences[rows] == sentences[mid][:, None])
+BLOCK = 8  # centres whose windows one product scores together when they share noise (`window_blocks`; 8 ran
+#            fastest of 4, 8 and 16 in one measurement on a 2-core Xeon)
+
+
+def window_blocks(ids: jax.Array, sentences: jax.Array, b: jax.Array, window: int, block: int):
+  """The text around B consecutive centres, ids[B + 2W] and their sentence ids (−1 past the text's ends), each
+  centre's half-window b[B] ∈ {1..W}, cut into N = B/G blocks of G = `block` centres → (centres[N, G], rows[N, T],
+  inside[N, T, G]), T = G + 2W: each block's text rows (ids, −1 read as 0) and whether row t lies in centre g's
+  window — 1 ≤ |t − g − W| ≤ b and in its sentence (word2vec.c's dynamic window: `a` from its random b′ = W − b to
+  2W − b′). G = 1 gives each centre its own 2W + 1 rows (the centre's own masked)."""
+  W, G = window, block
+  at = G * jnp.arange(b.shape[0] // G)[:, None]
+  rows, mid = at + jnp.arange(G + 2 * W)[None, :], at + W + jnp.arange(G)[None, :]
+  offset = jnp.arange(G + 2 * W)[:, None] - jnp.arange(G)[None, :] - W  # [T, G]
+  near = (offset != 0)[None] & (jnp.abs(offset)[None] <= b.reshape(-1, 1, G))
+  inside = near & (sentences[rows][:, :, None] == sentences[mid][:, None, :])
   return ids[mid], jnp.maximum(ids[rows], 0), inside
 
 
@@ -117,53 +124,49 @@ def noise_draw(key: jax.Array, accept: jax.Array, alias: jax.Array, shape: tuple
 def make_window_step(model: SkipGram, noise: tuple[jax.Array, jax.Array], negatives: int, window: int, shared: bool,
                      noise_key: jax.Array, dp: parallel.DataParallel | None = None):
   """steps(state, ids[C·B + 2W], sentences[C·B + 2W], b[C, B], lrs[C], first) → (state, (losses[C], pairs[C])): C
-  SGD steps over the C·B consecutive centres of the kept text around which ids is cut (−1 past its ends; b in text
-  order). The centres are B streams of C consecutive ones; step j takes centre j of every stream, so a step's
-  centres lie C apart and, for C > 2W, no two of their windows overlap (overlapping windows summed into one update
-  cost the output matrix its quality: BUILD_NOTES). Each step gathers the rows it scores (`window_rows`),
-  differentiates `window_loss` with respect to them and scatter-adds −lr·gradient (the output role's rows first,
-  then the input role's: one leaf when tied), as `make_step`'s sparse step does for pairs. Noise (`noise_draw` from
-  the alias table `noise`): stream i of step first + j draws from key fold_in(noise_key, first + j), one set a
-  window (`shared`) or one a slot (word2vec.c).
+  SGD steps over C·B consecutive centres of the kept text (the slice around them, −1 past its ends). Each step
+  gathers the rows it scores, differentiates `window_loss` with respect to them and scatter-adds −lr·gradient (the
+  output role's rows first, then the input role's: one leaf when tied), as `make_step`'s sparse step does for pairs.
+  Noise (`noise_draw` from the alias table `noise`): centre i of step first + j draws from key fold_in(noise_key,
+  first + j), one set a window (`shared`, scored a block of BLOCK centres at a time) or one a slot (word2vec.c).
 
   On n > 1 devices of `dp` (XLA:CPU runs host devices on their own cores), device d takes the d-th n-th of the
-  streams and runs the C steps on its own copy of the matrices; the copies' changes are summed at the call's end.
-  One step a call is then exactly the one-device step; longer calls let a device's updates reach the other's rows
-  only at call ends, as gensim's worker threads share rows without waiting."""
+  call's centres and runs C steps of B/n of them on its own copy of the matrices; the copies' changes are summed
+  at the call's end. One step a call is then exactly the one-device step; longer calls let a device's updates
+  reach the other's rows only at call ends, as gensim's worker threads share rows without waiting."""
   out_name = "embedding" if model.tying == "tied" else "out_embedding"
-  K, W = negatives, window
+  G, K, W = (BLOCK if shared else 1), negatives, window
   n = dp.data_devices if dp else 1
 
-  def step(words, ids, sentences, at, b, neg, lr):
-    centres, rows, inside = window_rows(ids, sentences, at, b, W)  # [B], [B, J], [B, J]
-    # (slot j, noise k) pairs that count: j in the window, k not its word (word2vec.c skips noise equal to the target)
-    counted = ((neg[:, None] if shared else neg) != rows[..., None]) & inside[..., None]  # [B, J, K]
-    noise = jnp.sum(counted, axis=1) if shared else counted.reshape(len(centres), -1)  # pairs a noise word serves
-    outs = jnp.concatenate([rows, neg.reshape(len(centres), -1)], axis=-1)  # [B, J + K] or [B, J + J·K]
-    weight = jnp.concatenate([inside, noise], axis=-1).astype(jnp.float32)
+  def step(words, ids, sentences, b, neg, lr):
+    centres, rows, inside = window_blocks(ids, sentences, b, W, G)
+    neg = neg.reshape(*centres.shape, K) if shared else neg  # [N, G, K] or [B, 2W + 1, K]
+    centre = jnp.broadcast_to(centres[..., None], (*neg.shape[:-1], 1))
+    outs = jnp.concatenate([centre, neg], axis=-1)  # the centre, then the noise words
+    counted = (outs != centre).at[..., 0].set(True)  # (word2vec.c skips a noise word equal to the centre)
+    mask = inside[..., None] & counted[:, None] if shared else inside & counted
     U, V = words["embedding"], words[out_name]
-    loss, (g_u, g_v) = jax.value_and_grad(window_loss, argnums=(0, 1))(U[centres], V[outs], weight, 2 * W + 1)
+    loss, (g_u, g_v) = jax.value_and_grad(window_loss, argnums=(0, 1))(U[rows], V[outs], mask)
     D = U.shape[-1]
     V = V.at[outs.reshape(-1)].add(-lr * g_v.reshape(-1, D))
-    U = (V if model.tying == "tied" else U).at[centres].add(-lr * g_u)
+    U = (V if model.tying == "tied" else U).at[rows.reshape(-1)].add(-lr * g_u.reshape(-1, D))
     return ({"embedding": U} if model.tying == "tied" else {"embedding": U, "out_embedding": V},
             (loss, jnp.sum(inside, dtype=jnp.int32)))
 
   def steps(state, ids, sentences, b_CxB, lrs_C, first):
     C, B = b_CxB.shape
     Bd, d = B // n, (jax.lax.axis_index(parallel.DATA_AXIS) if n > 1 else 0)
-    draw = lambda j: noise_draw(jax.random.fold_in(noise_key, first + j), *noise,
-                                (B, K) if shared else (B, 2 * W + 1, K))
-    neg = jax.lax.dynamic_slice_in_dim(jax.vmap(draw)(jnp.arange(C)), d * Bd, Bd, axis=1)  # this device's streams
-    b, streams = b_CxB.reshape(-1), d * Bd + jnp.arange(Bd)
+    shape = (B, K) if shared else (B, 2 * W + 1, K)
+    neg = jax.vmap(lambda j: noise_draw(jax.random.fold_in(noise_key, first + j), *noise, shape))(jnp.arange(C))
+    neg, b = neg.reshape(C * B, *shape[1:]), b_CxB.reshape(-1)
 
     def body(words, xs):
-      lr, j, neg_j = xs
-      at = streams * C + j
-      return step(words, ids, sentences, at, b[at], neg_j, lr)
+      lr, j = xs
+      cut = lambda x, size: jax.lax.dynamic_slice_in_dim(x, (d * C + j) * Bd, size)
+      return step(words, cut(ids, Bd + 2 * W), cut(sentences, Bd + 2 * W), cut(b, Bd), cut(neg, Bd), lr)
 
     words = state["params"]["words"]
-    new, (losses, pairs) = jax.lax.scan(body, words, (lrs_C, jnp.arange(C, dtype=jnp.int32), neg))
+    new, (losses, pairs) = jax.lax.scan(body, words, (lrs_C, jnp.arange(C, dtype=jnp.int32)))
     if n > 1:  # every device started from the same matrices: add up their changes
       new = jax.tree_util.tree_map(lambda w, x: w + jax.lax.psum(x - w, parallel.DATA_AXIS), words, new)
       losses, pairs = jax.lax.psum((losses, pairs), parallel.DATA_AXIS)
@@ -203,6 +206,9 @@ class SkipGramTask:
     V, B = len(self.vocab), config.batch_size
     self.dp = parallel.DataParallel.create(num_devices=config.num_devices)
     self.dp.check_batch(B)
+    if self.windows and config.shared_negatives and B % (self.dp.num_devices * BLOCK):
+      raise InputError(f"batch_size={B}: shared noise scores blocks of {BLOCK} centres on each of "
+                       f"{self.dp.num_devices} device(s), so it must be a multiple of {self.dp.num_devices * BLOCK}.")
     self.num_devices = self.dp.num_devices
     self.model = SkipGram(vocab_size=V, dim=config.dim, tying=config.tying)
     self.tx = optax.inject_hyperparams(optax.sgd)(learning_rate=config.learning_rate)
