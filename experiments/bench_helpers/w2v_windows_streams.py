@@ -113,11 +113,10 @@ class Streams(skipgram.SkipGramTask):
 def main():
   config = w2v_untied.get_config()
   config.seed = int(sys.argv[1])
-  config.batching, config.shared_negatives, config.batch_size, config.steps_per_call = "windows", bool(
-      len(sys.argv) > 3), 64, 64
-  config.num_devices = 1
   Streams.pool = int(sys.argv[3]) if len(sys.argv) > 3 else 0
   Streams.damp = len(sys.argv) > 4 and sys.argv[4] == "damp"
+  config.batching, config.batch_size, config.steps_per_call, config.num_devices = "windows", 64, 64, 1
+  config.shared_negatives = Streams.pool > 0  # (names the scheme in the quality record: a pool is shared by a step)
   trainer.run(Streams(config, ptb.sentences("train", None, False)), config, sys.argv[2])
 
 
