@@ -1,7 +1,7 @@
 """A windows step that reads a call's text as streams and scores in the pairs step's orientation, with noise drawn a
 pair or from a pool a step (PTB, untied, one device): what the output matrix's quality asks of a fast step.
 
-    WT_JAX_DATA=... python experiments/bench_helpers/w2v_windows_streams.py SEED WORKDIR [POOL [damp]]
+    WT_JAX_DATA=... python experiments/bench_helpers/w2v_windows_streams.py SEED WORKDIR [POOL [damp|cap=N]]
     python -m experiments.studies.w2v_quality DIR        # then its quality.json (DIR holding WORKDIR)
 
 Not a config switch (BUILD_NOTES §86, §87): a subclass of the task whose step is the one below, batch 64, 64 steps a
@@ -11,8 +11,8 @@ slots (label 1) and against noise words (label 0), skipping a noise word equal t
 - no POOL: K noise words a pair, drawn from the alias table (word2vec.c's draw; the step of 67eb4a0);
 - POOL = P: P noise words a step, each pair picking K of them uniformly (each pick still follows the noise
   distribution), so a step gathers P noise rows instead of K a pair;
-- POOL = P and `damp`: as POOL, each pool word's summed gradient divided by the number of picks it served (an
-  average over its pairs instead of their sum).
+- POOL = P and `cap=N`: as POOL, each pool word's summed gradient scaled by min(1, N / picks it served): a sum up
+  to N picks, N times their average beyond; `damp` is cap=1 (an average over its pairs instead of their sum).
 """
 import os
 import sys
@@ -46,7 +46,7 @@ def pair_loss(u, v_slots, inside, v_noise, noise_weight):
   return -(jnp.sum(jnp.where(inside, jax.nn.log_sigmoid(pos), 0.0)) + jnp.sum(noise_weight * jax.nn.log_sigmoid(-neg)))
 
 
-def make_step(alias, negatives, window, noise_key, pool, damp=False):
+def make_step(alias, negatives, window, noise_key, pool, cap=0):
   K, W, J = negatives, window, 2 * window + 1
 
   def step(words, ids, sentences, at, b, noise, lr):
@@ -63,8 +63,8 @@ def make_step(alias, negatives, window, noise_key, pool, damp=False):
       weight, noise_ids = counted.reshape(B, J * K).astype(jnp.float32), noise.reshape(B, J * K)
     loss, (g_u, g_slots, g_noise) = jax.value_and_grad(pair_loss, argnums=(0, 1, 3))(
         U[centres], V[rows], inside, V[noise_ids], weight)
-    if damp:
-      g_noise = g_noise / jnp.maximum(jnp.sum(weight, axis=0), 1.0)[:, None]
+    if cap:
+      g_noise = g_noise * jnp.minimum(1.0, cap / jnp.maximum(jnp.sum(weight, axis=0), 1.0))[:, None]
     V = V.at[rows.reshape(-1)].add(-lr * g_slots.reshape(-1, D)).at[noise_ids.reshape(-1)].add(
         -lr * g_noise.reshape(-1, D))
     U = U.at[centres].add(-lr * g_u)
@@ -100,21 +100,24 @@ def make_step(alias, negatives, window, noise_key, pool, damp=False):
 class Streams(skipgram.SkipGramTask):
   """`SkipGramTask` (windows, one device, untied) with the step above."""
 
-  pool, damp = 0, False
+  pool, cap = 0, 0
 
   def __init__(self, config, sentences):
     super().__init__(config, sentences)
     _, noise_key = trainer.run_keys(config.seed)
     alias = tuple(map(jnp.asarray, skipgram.sg.alias_table(
         skipgram.sg.noise_distribution(self.counts, config.noise_power))))
-    self.step_fn = make_step(alias, config.negatives, config.window, noise_key, self.pool, self.damp)
+    self.step_fn = make_step(alias, config.negatives, config.window, noise_key, self.pool, self.cap)
 
 
 def main():
   config = w2v_untied.get_config()
   config.seed = int(sys.argv[1])
   Streams.pool = int(sys.argv[3]) if len(sys.argv) > 3 else 0
-  Streams.damp = len(sys.argv) > 4 and sys.argv[4] == "damp"
+  option = sys.argv[4] if len(sys.argv) > 4 else ""
+  Streams.cap = 1 if option == "damp" else int(option.removeprefix("cap=")) if option.startswith("cap=") else 0
+  if option and not Streams.cap:
+    sys.exit(f"unknown option {option!r}: damp or cap=N (N >= 1)")
   config.batching, config.batch_size, config.steps_per_call, config.num_devices = "windows", 64, 64, 1
   config.shared_negatives = Streams.pool > 0  # (names the scheme in the quality record: a pool is shared by a step)
   trainer.run(Streams(config, ptb.sentences("train", None, False)), config, sys.argv[2])
