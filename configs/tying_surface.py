@@ -73,6 +73,13 @@ def get_config(arg: str = "tied,128,4000"):
   return c
 
 
+def trains_the_cell(arg: str) -> bool:
+  """Whether the grid point ARM,D,VOCAB,lr=…,dropout=… has the cell ARM,D,VOCAB's config but for its name (its
+  settings are the arm's `CHOSEN`): its run, not a member's, is then also that cell's run of its seed."""
+  point, cell = get_config(arg).to_dict(), get_config(",".join(arg.split(",")[:3])).to_dict()
+  return {**point, "name": ""} == {**cell, "name": ""}
+
+
 def _number(text: str) -> bool:
   try:
     return float(text) >= 0

@@ -1076,6 +1076,24 @@ def test_the_surface_page_reads_each_gap_against_the_seeds_splits_it_by_frequenc
   assert page.read_bytes() == before
 
 
+def test_a_grid_point_at_the_cells_config_stands_for_the_cells_seed_and_is_listed_once(tmp_path):
+  """tying_surface: a grid point's run at its arm's chosen settings joins the cell as its seed (named under the
+  table, listed once in the provenance); a point at other settings stays in the grid alone."""
+  from configs import tying_surface
+  from experiments.reports import surface
+  runs = tmp_path / "runs"
+  lr, dropout = tying_surface.CHOSEN["tied"]
+  point = f"tied_d64_4000_lr{lr:g}_dropout{dropout:g}_seed0"
+  _surface_run(runs / point, f"surface_{point.removesuffix('_seed0')}", 0, 1.90, 57.5)
+  _surface_run(runs / "tied_d64_4000_lr9e-3_dropout0.1_seed2", "surface_tied_d64_4000_lr9e-3_dropout0.1", 2, 1.5, 70.0)
+  _surface_run(runs / "tied_d64_4000_seed1", "surface_tied_d64_4000", 1, 1.92, 58.0)
+  tab = surface.build_surface("tying_surface", tmp_path / "results", runs)
+  row = next(l for l in tab.splitlines() if l.startswith("| 4,000 pieces | 64 | tied |"))
+  assert "| 0, 1 | 57.8 ± 0.4 (57.5, 58.0) | 1.9100 ± 0.0141 (1.9000, 1.9200) |" in row
+  assert f"all but the name): `{point}` (seed 0)." in tab
+  assert (tmp_path / "results" / "tying_surface" / "README.md").read_text().count(f"- `{point}`") == 1
+
+
 def test_the_wikitext2_test_time_page_adds_both_methods_and_the_same_study_scored_by_articles(tmp_path):
   """test_time_wt2: the cache with dynamic evaluation as a column, the article_resets subfolder as a table of its own
   with its tied − untied readings and each config's gain by articles against as one stream, and the cited anchor."""

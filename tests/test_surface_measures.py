@@ -26,6 +26,21 @@ def test_the_frequency_split_sums_to_the_whole_and_buckets_by_training_count():
   assert sum(b["bits_per_byte"] for b in split) == pytest.approx(45 / math.log(2) / 12, rel=1e-12)
 
 
+def test_a_grid_points_run_is_measured_as_its_cell_only_at_the_cells_config_and_where_the_cell_has_no_run(tmp_path):
+  """cell_runs: a grid point at its arm's chosen settings stands for the cell's seed; one at other settings does not;
+  the cell's own run of a seed replaces it."""
+  from configs import tying_surface
+  lr, dropout = tying_surface.CHOSEN["tied"]
+  point = f"tied_d64_4000_lr{lr:g}_dropout{dropout:g}"
+  for name, seed in ((f"{point}_seed0", 0), (f"{point}_seed1", 1), ("tied_d64_4000_lr9e-3_dropout0.1_seed2", 2),
+                     ("tied_d64_4000_seed1", 1)):
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "results.json").write_text(json.dumps({"seed": seed}))
+  assert {k: p.name for k, p in measures.cell_runs(tmp_path).items()} == {
+      ("tied", "64", "4000", 0): f"{point}_seed0",
+      ("tied", "64", "4000", 1): "tied_d64_4000_seed1"}
+
+
 @pytest.mark.slow
 def test_two_trained_cells_bits_per_byte_from_their_tokens_and_the_tied_matrix_against_the_untied_pair(tmp_path):
   """A tied cell and an untied one of two seeds as members (configs/tying_surface.py, shrunk), trained a few steps

@@ -32,7 +32,8 @@ def _order(key: tuple) -> tuple:
 
 
 def load_surface(report_dir: Path) -> tuple[dict, dict]:
-  """(cells, grid): (vocab, D, arm) → the runs at the surface's own settings (a name without `lr`/`dropout`), and
+  """(cells, grid): (vocab, D, arm) → the runs at the surface's own settings (a name without `lr`/`dropout`, or a
+  grid point's run alone that trains the cell, `trains_the_cell`, for a seed the cell has no run of), and
   (vocab, D, arm, lr, dropout) → a grid point's runs; each run with its measures.json as `_measures` (None until
   measured)."""
   def check(path, r):
@@ -42,7 +43,7 @@ def load_surface(report_dir: Path) -> tuple[dict, dict]:
     by_config = load_runs(report_dir, dataset="text", check=check)
   except ValueError as e:
     raise ReportError(str(e)) from None
-  cells, grid = {}, {}
+  cells, grid, points = {}, {}, []
   for config, runs in by_config.items():
     m = NAME.fullmatch(config)
     for r in runs:
@@ -53,8 +54,13 @@ def load_surface(report_dir: Path) -> tuple[dict, dict]:
     key = (m["vocab"], int(m["width"]), m["arm"])
     if settings:
       grid[(*key, c.learning_rate, c.dropout)] = runs
+      if tying_surface.trains_the_cell(",".join([m["arm"], m["width"], m["vocab"], *settings])):
+        points += [(key, r) for r in runs if "member" not in r]
     else:
       cells[key] = runs
+  for key, r in points:
+    if r["seed"] not in {s["seed"] for s in cells.get(key, ())}:
+      cells[key] = sorted([*cells.get(key, ()), r], key=lambda s: s["seed"])
   return cells, grid
 
 
@@ -79,7 +85,11 @@ def cells_table(cells: dict) -> str:
     rows.append(f"| {_vocab_label(vocab)} | {D} | {arm} | {width} | {runs[0]['num_params']:,} | "
                 f"{', '.join(str(r['seed']) for r in runs)} | {seeds_cell([r['valid_ppl'] for r in runs])} | "
                 f"{seeds_cell(_bpb(runs), '.4f', '.4f')} | {f'{gap[0]:+.4f} ({gap[1]})' if gap else '—'} |")
-  return "\n".join([head, *rows]) if rows else "No cell has a finished run yet."
+  borrowed = [f"`{r['_dir']}` (seed {r['seed']})" for key in sorted(cells, key=_order) for r in cells[key]
+              if NAME.fullmatch(r["config"])["lr"] or NAME.fullmatch(r["config"])["dropout"]]
+  note = ("\n\nA grid point's run stands for its cell's seed where it trained the cell's config (all but the name): "
+          + ", ".join(borrowed) + ".") if borrowed else ""
+  return "\n".join([head, *rows]) + note if rows else "No cell has a finished run yet."
 
 
 def grid_table(grid: dict) -> str:
@@ -211,7 +221,7 @@ def figure(cells: dict, png: Path) -> Path | None:
 def build_surface(name: str, out_root: Path, runs_dir: Path | None = None, readme: Path | None = None) -> str:
   report_dir = _report_dir(name, out_root, runs_dir)
   cells, grid = load_surface(report_dir)
-  runs = [r for group in (*cells.values(), *grid.values()) for r in group]
+  runs = list({r["_dir"]: r for group in (*cells.values(), *grid.values()) for r in group}.values())
   texts = {(r["corpus"]["test"]["words"], r["corpus"]["test"]["bytes"]) for r in runs}
   if len(texts) > 1:
     raise ReportError(f"the surface's runs scored different test texts (words, bytes): {sorted(texts)}")

@@ -4,7 +4,8 @@
 
 Writes measures.json into every finished cell run of the folder that has none (`experiments/studies/tying_surface.sh`:
 `<ARM>_d<D>_<VOCAB>_seed<S>`, or each member folder `members/<k>/` of a members run `<ARM>_d<D>_<VOCAB>_seeds<S>-<T>`
-that did not diverge); the report imports it beside results.json. A grid point's run (`…_lr…`) is not measured.
+that did not diverge); the report imports it beside results.json. A grid point's run (`…_lr…`) is measured only
+where it trained its cell's config (`trains_the_cell`) and the cell has no run of its own for that seed.
 
   test      the test targets' log-probabilities (`trained_lm.score_split`, the run's own test protocol) summed:
             Σ NLL in nats and bits per byte, Σ NLL / ln 2 / bytes of the test text, beside results.json's (from the
@@ -32,6 +33,7 @@ from pathlib import Path
 import numpy as np
 from absl import app, flags
 
+from configs import tying_surface
 from experiments import quiet_library_logs, run_main
 import wt_jax.files as files
 import wt_jax.tying as tying
@@ -44,7 +46,8 @@ log = logging.getLogger(__name__)
 _FREQUENT = flags.DEFINE_integer("frequent", 2000, "Table-4 ρ over this many of the most frequent training types.")
 
 RECORD = "measures.json"
-RUN = re.compile(r"(?P<arm>untied|tied|tied_wide)_d(?P<width>\d+)_(?P<vocab>\d+|words)_seeds?\d+(-\d+)?")
+RUN = re.compile(r"(?P<arm>untied|tied|tied_wide)_d(?P<width>\d+)_(?P<vocab>\d+|words)"
+                 r"(?:_lr(?P<lr>[^_]+))?(?:_dropout(?P<dropout>[^_]+))?_seeds?\d+(-\d+)?")
 BUCKETS = (0, 1, 100, 1000, 10_000)  # lower edges of a target's training count: unseen, 1–99, ..., ≥ 10,000
 
 
@@ -124,10 +127,14 @@ def cell_runs(runs_dir: Path) -> dict[tuple, Path]:
   out = {}
   for folder in sorted(p for p in runs_dir.iterdir() if p.is_dir() and RUN.fullmatch(p.name)):
     cell = RUN.fullmatch(folder.name)
+    settings = [f"{k}={cell[k]}" for k in ("lr", "dropout") if cell[k]]
+    arg = ",".join([cell["arm"], cell["width"], cell["vocab"], *settings])
+    if settings and ((folder / "members").is_dir() or not tying_surface.trains_the_cell(arg)):
+      continue
     for run in sorted(folder.glob("members/*/"), key=lambda p: p.name) or [folder]:
       results = json.loads((run / "results.json").read_text()) if (run / "results.json").is_file() else None
-      if results and not (results.get("member") or {}).get("diverged"):
-        out[cell["arm"], cell["width"], cell["vocab"], results["seed"]] = run
+      if results and not (results.get("member") or {}).get("diverged"):  # (sorted: a grid point's `…_lr…` or
+        out[cell["arm"], cell["width"], cell["vocab"], results["seed"]] = run  # `…_dropout…` before `…_seed…`)
   return out
 
 
