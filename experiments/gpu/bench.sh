@@ -14,6 +14,10 @@
 #   members      K models in one program (wt_jax.members): each of MEMBERS_CONFIGS timed by `experiments.bench
 #                --members_sweep=MEMBERS_K --rounds=MEMBERS_ROUNDS` (each K in its own process, interleaved; its ms
 #                per step and its ratio to one model alone), one `<config> members` line each
+#   word2vec     the skip-gram trainer's words/s on the card (no gensim there; its CPU comparison is
+#                results/word2vec_speed/), untied and tied: word2vec.c's pairs step (the default), and the
+#                windows step with noise a window at the CPU's shape (64 centres, 512 steps a call) and at 1,024
+#                centres, 64 steps a call; W2V_FLAGS (environment) is appended (a smoke run: --w2v_epochs=1)
 # Stops starting new work after BUDGET_S seconds.
 #
 #   bash experiments/gpu/prepare.sh                                                 # here, before the call
@@ -44,7 +48,7 @@ OUT_DIR=$2
 PRECISION=${3:-tensorfloat32}
 shift $(($# < 3 ? $# : 3))
 CONFIGS=${*:-small_tied large_tied large_bd_wd_tied rhn_tied}
-SECTIONS=${SECTIONS:-determinism interleaved compiled unroll profile members}
+SECTIONS=${SECTIONS:-determinism interleaved compiled unroll profile members word2vec}
 DET_CONFIGS=${DET_CONFIGS:-large_bd_wd_tied rhn_tied}
 want() { case " $SECTIONS " in *" $1 "*) return 0 ;; esac; return 1; }
 . experiments/gpu/setup.sh
@@ -139,6 +143,17 @@ if want members; then
     record "$c members $MEMBERS_K" timeout $((60 * processes + 60)) python3 -m experiments.bench --config="$cfg" \
       --config.matmul_precision="$PRECISION" --peak=false --eval_windows=0 --members_sweep="$MEMBERS_K" \
       --rounds="$MEMBERS_ROUNDS" ${MEMBERS_FLAGS:---steps=50 --warmup=10 --repeats=3} ${BENCH_FLAGS:-}
+  done
+fi
+if want word2vec; then
+  windows="--config.batching=windows --config.shared_negatives=true"
+  for t in untied tied; do
+    for step in "" "$windows --config.batch_size=64 --config.steps_per_call=512" \
+        "$windows --config.batch_size=1024 --config.steps_per_call=64"; do
+      left || break 2
+      record "w2v_$t ${step:-pairs}" timeout 200 python3 -m experiments.bench --config="configs/w2v_$t.py" $step \
+        ${W2V_FLAGS:-}
+    done
   done
 fi
 echo "done at $SECONDS s"
