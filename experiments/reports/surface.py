@@ -18,6 +18,16 @@ NAME = re.compile(r"surface_(?P<arm>untied|tied|tied_wide)_d(?P<width>\d+)_(?P<v
                   r"(?:_lr(?P<lr>[^_]+))?(?:_dropout(?P<dropout>[^_]+))?")
 VOCABS = ("1000", "4000", "16000", "words")
 ARMS = ("untied", "tied", "tied_wide")
+# Published tied − untied gaps in bits per byte, each at one configuration (data; read in the source's own text, the
+# model's settings in its code where the source names its defaults): (source, model, vocabulary, width, corpus,
+# seeds, tied − untied, what differs from the surface's cells).
+PUBLISHED = [
+    ("openai/parameter-golf PR #2000 (2026-04-30)", "train_gpt.py's baseline: 9 blocks, 8 heads (4 key-value), "
+     "feed-forward 2·D, Muon on the matrices; tied in the baseline", "1,024 BPE pieces", 512, "FineWeb (validation)",
+     "3 (an RTX PRO 6000; once more on an H100)", +0.019, "another corpus and optimizer; in train_gpt.py's defaults "
+     "a 600-s training cap and other learning rates for a tied (0.05) and an untied (0.6 input, 0.008 output) "
+     "matrix; the description gives the difference, not its seed spread"),
+]
 COMMAND = ('SEEDS="0 1" bash experiments/studies/tying_surface.sh runs/tying_surface CELL ...; python -m '
            "experiments.studies.tying_surface_measures runs/tying_surface; python -m experiments.report tying_surface "
            "--runs=runs/tying_surface")
@@ -169,6 +179,14 @@ def mechanism_table(cells: dict) -> str:
   return "\n".join([head, *rows]) if rows else "No cell has both arms measured yet."
 
 
+def published_table() -> str:
+  """`PUBLISHED`: the published gaps, in the surface's sign (tied − untied; > 0: untying helps)."""
+  head = ("| source | model | vocabulary | D | corpus | seeds | tied − untied, bits per byte | unlike the cells here |\n"
+          "|---|---|---|---|---|---|---|---|")
+  return "\n".join([head, *(f"| {s} | {m} | {v} | {d} | {c} | {n} | {g:+.3f} | {w} |"
+                             for s, m, v, d, c, n, g, w in PUBLISHED)])
+
+
 def cost_table(report_dir: Path) -> str:
   """cost.jsonl: each measured cell's rate (150 steps, the median progress record) and what 6 epochs would take."""
   path = report_dir / "cost.jsonl"
@@ -183,7 +201,8 @@ def cost_table(report_dir: Path) -> str:
 
 def figure(cells: dict, png: Path) -> Path | None:
   """The gap tied − untied (test bits per byte) against D, a line per vocabulary; shaded: ± twice the larger seed
-  sd (the reading's bar) where both arms have two seeds or more; hollow points: a side with one seed."""
+  sd (the reading's bar) where both arms have two seeds or more; hollow points: a side with one seed; stars: the
+  published gaps (`PUBLISHED`)."""
   gaps = {key: _gap(cells, key) for key in cells if key[2] == "tied" and _gap(cells, key)}
   if not gaps:
     return None
@@ -205,9 +224,13 @@ def figure(cells: dict, png: Path) -> Path | None:
     if banded:
       ax.fill_between([x for x, _, _ in banded], [y - b for _, y, b in banded], [y + b for _, y, b in banded],
                       color=f"C{i}", alpha=0.15)
+  for source, _, vocab, width, corpus, _, gap, _ in PUBLISHED:
+    ax.scatter([width], [gap], marker="*", s=90, color="black", zorder=3,
+               label=f"{source.split(' (')[0]}: {vocab}, {corpus.split(' (')[0]} (published, another setup)")
   ax.axhline(0, color="grey", linewidth=0.8)
   ax.set_xscale("log", base=2)
-  ax.set_xticks(sorted({k[1] for k in gaps}), [str(d) for d in sorted({k[1] for k in gaps})])
+  widths = sorted({k[1] for k in gaps} | {p[3] for p in PUBLISHED})
+  ax.set_xticks(widths, [str(d) for d in widths])
   ax.set_xlabel("width D")
   ax.set_ylabel("tied − untied, test bits per byte (< 0: tying helps)")
   ax.grid(True, alpha=0.3)
@@ -236,6 +259,8 @@ def build_surface(name: str, out_root: Path, runs_dir: Path | None = None, readm
       "targets)\n\n" + frequency_table(cells),
       "### The matrices (CKA: linear CKA over the types seen in training; ρ₄: Table-4 ρ over the 2,000 most "
       "frequent)\n\n" + mechanism_table(cells),
+      "### Published gaps at one configuration each (not runs of this project; beside the curve as a star)\n\n"
+      + published_table(),
       "### The learning-rate and dropout grid (validation)\n\n" + grid_table(grid),
       "### What a cell costs on this CPU (the machine otherwise idle)\n\n" + cost_table(report_dir)])
   png = figure(cells, report_dir / "gap.png")
