@@ -15,6 +15,8 @@ Everything else is the Transformer study's (configs/transformer.py, ours): 4 pre
 (one head at D = 64), feed-forward 4·D, the input embedding × √D (that study's best scale on PTB), dropout 0.3, Adam
 at 1e-3 after 500 warm-up steps, ×0.5 per epoch after the third, 6 epochs of 64-token windows after 32 of memory.
 """
+import re
+
 from configs import transformer
 
 ARMS = ("untied", "tied", "tied_wide")
@@ -71,6 +73,17 @@ def get_config(arg: str = "tied,128,4000"):
   c.learning_rate = float(settings.get("lr", lr))
   c.dropout = float(settings.get("dropout", dropout))
   return c
+
+
+NAME = re.compile(r"surface_(?P<arm>untied|tied|tied_wide)_d(?P<width>\d+)_(?P<vocab>\d+|words)"
+                  r"(?:_lr(?P<lr>[^_]+))?(?:_dropout(?P<dropout>[^_]+))?")
+
+
+def arg_of(name: str) -> str | None:
+  """The argument ARM,D,VOCAB[,lr=LR][,dropout=P] of the config named `name` (`get_config`'s c.name, as a run's
+  results.json records it); None for another config's name."""
+  m = NAME.fullmatch(name)
+  return m and ",".join([m["arm"], m["width"], m["vocab"], *(f"{k}={m[k]}" for k in ("lr", "dropout") if m[k])])
 
 
 def trains_the_cell(arg: str) -> bool:

@@ -27,18 +27,23 @@ def test_the_frequency_split_sums_to_the_whole_and_buckets_by_training_count():
 
 
 def test_a_grid_points_run_is_measured_as_its_cell_only_at_the_cells_config_and_where_the_cell_has_no_run(tmp_path):
-  """cell_runs: a grid point at its arm's chosen settings stands for the cell's seed; one at other settings does not;
-  the cell's own run of a seed replaces it."""
+  """cell_runs: a run is known by its results.json's config name, not its folder's; a grid point at its arm's
+  chosen settings stands for the cell's seed, one at other settings does not; the cell's own run of a seed replaces
+  it; another config's run is not a cell."""
   from configs import tying_surface
   lr, dropout = tying_surface.CHOSEN["tied"]
   point = f"tied_d64_4000_lr{lr:g}_dropout{dropout:g}"
-  for name, seed in ((f"{point}_seed0", 0), (f"{point}_seed1", 1), ("tied_d64_4000_lr9e-3_dropout0.1_seed2", 2),
-                     ("tied_d64_4000_seed1", 1)):
-    (tmp_path / name).mkdir()
-    (tmp_path / name / "results.json").write_text(json.dumps({"seed": seed}))
-  assert {k: p.name for k, p in measures.cell_runs(tmp_path).items()} == {
+  for folder, config, seed in ((f"{point}_seed0", point, 0), (f"{point}_seed1", point, 1),
+                               ("tied_d64_4000_lr9e-3_dropout0.1_seed2", "tied_d64_4000_lr9e-3_dropout0.1", 2),
+                               ("tied_d64_4000_seed1", "tied_d64_4000", 1),
+                               ("a_queue_job/members/1", "untied_d768_16000", 3), ("small_tied", None, 0)):
+    (tmp_path / folder).mkdir(parents=True)
+    results = {"seed": seed, "config": f"surface_{config}" if config else "small_tied"}
+    (tmp_path / folder / "results.json").write_text(json.dumps(results))
+  assert {k: p.relative_to(tmp_path).as_posix() for k, p in measures.cell_runs(tmp_path).items()} == {
       ("tied", "64", "4000", 0): f"{point}_seed0",
-      ("tied", "64", "4000", 1): "tied_d64_4000_seed1"}
+      ("tied", "64", "4000", 1): "tied_d64_4000_seed1",
+      ("untied", "768", "16000", 3): "a_queue_job/members/1"}
 
 
 @pytest.mark.slow

@@ -5,7 +5,6 @@ with their measures.json (`experiments/studies/tying_surface_measures.py`), the 
 runs (a cell with `lr=`/`dropout=` in its name) and cost.jsonl (`experiments/studies/tying_surface_cost.sh`)."""
 from __future__ import annotations
 
-import re
 import statistics
 from pathlib import Path
 
@@ -14,8 +13,6 @@ from experiments.reports.pages import _report_dir, _write
 from experiments.reports.records import MEASURES, ReportError, against_spread, json_record, load_runs, seeds_cell
 import wt_jax.files as files
 
-NAME = re.compile(r"surface_(?P<arm>untied|tied|tied_wide)_d(?P<width>\d+)_(?P<vocab>\d+|words)"
-                  r"(?:_lr(?P<lr>[^_]+))?(?:_dropout(?P<dropout>[^_]+))?")
 VOCABS = ("1000", "4000", "16000", "words")
 ARMS = ("untied", "tied", "tied_wide")
 # Published tied − untied gaps in bits per byte, each at one configuration (data; read in the source's own text, the
@@ -47,7 +44,7 @@ def load_surface(report_dir: Path) -> tuple[dict, dict]:
   (vocab, D, arm, lr, dropout) → a grid point's runs; each run with its measures.json as `_measures` (None until
   measured)."""
   def check(path, r):
-    if not NAME.fullmatch(r["config"]):
+    if not tying_surface.arg_of(r["config"]):
       raise ValueError(f"{path}: {r['config']!r} is not a tying-surface cell")
   try:
     by_config = load_runs(report_dir, dataset="text", check=check)
@@ -55,16 +52,15 @@ def load_surface(report_dir: Path) -> tuple[dict, dict]:
     raise ReportError(str(e)) from None
   cells, grid, points = {}, {}, []
   for config, runs in by_config.items():
-    m = NAME.fullmatch(config)
     for r in runs:
       path = report_dir / r["_dir"] / MEASURES
       r["_measures"] = json_record(path.read_text(), path) if path.is_file() else None
-    settings = [f"{k}={m[k]}" for k in ("lr", "dropout") if m[k]]
-    c = tying_surface.get_config(",".join([m["arm"], m["width"], m["vocab"], *settings]))
-    key = (m["vocab"], int(m["width"]), m["arm"])
+    arg = tying_surface.arg_of(config)
+    (arm, width, vocab, *settings), c = arg.split(","), tying_surface.get_config(arg)
+    key = (vocab, int(width), arm)
     if settings:
       grid[(*key, c.learning_rate, c.dropout)] = runs
-      if tying_surface.trains_the_cell(",".join([m["arm"], m["width"], m["vocab"], *settings])):
+      if tying_surface.trains_the_cell(arg):
         points += [(key, r) for r in runs if "member" not in r]
     else:
       cells[key] = runs
@@ -96,7 +92,7 @@ def cells_table(cells: dict) -> str:
                 f"{', '.join(str(r['seed']) for r in runs)} | {seeds_cell([r['valid_ppl'] for r in runs])} | "
                 f"{seeds_cell(_bpb(runs), '.4f', '.4f')} | {f'{gap[0]:+.4f} ({gap[1]})' if gap else '—'} |")
   borrowed = [f"`{r['_dir']}` (seed {r['seed']})" for key in sorted(cells, key=_order) for r in cells[key]
-              if NAME.fullmatch(r["config"])["lr"] or NAME.fullmatch(r["config"])["dropout"]]
+              if tying_surface.arg_of(r["config"]).count(",") > 2]  # (a grid point's: lr= or dropout= in its name)
   note = ("\n\nA grid point's run stands for its cell's seed where it trained the cell's config (all but the name): "
           + ", ".join(borrowed) + ".") if borrowed else ""
   return "\n".join([head, *rows]) + note if rows else "No cell has a finished run yet."

@@ -2,10 +2,11 @@
 
     python -m experiments.studies.tying_surface_measures runs/tying_surface [--frequent=2000]
 
-Writes measures.json into every finished cell run of the folder that has none (`experiments/studies/tying_surface.sh`:
-`<ARM>_d<D>_<VOCAB>_seed<S>`, or each member folder `members/<k>/` of a members run `<ARM>_d<D>_<VOCAB>_seeds<S>-<T>`
-that did not diverge); the report imports it beside results.json. A grid point's run (`…_lr…`) is measured only
-where it trained its cell's config (`trains_the_cell`) and the cell has no run of its own for that seed.
+Writes measures.json into every finished cell run of the folder that has none: each run folder, or member folder
+`members/<k>/` that did not diverge, whose results.json names a config of configs/tying_surface.py (`arg_of`;
+`experiments/studies/tying_surface.sh` names them `<ARM>_d<D>_<VOCAB>_seed<S>`, a GPU queue by its job); the report
+imports it beside results.json. A grid point's run (`lr=`/`dropout=` in its argument) is measured only where it
+trained its cell's config (`trains_the_cell`) and the cell has no run of its own for that seed.
 
   test      the test targets' log-probabilities (`trained_lm.score_split`, the run's own test protocol) summed:
             Σ NLL in nats and bits per byte, Σ NLL / ln 2 / bytes of the test text, beside results.json's (from the
@@ -27,7 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import re
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +38,7 @@ from experiments import quiet_library_logs, run_main
 import wt_jax.files as files
 import wt_jax.tying as tying
 import wt_jax.trained_lm as trained_lm
+from wt_jax.train.members_run import MEMBERS_DIR
 from wt_jax.analysis import embeddings
 from wt_jax.errors import InputError
 
@@ -46,8 +47,6 @@ log = logging.getLogger(__name__)
 _FREQUENT = flags.DEFINE_integer("frequent", 2000, "Table-4 ρ over this many of the most frequent training types.")
 
 RECORD = "measures.json"
-RUN = re.compile(r"(?P<arm>untied|tied|tied_wide)_d(?P<width>\d+)_(?P<vocab>\d+|words)"
-                 r"(?:_lr(?P<lr>[^_]+))?(?:_dropout(?P<dropout>[^_]+))?_seeds?\d+(-\d+)?")
 BUCKETS = (0, 1, 100, 1000, 10_000)  # lower edges of a target's training count: unseen, 1–99, ..., ≥ 10,000
 
 
@@ -123,19 +122,23 @@ def _record(path: Path) -> dict | None:
 
 
 def cell_runs(runs_dir: Path) -> dict[tuple, Path]:
-  """(arm, D, vocabulary, seed) → the folder of each finished cell run in `runs_dir` (module docstring)."""
-  out = {}
-  for folder in sorted(p for p in runs_dir.iterdir() if p.is_dir() and RUN.fullmatch(p.name)):
-    cell = RUN.fullmatch(folder.name)
-    settings = [f"{k}={cell[k]}" for k in ("lr", "dropout") if cell[k]]
-    arg = ",".join([cell["arm"], cell["width"], cell["vocab"], *settings])
-    if settings and ((folder / "members").is_dir() or not tying_surface.trains_the_cell(arg)):
+  """(arm, D, vocabulary, seed) → the folder of each finished cell run in `runs_dir` (module docstring), known by
+  its results.json's config name, whatever the folder's: the cell's own run of a seed, else a grid point's run
+  alone that trains the cell."""
+  own, points = {}, {}
+  for path in sorted([*runs_dir.glob("*/results.json"), *runs_dir.glob(f"*/{MEMBERS_DIR}/*/results.json")]):
+    if (path.parent / MEMBERS_DIR).is_dir():  # (a members run's own results.json: its members' numbers as [K])
       continue
-    for run in sorted(folder.glob("members/*/"), key=lambda p: p.name) or [folder]:
-      results = json.loads((run / "results.json").read_text()) if (run / "results.json").is_file() else None
-      if results and not (results.get("member") or {}).get("diverged"):  # (sorted: a grid point's `…_lr…` or
-        out[cell["arm"], cell["width"], cell["vocab"], results["seed"]] = run  # `…_dropout…` before `…_seed…`)
-  return out
+    results = json.loads(path.read_text())
+    arg = tying_surface.arg_of(results.get("config", ""))
+    if arg is None or (results.get("member") or {}).get("diverged"):
+      continue
+    arm, width, vocab, *settings = arg.split(",")
+    if not settings:
+      own[arm, width, vocab, results["seed"]] = path.parent
+    elif not results.get("member") and tying_surface.trains_the_cell(arg):
+      points[arm, width, vocab, results["seed"]] = path.parent
+  return {**points, **own}
 
 
 def measure_folder(runs_dir: Path, frequent_types: int) -> list[Path]:
