@@ -5,6 +5,7 @@ probe, two jobs side by side, records, a second driver on the same folders (the 
 another config), and experiments/gpu/window.sh as a lent machine runs it."""
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -180,6 +181,28 @@ def test_the_next_windows_job_list_names_configs_that_build():
   assert [gj.job_members(gj.parse_job(s), []) for s in specs] == [0, 0] + [2] * 8
   assert all(gj.members_of(gj.job_config(gj.parse_job(s), [])) == 2 and "inan" in n
              for s, n in zip(specs[2:], names[2:]))
+
+
+def test_the_surface_job_list_trains_each_arm_of_one_cell_two_seeds_a_program_on_the_text_folder():
+  """jobs_surface.txt: the tying surface's GPU cell (D = 768, 16,000 pieces), every arm, seeds 0 and 1 as members,
+  on the folder prepare.sh fills; each a name the surface's measures and report know as that cell."""
+  from configs import tying_surface
+  _parsed_flags()
+  specs = gj.read_job_specs([], [], str(REPO / "experiments" / "gpu" / "jobs_surface.txt"))
+  configs = [gj.job_config(gj.parse_job(s), []) for s in specs]
+  assert [tying_surface.arg_of(c.name) for c in configs] == [f"{arm},768,16000" for arm in tying_surface.ARMS]
+  assert {(c.members, c.data_dir) for c in configs} == {(2, ".gpu/data/wikitext2_text")}
+  assert ".gpu/data/wikitext2_text/$split.txt.gz" in (REPO / "experiments" / "gpu" / "prepare.sh").read_text()
+
+
+def test_set_adjusts_a_dry_runs_shapes(shared_data_root):
+  """--set comes after the dry run's shrinking, so it can change a shape the dry run sets (a Transformer's
+  test window, its heads): here fewer training tokens than the dry run's 1,200 give the job fewer steps."""
+  env = {**os.environ, "WT_JAX_DATA": str(shared_data_root), "JAX_PLATFORMS": "cpu"}
+  steps = [int(re.search(r"\((\d+) steps", _queue(["--dry_run", "--check_jobs", "--jobs=small_tied", *extra],
+                                                    env, timeout=120).stdout)[1])
+           for extra in ([], ["--set=train_max_tokens=600"])]
+  assert steps[0] > steps[1] > 0
 
 
 def _models(spec: str) -> list[tuple[str, int]]:

@@ -1074,6 +1074,13 @@ def test_the_surface_page_reads_each_gap_against_the_seeds_splits_it_by_frequenc
   before = page.read_bytes()
   surface.build_surface("tying_surface", out)
   assert page.read_bytes() == before
+  # a run whose test scored part of the text has no bits per byte: refused with one line, the page as it was
+  _surface_run(tmp_path / "cut" / "tied_d64_1000_seed0", "surface_tied_d64_1000", 0, 1.9, 58.0)
+  cut = tmp_path / "cut" / "tied_d64_1000_seed0" / "results.json"
+  cut.write_text(json.dumps({k: v for k, v in json.loads(cut.read_text()).items() if k != "test_bits_per_byte"}))
+  with pytest.raises(records.ReportError, match="no test bits per byte"):
+    surface.build_surface("tying_surface", out, tmp_path / "cut")
+  assert page.read_bytes() == before
 
 
 def test_a_grid_point_at_the_cells_config_stands_for_the_cells_seed_and_is_listed_once(tmp_path):

@@ -507,7 +507,7 @@ def main(argv):
   if _MIN_START.value >= _BUDGET.value:
     raise app.UsageError(f"--min_start_s ({_MIN_START.value:g}) leaves no time to start a job in --budget_s "
                          f"({_BUDGET.value:g}).")
-  common = list(_SET.value) + (list(DRY_RUN_SET) if _DRY_RUN.value else [])
+  common = (list(DRY_RUN_SET) if _DRY_RUN.value else []) + list(_SET.value)  # (--set adjusts a dry run's shapes)
   common += ["deterministic=true"] if _DETERMINISTIC.value else []
   jobs, steps_of, probe_job = _jobs_of_flags(common)
   if _CHECK_JOBS.value:

@@ -46,6 +46,8 @@ def load_surface(report_dir: Path) -> tuple[dict, dict]:
   def check(path, r):
     if not tying_surface.arg_of(r["config"]):
       raise ValueError(f"{path}: {r['config']!r} is not a tying-surface cell")
+    if "test_bits_per_byte" not in r:
+      raise ValueError(f"{path}: no test bits per byte (its test scored part of the text: eval_max_tokens)")
   try:
     by_config = load_runs(report_dir, dataset="text", check=check)
   except ValueError as e:
@@ -237,6 +239,13 @@ def figure(cells: dict, png: Path) -> Path | None:
   return png
 
 
+def _machine(r: dict) -> str:
+  """A run's machine: its CPU, or its accelerator and matmul precision (a GPU queue's job)."""
+  if r["host"].get("platform", "cpu") == "cpu":
+    return f"{r['host']['cpu']}, {r['host']['cpu_count']} cores"
+  return f"{r['device_kind']}, matmul precision {r['matmul_precision']}"
+
+
 def build_surface(name: str, out_root: Path, runs_dir: Path | None = None, readme: Path | None = None) -> str:
   report_dir = _report_dir(name, out_root, runs_dir)
   cells, grid = load_surface(report_dir)
@@ -263,7 +272,7 @@ def build_surface(name: str, out_root: Path, runs_dir: Path | None = None, readm
   prov = "\n".join(
       f"- `{r['_dir']}`: seed {r['seed']}, {r['epochs']:.0f} epochs, {r['wall_s'] / 60:.0f} min wall, "
       f"{r['train_tokens_per_s']:,.0f} train tokens/s; commit `{(r.get('versions') or {}).get('wt_jax_commit')}`; "
-      f"machine: {r['host']['cpu']}, {r['host']['cpu_count']} cores" for r in sorted(runs, key=lambda r: r["_dir"]))
+      f"machine: {_machine(r)}" for r in sorted(runs, key=lambda r: r["_dir"]))
   _write(name, report_dir, readme, "The tying surface: when should a model tie?", lead, tab, png,
          "tied − untied against width", f"Command: `{COMMAND}`\n\n{prov or 'No finished run yet.'}", "The study page")
   return tab
