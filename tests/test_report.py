@@ -1036,7 +1036,8 @@ def _surface_run(folder: Path, config: str, seed: int, bpb: float, valid: float,
 def test_the_surface_page_reads_each_gap_against_the_seeds_splits_it_by_frequency_and_marks_the_grid(tmp_path):
   """tying_surface: a cell's tied − untied gap in bits per byte against twice the larger seed sd, a one-seed side
   not read; the gap split by training count from measures.json adds up to the whole; the grid's lowest validation
-  point per arm in bold; the figure drawn; a rebuild from the records alone is byte-identical."""
+  point per arm in bold; a cell's cost marked as fitting a session or not; the figure drawn; a rebuild from the
+  records alone is byte-identical."""
   from experiments.reports import surface
   runs, out = tmp_path / "runs", tmp_path / "results"
   for seed in (0, 1):
@@ -1053,7 +1054,9 @@ def test_the_surface_page_reads_each_gap_against_the_seeds_splits_it_by_frequenc
   (out / "tying_surface").mkdir()
   (out / "tying_surface" / "cost.jsonl").write_text(json.dumps(
       {"cell": "tied,64,4000", "steps_per_s": 11.7, "records": 5, "steps_per_epoch": 2442, "epochs": 6,
-       "num_params": 466208, "host": {"cpu": "Test CPU", "cpu_count": 2}}) + "\n")
+       "num_params": 466208, "host": {"cpu": "Test CPU", "cpu_count": 2}}) + "\n" + json.dumps(
+      {"cell": "untied,256,16000", "steps_per_s": 1.38, "records": 5, "steps_per_epoch": 1947, "epochs": 6,
+       "num_params": 11392128, "host": {"cpu": "Test CPU", "cpu_count": 2}}) + "\n")
 
   tab = surface.build_surface("tying_surface", out, runs)
 
@@ -1068,7 +1071,8 @@ def test_the_surface_page_reads_each_gap_against_the_seeds_splits_it_by_frequenc
   assert "| 4,000 pieces | 64 | tied | 2 | 0.50 ± 0.00 | 0.50 ± 0.00 | 0.50 ± 0.00 | 0.30 ± 0.00 |" in tab
   assert "| 4,000 pieces | 64 | tied | 0.002 | 0.1 | 0 | **57.5** |" in tab
   assert "| 4,000 pieces | 64 | tied | 0.001 | 0.3 | 0 | 60.0 |" in tab
-  assert "| tied,64,4000 | 466,208 | 2,442 | 11.70 | 21 | Test CPU, 2 cores |" in tab
+  assert "| tied,64,4000 | 466,208 | 2,442 | 11.70 | 21 | yes | Test CPU, 2 cores |" in tab
+  assert "| untied,256,16000 | 11,392,128 | 1,947 | 1.38 | 141 | no | Test CPU, 2 cores |" in tab  # 2 × 141 > 180
   page = out / "tying_surface" / "README.md"
   assert (out / "tying_surface" / "gap.png").is_file() and "![tied − untied against width](gap.png)" in page.read_text()
   before = page.read_bytes()

@@ -25,6 +25,9 @@ PUBLISHED = [
      "a 600-s training cap and other learning rates for a tied (0.05) and an untied (0.6 input, 0.008 output) "
      "matrix; the description gives the difference, not its seed spread"),
 ]
+# A run must finish inside the session that starts it (3 hours; `runs/` may not outlive it), and this machine's rate
+# alone has fallen to about half its idle rate within a session: a cell fits where twice its idle time does.
+SESSION_MIN, SLOWDOWN = 180, 2
 COMMAND = ('SEEDS="0 1" bash experiments/studies/tying_surface.sh runs/tying_surface CELL ...; python -m '
            "experiments.studies.tying_surface_measures runs/tying_surface; python -m experiments.report tying_surface "
            "--runs=runs/tying_surface")
@@ -186,14 +189,19 @@ def published_table() -> str:
 
 
 def cost_table(report_dir: Path) -> str:
-  """cost.jsonl: each measured cell's rate (150 steps, the median progress record) and what 6 epochs would take."""
+  """cost.jsonl: each measured cell's rate (150 steps, the median progress record), what 6 epochs would take, and
+  whether they fit a session (`SESSION_MIN`) at `SLOWDOWN` times that."""
   path = report_dir / "cost.jsonl"
   if not path.is_file():
     return "No cost measured yet."
-  head = ("| cell | parameters | steps an epoch | steps/s | 6 epochs, min | machine |\n|---|---|---|---|---|---|")
-  rows = [f"| {c['cell']} | {c['num_params']:,} | {c['steps_per_epoch']:,} | {c['steps_per_s']:.2f} | "
-          f"{c['epochs'] * c['steps_per_epoch'] / c['steps_per_s'] / 60:.0f} | {c['host']['cpu']}, "
-          f"{c['host']['cpu_count']} cores |" for c in files.read_jsonl(path)[0]]
+  head = (f"| cell | parameters | steps an epoch | steps/s | 6 epochs, min | fits a session ({SLOWDOWN}× that ≤ "
+          f"{SESSION_MIN} min) | machine |\n|---|---|---|---|---|---|---|")
+  rows = []
+  for c in files.read_jsonl(path)[0]:
+    minutes = c["epochs"] * c["steps_per_epoch"] / c["steps_per_s"] / 60
+    rows.append(f"| {c['cell']} | {c['num_params']:,} | {c['steps_per_epoch']:,} | {c['steps_per_s']:.2f} | "
+                f"{minutes:.0f} | {'yes' if SLOWDOWN * minutes <= SESSION_MIN else 'no'} | {c['host']['cpu']}, "
+                f"{c['host']['cpu_count']} cores |")
   return "\n".join([head, *rows])
 
 
