@@ -25,8 +25,7 @@ PUBLISHED = [
      "a 600-s training cap and other learning rates for a tied (0.05) and an untied (0.6 input, 0.008 output) "
      "matrix; the description gives the difference, not its seed spread"),
 ]
-# A run must finish inside the session that starts it (3 hours; `runs/` may not outlive it), and this machine's runs
-# alone have taken up to 2.4 times their cells' idle time: a cell fits where 2.5 times its idle time does.
+# A cell fits a CPU session where SLOWDOWN times its idle time is within SESSION_MIN minutes (why: BUILD_NOTES).
 SESSION_MIN, SLOWDOWN = 180, 2.5
 COMMAND = ('SEEDS="0 1" bash experiments/studies/tying_surface.sh runs/tying_surface CELL ...; python -m '
            "experiments.studies.tying_surface_measures runs/tying_surface; python -m experiments.report tying_surface "
