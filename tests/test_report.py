@@ -1063,6 +1063,7 @@ def test_the_surface_page_reads_each_gap_against_the_seeds_splits_it_by_frequenc
   row = next(l for l in tab.splitlines() if l.startswith("| 4,000 pieces | 64 | tied |"))
   assert "| 1.9050 ± 0.0071 (1.9000, 1.9100) | -0.1000 (beyond twice the larger seed sd (0.0141)) |" in row
   assert "-0.1000 (within" not in tab
+  assert "- 4,000 pieces, D = 64, tied: -0.1000, tying helps." in tab  # the reading, on the page
   row = next(l for l in tab.splitlines() if l.startswith("| 4,000 pieces | 128 | tied |"))
   assert row.endswith("| +0.0500 (one seed on a side: no spread to read it against) |")
   freq = next(l for l in tab.splitlines() if l.startswith("| 4,000 pieces | 64 | tied | 2 |"))
@@ -1085,6 +1086,25 @@ def test_the_surface_page_reads_each_gap_against_the_seeds_splits_it_by_frequenc
   with pytest.raises(records.ReportError, match="no test bits per byte"):
     surface.build_surface("tying_surface", out, tmp_path / "cut")
   assert page.read_bytes() == before
+
+
+def test_the_surface_reading_signs_only_read_cells_and_follows_each_line():
+  """tying_surface's reading: a sign only where both sides have two seeds and the gap is beyond twice the larger
+  seed sd; along the width and along the vocabulary only where a line has two read tied cells."""
+  from experiments.reports import surface
+  runs = lambda *bpb: [{"test_bits_per_byte": b, "seed": s} for s, b in enumerate(bpb)]
+  cells = {("1000", 64, "untied"): runs(1.80, 1.81), ("1000", 64, "tied"): runs(1.78, 1.79),
+           ("4000", 64, "untied"): runs(1.58, 1.59), ("4000", 64, "tied"): runs(1.61, 1.62),
+           ("4000", 128, "untied"): runs(1.50, 1.52), ("4000", 128, "tied"): runs(1.51, 1.53),
+           ("1000", 128, "untied"): runs(1.7), ("1000", 128, "tied"): runs(1.6)}
+  text = surface.reading(cells)
+  assert "- 1,000 pieces, D = 64, tied: -0.0200, tying helps." in text
+  assert "- 4,000 pieces, D = 64, tied: +0.0300, tying costs." in text
+  assert "- 4,000 pieces, D = 128, tied: +0.0100, no sign (within the spread)." in text  # 2 sd = 0.0283
+  assert "1,000 pieces, D = 128" not in text  # one seed a side: not read
+  assert "- Along the width: at 4,000 pieces, tying costs at D = 64, no sign (within the spread) at D = 128." in text
+  assert "- Along the vocabulary: at D = 64, tying helps at 1,000 pieces, tying costs at 4,000 pieces." in text
+  assert surface.reading({k: v for k, v in cells.items() if k[1] == 128 and k[0] == "1000"}).startswith("No cell")
 
 
 def test_a_grid_point_at_the_cells_config_stands_for_the_cells_seed_and_is_listed_once(tmp_path):

@@ -102,6 +102,35 @@ def cells_table(cells: dict) -> str:
   return "\n".join([head, *rows]) + note if rows else "No cell has a finished run yet."
 
 
+def reading(cells: dict) -> str:
+  """The read cells (both sides two seeds or more) and their sign: beyond twice the larger seed sd, < 0 tying helps
+  and > 0 it costs; within it, no sign. Then the signs along the width at each vocabulary and along the vocabulary
+  at each width, where a line has two read tied cells or more."""
+  word = {-1: "tying helps", 1: "tying costs", 0: "no sign (within the spread)"}
+  signs, lines = {}, []
+  for key in sorted(cells, key=_order):
+    untied = cells.get((*key[:2], "untied"), ())
+    if key[2] == "untied" or min(len(cells[key]), len(untied)) < 2:
+      continue
+    diff, verdict = _gap(cells, key)
+    signs[key] = (diff > 0) - (diff < 0) if verdict.startswith("beyond") else 0
+    arm = "tied_wide (at the untied parameter count)" if key[2] == "tied_wide" else key[2]
+    lines.append(f"- {_vocab_label(key[0])}, D = {key[1]}, {arm}: {diff:+.4f}, {word[signs[key]]}.")
+  if not lines:
+    return "No cell is read yet (each side needs two seeds)."
+  for name, other, fixed, label, point in (
+      ("width", "vocabulary", 0, _vocab_label, lambda k: f"D = {k[1]}"),
+      ("vocabulary", "width", 1, lambda d: f"D = {d}", lambda k: _vocab_label(k[0]))):
+    lines_of = {}
+    for key in sorted((k for k in signs if k[2] == "tied"), key=lambda k: _order(k)[fixed]):
+      lines_of.setdefault(key[fixed], []).append(key)
+    found = [f"at {label(g)}, " + ", ".join(f"{word[signs[k]]} at {point(k)}" for k in keys)
+             for g, keys in lines_of.items() if len(keys) > 1]
+    lines.append(f"- Along the {name}: " + ("; ".join(found) if found else
+                 f"no {other} has its tied arm read at two {name}s yet, so the cells say nothing along it") + ".")
+  return "\n".join(lines)
+
+
 def grid_table(grid: dict) -> str:
   """Each grid point's best validation perplexity (per token), the lowest of each (vocabulary, D, arm) in bold."""
   if not grid:
@@ -267,6 +296,7 @@ def build_surface(name: str, out_root: Path, runs_dir: Path | None = None, readm
           "twice the larger seed sd of its two sides (`against_spread`); a side with one seed is not read.")
   tab = "\n\n".join([
       "### The cells\n\n" + cells_table(cells),
+      '### "Tie small, untie large"? What the read cells say\n\n' + reading(cells),
       "### Where the gap lies: tied − untied by the target's count in the training text (share of the test "
       "targets)\n\n" + frequency_table(cells),
       "### The matrices (CKA: linear CKA over the types seen in training; ρ₄: Table-4 ρ over the 2,000 most "
