@@ -1092,9 +1092,14 @@ def test_the_surface_reading_signs_only_read_cells_and_follows_each_line():
   """tying_surface's reading: a sign only where both sides have two seeds and the gap is beyond twice the larger
   seed sd; along the width and along the vocabulary only where a line has two read tied cells."""
   from experiments.reports import surface
-  runs = lambda *bpb: [{"test_bits_per_byte": b, "seed": s} for s, b in enumerate(bpb)]
-  cells = {("1000", 64, "untied"): runs(1.80, 1.81), ("1000", 64, "tied"): runs(1.78, 1.79),
-           ("4000", 64, "untied"): runs(1.58, 1.59), ("4000", 64, "tied"): runs(1.61, 1.62),
+  runs = lambda *bpb, m=(None, None): [{"test_bits_per_byte": b, "seed": s, "_measures": m[s] if s < 2 else None}
+                                       for s, b in enumerate(bpb)]
+  tied = lambda cka_in, cka_out: {"untied": {"input": {"cka": cka_in}, "output": {"cka": cka_out}},
+                                  "matrices": {"tied": {"norm_count_rho": -0.4, "anisotropy": 0.05}}}
+  cells = {("1000", 64, "untied"): runs(1.80, 1.81),
+           ("1000", 64, "tied"): runs(1.78, 1.79, m=(tied(0.30, 0.78), tied(0.31, 0.79))),
+           ("4000", 64, "untied"): runs(1.58, 1.59),
+           ("4000", 64, "tied"): runs(1.61, 1.62, m=(tied(0.40, 0.64), tied(0.41, 0.65))),
            ("4000", 128, "untied"): runs(1.50, 1.52), ("4000", 128, "tied"): runs(1.51, 1.53),
            ("1000", 128, "untied"): runs(1.7), ("1000", 128, "tied"): runs(1.6)}
   text = surface.reading(cells)
@@ -1104,6 +1109,20 @@ def test_the_surface_reading_signs_only_read_cells_and_follows_each_line():
   assert "1,000 pieces, D = 128" not in text  # one seed a side: not read
   assert "- Along the width: at 4,000 pieces, tying costs at D = 64, no sign (within the spread) at D = 128." in text
   assert "- Along the vocabulary: at D = 64, tying helps at 1,000 pieces, tying costs at 4,000 pieces." in text
+  # Where the sign changes, the tied matrix's measures on either side, each against the spread (2 sd = 0.014); a
+  # step with no measured seeds on a side (4,000 pieces, D = 64 to 128) has no such line.
+  change = ("  - At D = 64, from 1,000 pieces to 4,000 pieces the sign changes; the tied matrix: CKA to the untied "
+            "input 0.305 → 0.405 (beyond twice the larger seed sd (0.014)); CKA to the untied output 0.785 → 0.645 "
+            "(beyond twice the larger seed sd (0.014)); norm–count ρ -0.400 → -0.400 (within twice the larger seed "
+            "sd (0.000)); anisotropy 0.050 → 0.050 (within twice the larger seed sd (0.000)). ")
+  assert change + "No step along this line keeps its sign, so whether these change only where the sign does is open." \
+      in text and text.count("the sign changes") == 1
+  # A third read cell on the line whose step keeps the sign: which measures change there too.
+  cells |= {("16000", 64, "untied"): runs(1.45, 1.46),
+            ("16000", 64, "tied"): runs(1.50, 1.51, m=(tied(0.40, 0.50), tied(0.41, 0.51)))}
+  text = surface.reading(cells)
+  assert change + "Beyond the spread where the sign holds too: CKA to the untied output." in text
+  assert text.count("the sign changes") == 1
   assert surface.reading({k: v for k, v in cells.items() if k[1] == 128 and k[0] == "1000"}).startswith("No cell")
 
 

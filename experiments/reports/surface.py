@@ -102,32 +102,75 @@ def cells_table(cells: dict) -> str:
   return "\n".join([head, *rows]) + note if rows else "No cell has a finished run yet."
 
 
-def reading(cells: dict) -> str:
-  """The read cells (both sides two seeds or more) and their sign: beyond twice the larger seed sd, < 0 tying helps
-  and > 0 it costs; within it, no sign. Then the signs along the width at each vocabulary and along the vocabulary
-  at each width, where a line has two read tied cells or more."""
-  word = {-1: "tying helps", 1: "tying costs", 0: "no sign (within the spread)"}
-  signs, lines = {}, []
+# The tied matrix's measures that the reading follows across a sign change: (name, its value in a measures.json).
+TIED_MEASURES = (("CKA to the untied input", lambda m: m["untied"]["input"]["cka"]),
+                 ("CKA to the untied output", lambda m: m["untied"]["output"]["cka"]),
+                 ("norm–count ρ", lambda m: m["matrices"]["tied"]["norm_count_rho"]),
+                 ("anisotropy", lambda m: m["matrices"]["tied"]["anisotropy"]))
+
+
+def _tied_measures(cells: dict, key: tuple) -> list[dict]:
+  """The measures.json of a tied-arm cell's seeds that were measured against their untied run."""
+  return [r["_measures"] for r in cells[key] if r["_measures"] and "untied" in r["_measures"]]
+
+
+def _step(cells: dict, a: tuple, b: tuple) -> list[tuple[str, str, bool]]:
+  """`TIED_MEASURES` from cell a to cell b: (name, 'x → y' with the verdict, beyond the spread)."""
+  out = []
+  for name, get in TIED_MEASURES:
+    va, vb = ([get(m) for m in _tied_measures(cells, k)] for k in (a, b))
+    if va and vb:
+      verdict = against_spread(va, vb, ".3f")[1]
+      out.append((name, f"{statistics.mean(va):.3f} → {statistics.mean(vb):.3f} ({verdict})",
+                  verdict.startswith("beyond")))
+  return out
+
+
+def _signs(cells: dict) -> dict[tuple, tuple[float, int]]:
+  """Each read tied-arm cell (both sides two seeds or more) → (tied − untied, its sign): beyond twice the larger
+  seed sd −1 (tying helps) or +1 (it costs); within it 0."""
+  signs = {}
   for key in sorted(cells, key=_order):
     untied = cells.get((*key[:2], "untied"), ())
-    if key[2] == "untied" or min(len(cells[key]), len(untied)) < 2:
-      continue
-    diff, verdict = _gap(cells, key)
-    signs[key] = (diff > 0) - (diff < 0) if verdict.startswith("beyond") else 0
-    arm = "tied_wide (at the untied parameter count)" if key[2] == "tied_wide" else key[2]
-    lines.append(f"- {_vocab_label(key[0])}, D = {key[1]}, {arm}: {diff:+.4f}, {word[signs[key]]}.")
-  if not lines:
+    if key[2] != "untied" and min(len(cells[key]), len(untied)) >= 2:
+      diff, verdict = _gap(cells, key)
+      signs[key] = (diff, (diff > 0) - (diff < 0) if verdict.startswith("beyond") else 0)
+  return signs
+
+
+def reading(cells: dict) -> str:
+  """The read cells and their sign (`_signs`); then the signs along the width at each vocabulary and along the
+  vocabulary at each width, where a line has two read tied cells or more; where the sign changes between two of
+  them, the tied matrix's measures on either side (`_step`), and whether they also change where it holds."""
+  word = {-1: "tying helps", 1: "tying costs", 0: "no sign (within the spread)"}
+  signs = _signs(cells)
+  if not signs:
     return "No cell is read yet (each side needs two seeds)."
+  lines = [f"- {_vocab_label(k[0])}, D = {k[1]}, "
+           f"{'tied_wide (at the untied parameter count)' if k[2] == 'tied_wide' else k[2]}: {diff:+.4f}, {word[s]}."
+           for k, (diff, s) in signs.items()]
   for name, other, fixed, label, point in (
       ("width", "vocabulary", 0, _vocab_label, lambda k: f"D = {k[1]}"),
       ("vocabulary", "width", 1, lambda d: f"D = {d}", lambda k: _vocab_label(k[0]))):
     lines_of = {}
     for key in sorted((k for k in signs if k[2] == "tied"), key=lambda k: _order(k)[fixed]):
       lines_of.setdefault(key[fixed], []).append(key)
-    found = [f"at {label(g)}, " + ", ".join(f"{word[signs[k]]} at {point(k)}" for k in keys)
-             for g, keys in lines_of.items() if len(keys) > 1]
-    lines.append(f"- Along the {name}: " + ("; ".join(found) if found else
-                 f"no {other} has its tied arm read at two {name}s yet, so the cells say nothing along it") + ".")
+    lines_of = {g: keys for g, keys in lines_of.items() if len(keys) > 1}
+    lines.append(f"- Along the {name}: " + ("; ".join(
+        f"at {label(g)}, " + ", ".join(f"{word[signs[k][1]]} at {point(k)}" for k in keys)
+        for g, keys in lines_of.items()) or f"no {other} has its tied arm read at two {name}s yet, so the cells "
+        f"say nothing along it") + ".")
+    for g, keys in lines_of.items():
+      steps = {(a, b): _step(cells, a, b) for a, b in zip(keys, keys[1:])}
+      kept = [step for (a, b), step in steps.items() if signs[a][1] == signs[b][1]]
+      held = sorted({n for step in kept for n, _, beyond in step if beyond})
+      for (a, b), step in steps.items():
+        if signs[a][1] != signs[b][1] and step:
+          lines.append(f"  - At {label(g)}, from {point(a)} to {point(b)} the sign changes; the tied matrix: "
+                       + "; ".join(f"{n} {text}" for n, text, _ in step) + ". " + (
+                           "Beyond the spread where the sign holds too: " + (", ".join(held) or "none") + "."
+                           if kept else "No step along this line keeps its sign, so whether these change only "
+                           "where the sign does is open."))
   return "\n".join(lines)
 
 
@@ -193,7 +236,7 @@ def mechanism_table(cells: dict) -> str:
           "|---|---|---|---|---|---|---|---|---|---|---|")
   rows = []
   for key in sorted(cells, key=_order):
-    pairs = _paired(cells, key) if key[2] != "untied" else []
+    pairs = [(t, u) for t, u in _paired(cells, key) if "untied" in t] if key[2] != "untied" else []
     if not pairs:
       continue
     got = lambda f: _mean([f(t, u) for t, u in pairs], ".2f")
