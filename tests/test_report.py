@@ -1115,11 +1115,14 @@ def test_the_surface_reading_signs_only_read_cells_and_follows_each_line():
             "input 0.305 → 0.405 (beyond twice the larger seed sd (0.014)); CKA to the untied output 0.785 → 0.645 "
             "(beyond twice the larger seed sd (0.014)); norm–count ρ -0.400 → -0.400 (within twice the larger seed "
             "sd (0.000)); anisotropy 0.050 → 0.050 (within twice the larger seed sd (0.000)). ")
-  assert change + "No step along this line keeps its sign, so whether these change only where the sign does is open." \
-      in text and text.count("the sign changes") == 1
-  # A third read cell on the line whose step keeps the sign: which measures change there too.
-  cells |= {("16000", 64, "untied"): runs(1.45, 1.46),
-            ("16000", 64, "tied"): runs(1.50, 1.51, m=(tied(0.40, 0.50), tied(0.41, 0.51)))}
+  open_ = "No step along this line keeps its sign with the measures on both sides, so whether these change only " \
+      "where the sign does is open."
+  assert change + open_ in text and text.count("the sign changes") == 1
+  # A third read cell whose step keeps the sign but has no measured seeds says nothing about the measures.
+  cells |= {("16000", 64, "untied"): runs(1.45, 1.46), ("16000", 64, "tied"): runs(1.50, 1.51)}
+  assert change + open_ in surface.reading(cells)
+  # Measured, it says which measures change there too.
+  cells |= {("16000", 64, "tied"): runs(1.50, 1.51, m=(tied(0.40, 0.50), tied(0.41, 0.51)))}
   text = surface.reading(cells)
   assert change + "Beyond the spread where the sign holds too: CKA to the untied output." in text
   assert text.count("the sign changes") == 1

@@ -162,15 +162,15 @@ def reading(cells: dict) -> str:
         f"say nothing along it") + ".")
     for g, keys in lines_of.items():
       steps = {(a, b): _step(cells, a, b) for a, b in zip(keys, keys[1:])}
-      kept = [step for (a, b), step in steps.items() if signs[a][1] == signs[b][1]]
+      kept = [step for (a, b), step in steps.items() if signs[a][1] == signs[b][1] and step]
       held = sorted({n for step in kept for n, _, beyond in step if beyond})
       for (a, b), step in steps.items():
         if signs[a][1] != signs[b][1] and step:
           lines.append(f"  - At {label(g)}, from {point(a)} to {point(b)} the sign changes; the tied matrix: "
                        + "; ".join(f"{n} {text}" for n, text, _ in step) + ". " + (
                            "Beyond the spread where the sign holds too: " + (", ".join(held) or "none") + "."
-                           if kept else "No step along this line keeps its sign, so whether these change only "
-                           "where the sign does is open."))
+                           if kept else "No step along this line keeps its sign with the measures on both sides, "
+                           "so whether these change only where the sign does is open."))
   return "\n".join(lines)
 
 
@@ -298,7 +298,9 @@ def figure(cells: dict, png: Path) -> Path | None:
     ax.plot(xs, ys, color=f"C{i}", label=_vocab_label(vocab))
     ax.scatter(xs, ys, color=f"C{i}", facecolors=[f"C{i}" if b is not None else "none" for b in bars], zorder=3)
     banded = [(x, y, b) for x, y, b in zip(xs, ys, bars) if b is not None]
-    if banded:
+    if banded:  # the bar shows a lone point's band, which fill_between cannot
+      ax.errorbar([x for x, _, _ in banded], [y for _, y, _ in banded], yerr=[b for _, _, b in banded], fmt="none",
+                  ecolor=f"C{i}", capsize=3)
       ax.fill_between([x for x, _, _ in banded], [y - b for _, y, b in banded], [y + b for _, y, b in banded],
                       color=f"C{i}", alpha=0.15)
   for source, _, vocab, width, corpus, _, gap, _ in PUBLISHED:
@@ -311,9 +313,8 @@ def figure(cells: dict, png: Path) -> Path | None:
   ax.set_xlabel("width D")
   ax.set_ylabel("tied − untied, test bits per byte (< 0: tying helps)")
   ax.grid(True, alpha=0.3)
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(png, dpi=100)
+  ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15))
+  fig.savefig(png, dpi=100, bbox_inches="tight")
   plt.close(fig)
   return png
 
